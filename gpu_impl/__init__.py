@@ -1,0 +1,1 @@
+"""Placeholder package; see the README for what lands here."""

@@ -1,0 +1,76 @@
+"""The reference's pure interface: frozen state in, output and new frozen state out.
+
+These are the functions Hypothesis, CrossHair and the proofs drive. Each one
+thaws the state into a fresh mutable `Scheduler`, runs vLLM's algorithm on
+it, and freezes the result, so no call mutates its input, and no call depends
+on anything but its arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..spec.config import SchedulerConfig
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import Request, RequestStatus
+from ..spec.state import SchedulerState
+from ..spec.trace import FinishedRequest
+from .block_pool import BlockPool
+from .live_request import LiveRequest
+from .request_queue import create_request_queue
+from .scheduler import Scheduler
+
+
+def initial_state(config: SchedulerConfig) -> SchedulerState:
+    return SchedulerState.initial(config)
+
+
+def thaw(state: SchedulerState) -> Scheduler:
+    requests = {rid: LiveRequest.thaw(r) for rid, r in state.requests.items()}
+    return Scheduler(
+        config=state.config,
+        requests=requests,
+        running=[requests[rid] for rid in state.running],
+        waiting=create_request_queue(state.config.policy, (requests[rid] for rid in state.waiting)),
+        block_pool=BlockPool(state.free_block_queue),
+        finished_req_ids=set(state.finished_req_ids),
+        current_step=state.current_step,
+    )
+
+
+def freeze(scheduler: Scheduler) -> SchedulerState:
+    return SchedulerState(
+        config=scheduler.config,
+        requests={rid: r.freeze() for rid, r in scheduler.requests.items()},
+        running=tuple(r.request_id for r in scheduler.running),
+        waiting=tuple(r.request_id for r in scheduler.waiting),
+        free_block_queue=tuple(scheduler.block_pool.free_block_queue),
+        finished_req_ids=frozenset(scheduler.finished_req_ids),
+        current_step=scheduler.current_step,
+    )
+
+
+def add_request(state: SchedulerState, request: Request) -> SchedulerState:
+    scheduler = thaw(state)
+    scheduler.add_request(request)
+    return freeze(scheduler)
+
+
+def abort(state: SchedulerState, request_ids: Iterable[str]) -> SchedulerState:
+    scheduler = thaw(state)
+    scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+    return freeze(scheduler)
+
+
+def schedule(state: SchedulerState) -> tuple[SchedulerOutput, SchedulerState]:
+    scheduler = thaw(state)
+    output = scheduler.schedule()
+    return output, freeze(scheduler)
+
+
+def update_from_output(
+    state: SchedulerState, output: SchedulerOutput, model_output: ModelRunnerOutput
+) -> tuple[SchedulerState, dict[str, FinishedRequest]]:
+    scheduler = thaw(state)
+    finished = scheduler.update_from_output(output, model_output)
+    return freeze(scheduler), finished

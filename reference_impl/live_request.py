@@ -1,0 +1,110 @@
+"""The mutable request the scheduler works on, field for field vLLM's `Request`.
+
+The public API is pure (frozen `spec.state.RequestState` in, new one out), but
+the algorithm is written against mutable objects, exactly as vLLM writes it,
+so that `request.num_computed_tokens += n` reads the same in both and an
+engineer can audit them side by side. `thaw` and `freeze` are the only
+crossings between the two worlds.
+"""
+
+from __future__ import annotations
+
+from ..spec.request import Request, RequestStatus
+from ..spec.state import RequestState
+
+
+class LiveRequest:
+    __slots__ = (
+        "spec", "request_id", "status", "output_token_ids", "num_computed_tokens", "spec_token_ids",
+        "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output",
+        "num_preemptions", "is_prefill_chunk", "stop_reason", "block_ids",
+    )
+
+    def __init__(self, spec: Request) -> None:
+        self.spec = spec
+        self.request_id = spec.request_id
+        self.status = RequestStatus.WAITING
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        self.spec_token_ids: list[int] = []
+        self.num_output_placeholders = 0
+        self.num_in_flight_tokens = 0
+        self.num_stale_output_tokens = 0
+        self.drop_stale_output = False
+        self.num_preemptions = 0
+        self.is_prefill_chunk = False
+        self.stop_reason: int | str | None = None
+        # The block table lives in the KV manager in vLLM (`req_to_blocks`);
+        # keeping it on the request makes the state one value per request.
+        self.block_ids: list[int] = []
+
+    # ---- vLLM's derived properties (request.py:294-304) ----
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.spec.num_prompt_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        return self.spec.num_prompt_tokens + len(self.output_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return self.num_tokens + len(self.spec_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.spec.max_tokens
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def arrival_time(self) -> float:
+        return self.spec.arrival_time
+
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def sort_key(self) -> tuple[int, float, str]:
+        """`Request.__lt__` (request.py:357-367); `id()` never decides between distinct ids."""
+        return (self.spec.priority, self.spec.arrival_time, self.request_id)
+
+    # ---- the crossing ----
+    @classmethod
+    def thaw(cls, s: RequestState) -> "LiveRequest":
+        r = cls(s.request)
+        r.status = s.status
+        r.output_token_ids = list(s.output_token_ids)
+        r.num_computed_tokens = s.num_computed_tokens
+        r.spec_token_ids = list(s.spec_token_ids)
+        r.num_output_placeholders = s.num_output_placeholders
+        r.num_in_flight_tokens = s.num_in_flight_tokens
+        r.num_stale_output_tokens = s.num_stale_output_tokens
+        r.drop_stale_output = s.drop_stale_output
+        r.num_preemptions = s.num_preemptions
+        r.is_prefill_chunk = s.is_prefill_chunk
+        r.stop_reason = s.stop_reason
+        r.block_ids = list(s.block_ids)
+        return r
+
+    def freeze(self) -> RequestState:
+        return RequestState(
+            request=self.spec,
+            status=self.status,
+            output_token_ids=tuple(self.output_token_ids),
+            num_computed_tokens=self.num_computed_tokens,
+            spec_token_ids=tuple(self.spec_token_ids),
+            num_output_placeholders=self.num_output_placeholders,
+            num_in_flight_tokens=self.num_in_flight_tokens,
+            num_stale_output_tokens=self.num_stale_output_tokens,
+            drop_stale_output=self.drop_stale_output,
+            num_preemptions=self.num_preemptions,
+            is_prefill_chunk=self.is_prefill_chunk,
+            stop_reason=self.stop_reason,
+            block_ids=tuple(self.block_ids),
+        )

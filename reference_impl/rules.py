@@ -1,0 +1,59 @@
+"""The scheduler's arithmetic rules, each written once for ints and Z3 terms alike.
+
+These are the lines of vLLM 0.33.0 that turn "what a request is owed" into
+"what it gets" and "how many blocks that takes". The reference calls them on
+ints; `proofs/` calls the very same functions on Z3 terms, so a planted bug in
+a rule reaches the reference and the encoding at once. They use the helpers
+of `spec.arith` in place of `min` and `if` for that reason alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_
+
+Int = Any  # an int or a Z3 ArithRef
+
+
+def effective_threshold(threshold: Int, num_eligible_reqs: Int, adaptive: bool, input_budget: Int) -> Int:
+    """scheduler.py:756-767: a lone request (running + waiting <= 1) is never capped."""
+    thr = ite(num_eligible_reqs > 1, threshold, 0)
+    if adaptive:  # T10: floored by the fair share of the batch
+        thr = ite(thr > 0, max_(thr, fdiv(input_budget, max_(num_eligible_reqs, 1))), thr)
+    return thr
+
+
+def clamp_to_threshold(num_new_tokens: Int, threshold: Int) -> Int:
+    """`if 0 < long_prefill_token_threshold < num_new_tokens` (scheduler.py:845, :1331)."""
+    return ite(and_(0 < threshold, threshold < num_new_tokens), threshold, num_new_tokens)
+
+
+def running_num_new_tokens(
+    num_owed: Int, threshold: Int, token_budget: Int, max_model_len: Int, num_computed_tokens: Int,
+    num_sampled_tokens_per_step: Int = 1,
+) -> Int:
+    """RUNNING pass, scheduler.py:839-856: owed, then the threshold, the budget, the position bound."""
+    n = clamp_to_threshold(num_owed, threshold)
+    n = min_(n, token_budget)
+    return min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step)
+
+
+def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold: Int) -> Int:
+    """WAITING pass, scheduler.py:1300-1346, before the chunked-prefill check: T, not the prompt, minus the hit."""
+    return clamp_to_threshold(num_tokens - num_computed_tokens, threshold)
+
+
+def blocks_for(num_tokens: Int, max_model_len: Int, block_size: Int) -> Int:
+    """Blocks that hold `num_tokens` slots, capped at the model length (kv_cache_manager.py:550-553)."""
+    return cdiv(min_(num_tokens, max_model_len), block_size)
+
+
+def num_blocks_to_allocate(num_tokens_need_slot: Int, num_held_blocks: Int, block_size: Int) -> Int:
+    """single_type_kv_cache_manager.py:229-236: never negative; blocks are not shrunk after rejections."""
+    return max_(cdiv(num_tokens_need_slot, block_size) - num_held_blocks, 0)
+
+
+def allocation_fits(num_blocks_required: Int, watermark_blocks: Int, num_free_blocks: Int) -> Int:
+    """kv_cache_manager.py:582-587 (and the full-sequence gate at :531-549): `required + watermark <= free`."""
+    return num_blocks_required + watermark_blocks <= num_free_blocks

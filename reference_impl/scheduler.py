@@ -1,0 +1,259 @@
+"""`schedule()`: vLLM 0.33.0's V1 scheduling step, in vLLM's order (scheduler.py:699-1877).
+
+Read it beside vLLM's `Scheduler.schedule`. The structure is the same: the
+preamble, the RUNNING pass with its allocate-or-preempt loop, the WAITING pass
+(skipped entirely in a step that preempted), the output, and
+`_update_after_schedule`. What vLLM does for subsystems outside our scope
+(connectors, encoders, LoRA, mamba, streaming, pauses, prefill cadence) is
+left out, not stubbed, because each is inert in the configurations we model.
+
+Every request is owed `num_tokens_with_spec + num_output_placeholders -
+num_computed_tokens` tokens, and each step grants what the budget, the
+threshold, `max_model_len` and the free blocks allow (`rules.py`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..spec.config import SchedulerConfig
+from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
+from ..spec.request import Request, RequestStatus
+from . import rules
+from .block_pool import BlockPool
+from .kv_cache_manager import KVCacheManager
+from .live_request import LiveRequest
+from .request_queue import RequestQueue
+from .update import SchedulerUpdates
+
+NUM_SAMPLED_TOKENS_PER_STEP = 1  # generate models; 0 only for pooling and diffusion
+DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 without a drafting spec method
+
+
+class Scheduler(SchedulerUpdates):
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        requests: dict[str, LiveRequest],
+        running: list[LiveRequest],
+        waiting: RequestQueue,
+        block_pool: BlockPool,
+        finished_req_ids: set[str],
+        current_step: int,
+    ) -> None:
+        self.config = config
+        self.requests = requests
+        self.running = running
+        self.waiting = waiting
+        self.block_pool = block_pool
+        self.kv_cache_manager = KVCacheManager(config, block_pool)
+        self.finished_req_ids = finished_req_ids
+        self.current_step = current_step
+        self.max_model_len = config.max_model_len
+
+    def add_request(self, request: Request) -> None:
+        """scheduler.py:2931-2962: a new request joins the back of the waiting queue."""
+        live = LiveRequest(request)
+        self.waiting.add_request(live)
+        self.requests[request.request_id] = live
+
+    def schedule(self) -> SchedulerOutput:
+        config = self.config
+        self.current_step += 1
+        scheduled_new_reqs: list[LiveRequest] = []
+        scheduled_resumed_reqs: list[LiveRequest] = []
+        scheduled_running_reqs: list[LiveRequest] = []
+        preempted_reqs: list[LiveRequest] = []
+        req_to_new_blocks: dict[str, list[int]] = {}
+        num_scheduled_tokens: dict[str, int] = {}
+        scheduled_spec_decode_tokens: dict[str, tuple[int, ...]] = {}
+        token_budget = config.token_budget
+        input_budget = config.max_num_batched_tokens
+        draft_slots = DRAFT_SLOTS
+        prefill_scheduled = False
+
+        # The threshold is fixed once per step from the number of eligible requests (:756-767).
+        long_prefill_token_threshold = rules.effective_threshold(
+            config.long_prefill_token_threshold,
+            len(self.running) + len(self.waiting),
+            config.long_prefill_token_threshold_adaptive,
+            input_budget,
+        )
+
+        # ---- First, schedule the RUNNING requests (:793-1037). ----
+        req_index = 0
+        while req_index < len(self.running) and token_budget > 0:
+            request = self.running[req_index]
+            if input_budget <= draft_slots:
+                break
+            if (  # async only: the in-flight step already reaches max_tokens (Z2)
+                request.num_output_placeholders > 0
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.num_prompt_tokens + request.max_tokens
+            ):
+                req_index += 1
+                continue
+
+            num_new_tokens = rules.running_num_new_tokens(
+                request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens,
+                long_prefill_token_threshold,
+                min(token_budget, input_budget - draft_slots),
+                self.max_model_len,
+                request.num_computed_tokens,
+                NUM_SAMPLED_TOKENS_PER_STEP,
+            )
+            if num_new_tokens == 0:
+                # `continue`, not `break`: deliberately not strict FCFS (:902-904).
+                req_index += 1
+                continue
+
+            while True:
+                new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+                if new_blocks is not None:
+                    break
+                # No room: preempt by recompute until it fits or `request` itself is the victim.
+                if config.policy == "priority":
+                    preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+                    victim_index = self.running.index(preempted_req)
+                    del self.running[victim_index]
+                    if victim_index < req_index:
+                        req_index -= 1
+                    if preempted_req in scheduled_running_reqs:
+                        # Undo its grant this step (Z1): tokens, blocks entry, drafts.
+                        scheduled_running_reqs.remove(preempted_req)
+                        restored = num_scheduled_tokens.pop(preempted_req.request_id)
+                        token_budget += restored
+                        input_budget += restored + draft_slots
+                        req_to_new_blocks.pop(preempted_req.request_id)
+                        scheduled_spec_decode_tokens.pop(preempted_req.request_id, None)
+                else:
+                    preempted_req = self.running.pop()
+                self._preempt_request(preempted_req)
+                preempted_reqs.append(preempted_req)
+                if preempted_req is request:
+                    break
+
+            if new_blocks is None:
+                if config.policy == "priority" and request.status == RequestStatus.PREEMPTED:
+                    continue  # it removed itself; req_index already points at the next one
+                break  # FCFS: it preempted itself, so it was the tail; the pass ends
+
+            scheduled_running_reqs.append(request)
+            prefill_scheduled |= request.is_prefill_chunk
+            req_to_new_blocks[request.request_id] = new_blocks
+            num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            input_budget -= num_new_tokens + draft_slots
+            req_index += 1
+            if request.spec_token_ids:
+                num_scheduled_spec_tokens = (
+                    num_new_tokens + request.num_computed_tokens - request.num_tokens - request.num_output_placeholders
+                )
+                if num_scheduled_spec_tokens > 0:
+                    scheduled_spec_decode_tokens[request.request_id] = tuple(
+                        request.spec_token_ids[:num_scheduled_spec_tokens]
+                    )
+                request.spec_token_ids = []
+
+        # ---- Next, schedule the WAITING requests, unless this step preempted (:1049-1616). ----
+        if not preempted_reqs:
+            step_skipped_waiting: deque[LiveRequest] = deque()
+            while token_budget > 0:
+                if not self.waiting or input_budget <= draft_slots:
+                    break
+                if len(self.running) >= config.max_num_active_reqs:
+                    break
+                request = self.waiting.peek_request()
+                if request.num_stale_output_tokens and not request.drop_stale_output:
+                    # A preempted request waits until its pre-preemption output has drained.
+                    step_skipped_waiting.appendleft(self.waiting.pop_request())
+                    continue
+
+                new_computed_blocks, num_new_local_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
+                num_computed_tokens = num_new_local_computed_tokens
+                request_token_budget = min(token_budget, input_budget - draft_slots)
+                # num_tokens, not the prompt: a resumed request recomputes its outputs too.
+                num_new_tokens = rules.waiting_num_new_tokens(
+                    request.num_tokens, num_computed_tokens, long_prefill_token_threshold
+                )
+                if not config.enable_chunked_prefill and num_new_tokens > request_token_budget:
+                    break  # head-of-line blocking
+                num_new_tokens = min(num_new_tokens, request_token_budget)
+                assert num_new_tokens > 0
+
+                new_blocks = self.kv_cache_manager.allocate_slots(
+                    request,
+                    num_new_tokens,
+                    num_new_computed_tokens=num_new_local_computed_tokens,
+                    full_sequence_must_fit=config.scheduler_reserve_full_isl,
+                    has_scheduled_reqs=bool(self.running),
+                )
+                if new_blocks is None:
+                    break  # head-of-line blocking: a smaller request behind it is not tried
+
+                request = self.waiting.pop_request()
+                self.running.append(request)
+                if request.status == RequestStatus.WAITING:
+                    scheduled_new_reqs.append(request)
+                elif request.status == RequestStatus.PREEMPTED:
+                    scheduled_resumed_reqs.append(request)
+                else:
+                    raise RuntimeError(f"Invalid request status: {request.status}")
+                req_to_new_blocks[request.request_id] = list(request.block_ids)  # all blocks
+                num_scheduled_tokens[request.request_id] = num_new_tokens
+                token_budget -= num_new_tokens
+                input_budget -= num_new_tokens + draft_slots
+                request.status = RequestStatus.RUNNING
+                request.num_computed_tokens = num_computed_tokens
+            # Skipped requests go back to the head in their original order (T38, Z5).
+            self.waiting.prepend_requests(step_skipped_waiting)
+
+        # ---- The step's own assertions (:1617-1640). ----
+        assert sum(num_scheduled_tokens.values()) <= config.token_budget
+        assert token_budget >= 0 and input_budget >= 0
+        assert len(self.running) <= config.max_num_running_reqs
+        assert len(scheduled_new_reqs) + len(scheduled_resumed_reqs) + len(scheduled_running_reqs) <= len(self.running)
+
+        output = SchedulerOutput(
+            num_scheduled_tokens=num_scheduled_tokens,
+            # The V2 model runner lists resumed requests as new, with all their blocks (:1642-1644).
+            scheduled_new_reqs=tuple(
+                NewRequestData(r.request_id, r.num_computed_tokens, tuple(req_to_new_blocks[r.request_id]), resumed)
+                for reqs, resumed in ((scheduled_new_reqs, False), (scheduled_resumed_reqs, True))
+                for r in reqs
+            ),
+            scheduled_cached_reqs=tuple(
+                CachedRequestData(r.request_id, r.num_computed_tokens,
+                                  tuple(req_to_new_blocks[r.request_id]) or None)
+                for r in scheduled_running_reqs
+            ),
+            scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
+            preempted_req_ids=frozenset(r.request_id for r in preempted_reqs),
+            finished_req_ids=frozenset(self.finished_req_ids),
+        )
+        self._update_after_schedule(output)
+        return output
+
+    def _preempt_request(self, request: LiveRequest) -> None:
+        """Preemption by recompute (:1799-1843); the caller has already removed it from `running`."""
+        assert request.status == RequestStatus.RUNNING, "Only running requests can be preempted"
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.drop_stale_output = request.drop_stale_output and request.num_stale_output_tokens > 0
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def _update_after_schedule(self, output: SchedulerOutput) -> None:
+        """C advances when a step is scheduled, not when it finishes: it counts optimistically (:1845-1877)."""
+        for req_id, num_scheduled_token in output.num_scheduled_tokens.items():
+            request = self.requests[req_id]
+            request.num_computed_tokens += num_scheduled_token
+            request.num_in_flight_tokens += num_scheduled_token
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_tokens + request.num_output_placeholders
+            )
+        self.finished_req_ids = set()

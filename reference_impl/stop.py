@@ -1,0 +1,34 @@
+"""`check_stop` (`vllm/v1/core/sched/utils.py:98-140`), run after each appended token.
+
+The order is the semantics (bug-zoo Z4 and Z13 are both about it):
+
+1. EOS: the effective `eos_token_id`, which is None under `ignore_eos`;
+2. a stop token, which still applies under `ignore_eos`;
+3. the length caps: `num_tokens >= max_model_len` or `num_output_tokens >= max_tokens`;
+4. `min_tokens` gates only what follows (repetition detection, not modelled).
+
+So EOS and stop tokens finish a request even below `min_tokens` (T32), and
+the length caps apply below it too (T33, PR #51299).
+"""
+
+from __future__ import annotations
+
+from ..spec.request import RequestStatus
+from .live_request import LiveRequest
+
+
+def check_stop(request: LiveRequest, max_model_len: int) -> bool:
+    last_token_id = request.output_token_ids[-1]
+    if last_token_id == request.spec.effective_eos_token_id:
+        request.status = RequestStatus.FINISHED_STOPPED
+        return True
+    if last_token_id in request.spec.stop_token_ids:
+        request.status = RequestStatus.FINISHED_STOPPED
+        request.stop_reason = last_token_id
+        return True
+    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return True
+    if request.num_output_tokens < request.spec.min_tokens:
+        return False
+    return False  # repetition detection is not configured

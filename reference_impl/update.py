@@ -1,0 +1,125 @@
+"""The other half of the scheduler: absorbing model output, and finishing requests.
+
+`update_from_output` (scheduler.py:2259-2676) walks the step's requests in
+`num_scheduled_tokens` order, appends each sampled token and checks for a
+stop after every one (`stop.py`), trims what follows a stop, and frees the
+finished. `finish_requests` (:2964-3029) is the abort path. Both end in
+`_free_request`, which frees the blocks in reverse and queues the id for the
+next `schedule()`'s `finished_req_ids` (I-18).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import RequestStatus
+from ..spec.trace import FinishedRequest
+from .live_request import LiveRequest
+from .stop import check_stop
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+
+class SchedulerUpdates:
+    def update_from_output(
+        self: "Scheduler", scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
+        stopped_running_reqs: set[str] = set()
+        stopped_preempted_reqs: set[str] = set()
+        finished: dict[str, FinishedRequest] = {}
+        for req_id, num_tokens_scheduled in scheduler_output.num_scheduled_tokens.items():
+            assert num_tokens_scheduled > 0
+            request = self.requests.get(req_id)
+            output_is_stale = False
+            if request is not None:
+                request.num_in_flight_tokens -= num_tokens_scheduled
+                if request.num_stale_output_tokens > 0:
+                    output_is_stale = True
+                    request.num_stale_output_tokens -= num_tokens_scheduled
+                    assert request.num_stale_output_tokens >= 0
+            if request is None or request.is_finished():
+                continue  # aborted while in flight
+            if output_is_stale and request.drop_stale_output:
+                continue
+
+            generated_token_ids = list(model_runner_output.sampled_token_ids.get(req_id, ()))
+            scheduled_spec_token_ids = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
+            if scheduled_spec_token_ids and generated_token_ids:
+                # Rejected drafts roll C (and P) back; both sides of "owed" move together.
+                num_accepted = max(len(generated_token_ids) - 1, 0)
+                num_rejected = len(scheduled_spec_token_ids) - num_accepted
+                if not output_is_stale:
+                    if request.num_computed_tokens > 0:
+                        request.num_computed_tokens -= num_rejected
+                    if request.num_output_placeholders > 0:
+                        request.num_output_placeholders -= num_rejected
+
+            status_before_stop = request.status
+            stopped = False
+            if generated_token_ids:
+                generated_token_ids, stopped = self._update_request_with_output(
+                    request, generated_token_ids, output_is_stale
+                )
+            if stopped:
+                finished[req_id] = FinishedRequest(request.status, tuple(request.output_token_ids))
+                self._free_request(request)
+                if status_before_stop == RequestStatus.RUNNING:
+                    stopped_running_reqs.add(req_id)
+                else:
+                    stopped_preempted_reqs.add(req_id)
+
+        # remove_all keeps the survivors' order (utils.py:65-95).
+        if stopped_running_reqs:
+            self.running = [r for r in self.running if r.request_id not in stopped_running_reqs]
+        if stopped_preempted_reqs:
+            self.waiting.remove_requests(r for r in list(self.waiting) if r.request_id in stopped_preempted_reqs)
+        return finished
+
+    def _update_request_with_output(
+        self: "Scheduler", request: LiveRequest, new_token_ids: list[int], is_stale: bool = False
+    ) -> tuple[list[int], bool]:
+        """Append and check per token; on a stop, trim the rest and keep C one short of T (:2744-2770)."""
+        num_new_tokens = len(new_token_ids)
+        stopped = False
+        for num_new, output_token_id in enumerate(new_token_ids, 1):
+            request.output_token_ids.append(output_token_id)
+            stopped = check_stop(request, self.max_model_len)
+            if stopped:
+                if not is_stale:
+                    request.num_computed_tokens -= len(new_token_ids) - num_new
+                del new_token_ids[num_new:]
+                break
+        if not is_stale and request.num_output_placeholders > 0:
+            # All returned tokens resolve placeholders, the trimmed ones included.
+            request.num_output_placeholders -= num_new_tokens
+            assert request.num_output_placeholders >= 0
+        return new_token_ids, stopped
+
+    def finish_requests(self: "Scheduler", request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
+        """Abort from outside. Ids are processed in the order given: the free order decides block ids."""
+        assert finished_status.is_finished
+        valid_requests = []
+        for req_id in request_ids:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue
+            valid_requests.append(request)
+        running_ids = {r.request_id for r in valid_requests if r.status == RequestStatus.RUNNING}
+        if running_ids:
+            self.running = [r for r in self.running if r.request_id not in running_ids]
+        waiting_reqs = [r for r in valid_requests if r.status != RequestStatus.RUNNING]
+        if waiting_reqs:
+            self.waiting.remove_requests(waiting_reqs)
+        for request in valid_requests:
+            request.status = finished_status
+            self._free_request(request)
+        return valid_requests
+
+    def _free_request(self: "Scheduler", request: LiveRequest) -> None:
+        """scheduler.py:3031-3067: report next step, free the blocks, forget the request."""
+        assert request.is_finished()
+        self.finished_req_ids.add(request.request_id)
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]

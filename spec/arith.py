@@ -1,0 +1,72 @@
+"""Arithmetic that evaluates on Python ints and on Z3 terms alike.
+
+The scheduler's rules (the clamps, the block counts) and the invariants are
+written once, with these helpers instead of `min`, `if` and `and`, so that the
+same function computes a concrete step in the reference and builds a formula
+in `proofs/`. With plain ints each helper is the obvious Python; with a Z3
+term it builds the matching expression. Nothing here imports z3 eagerly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_symbolic(x: Any) -> bool:
+    return type(x).__module__.startswith("z3")
+
+
+def _z3():
+    import z3
+
+    return z3
+
+
+def ite(cond: Any, then: Any, otherwise: Any) -> Any:
+    if is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise):
+        return _z3().If(cond, then, otherwise)
+    return then if cond else otherwise
+
+
+def min_(a: Any, b: Any) -> Any:
+    return ite(a <= b, a, b)
+
+
+def max_(a: Any, b: Any) -> Any:
+    return ite(a >= b, a, b)
+
+
+def and_(*xs: Any) -> Any:
+    if any(is_symbolic(x) for x in xs):
+        return _z3().And(*xs)
+    return all(xs)
+
+
+def or_(*xs: Any) -> Any:
+    if any(is_symbolic(x) for x in xs):
+        return _z3().Or(*xs)
+    return any(xs)
+
+
+def not_(x: Any) -> Any:
+    return _z3().Not(x) if is_symbolic(x) else not x
+
+
+def implies(a: Any, b: Any) -> Any:
+    if is_symbolic(a) or is_symbolic(b):
+        return _z3().Implies(a, b)
+    return (not a) or b
+
+
+def cdiv(a: Any, b: Any) -> Any:
+    """Ceiling division for a >= 0, b > 0 (vLLM's `cdiv`); Z3's `/` on Ints floors for b > 0."""
+    if is_symbolic(a) or is_symbolic(b):
+        return (a + b - 1) / b
+    return -(-a // b)
+
+
+def fdiv(a: Any, b: Any) -> Any:
+    """Floor division for b > 0; Z3's `/` on Ints floors for b > 0."""
+    if is_symbolic(a) or is_symbolic(b):
+        return a / b
+    return a // b

@@ -1,0 +1,134 @@
+"""Scheduler configuration: every knob the core semantics read.
+
+The defaults are those of vLLM's own scheduler test harness
+(`tests/v1/core/utils.py`), because that is where the scenarios we pin come
+from; `max_model_len` defaults to `max_num_batched_tokens` there as here.
+
+Validation follows vLLM 0.33.0 (`vllm/config/scheduler.py`: pydantic field
+bounds and `verify_max_model_len`), so a config that vLLM refuses is refused
+here too, with one line naming the field. Anything vLLM merely warns about is
+accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from .errors import SpecError
+
+Policy = Literal["fcfs", "priority"]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 16
+    max_model_len: int | None = None  # None: equal to max_num_batched_tokens
+    block_size: int = 16
+    num_gpu_blocks: int = 10000  # includes the null block (block 0)
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    enable_chunked_prefill: bool = True
+    policy: Policy = "fcfs"
+    watermark: float = 0.0
+    scheduler_reserve_full_isl: bool = True
+    max_num_scheduled_tokens: int | None = None  # None: max_num_batched_tokens
+    max_num_active_seqs: int | None = None  # None: max_num_seqs
+
+    def __post_init__(self) -> None:
+        if self.max_model_len is None and _is_int(self.max_num_batched_tokens):
+            object.__setattr__(self, "max_model_len", self.max_num_batched_tokens)
+        _validate(self)
+
+    # Derived limits, named as in `Scheduler.__init__` (scheduler.py:131-143).
+    @property
+    def max_num_running_reqs(self) -> int:
+        return self.max_num_seqs
+
+    @property
+    def max_num_active_reqs(self) -> int:
+        return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
+
+    @property
+    def token_budget(self) -> int:
+        """`max_num_scheduled_tokens`: the per-step token budget."""
+        if self.max_num_scheduled_tokens is not None:
+            return self.max_num_scheduled_tokens
+        return self.max_num_batched_tokens
+
+    @property
+    def watermark_blocks(self) -> int:
+        # kv_cache_manager.py:209 counts the null block too.
+        return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.num_gpu_blocks - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "config") -> "SchedulerConfig":
+        if not isinstance(data, Mapping):
+            raise SpecError(where, data, "must be an object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in known:
+                raise SpecError(f"{where}.{key}", data[key], "is not a scheduler config field")
+        try:
+            return cls(**dict(data))
+        except SpecError as e:
+            raise SpecError(f"{where}.{e.where.removeprefix('config.')}", e.value, e.why) from None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _validate(c: SchedulerConfig) -> None:
+    def need(name: str, ok: bool, why: str) -> None:
+        if not ok:
+            raise SpecError(f"config.{name}", getattr(c, name), why)
+
+    for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size", "num_gpu_blocks"):
+        v = getattr(c, name)
+        need(name, _is_int(v), "must be an integer")
+        need(name, v >= 1, "must be >= 1")
+    for name in ("max_num_scheduled_tokens", "max_num_active_seqs"):
+        v = getattr(c, name)
+        need(name, v is None or _is_int(v), "must be an integer or null")
+        need(name, v is None or v >= 1, "must be >= 1")  # Z11: no negative budget slips through
+    v = c.long_prefill_token_threshold
+    need("long_prefill_token_threshold", _is_int(v), "must be an integer")
+    need("long_prefill_token_threshold", v >= 0, "must be >= 0")
+    for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold_adaptive"):
+        need(name, isinstance(getattr(c, name), bool), "must be true or false")
+    need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
+    w = c.watermark
+    need("watermark", isinstance(w, (int, float)) and not isinstance(w, bool), "must be a number")
+    need("watermark", 0.0 <= w < 1.0, "must be in [0, 1)")
+
+    # verify_max_model_len (config/scheduler.py:317-362), in vLLM's order.
+    need(
+        "max_num_batched_tokens",
+        c.enable_chunked_prefill or c.max_num_batched_tokens >= c.max_model_len,
+        f"must be >= max_model_len ({c.max_model_len}) when chunked prefill is off",
+    )
+    need(
+        "max_num_batched_tokens",
+        c.max_num_batched_tokens >= c.max_num_seqs,
+        f"must be >= max_num_seqs ({c.max_num_seqs})",
+    )
+    need(
+        "max_num_active_seqs",
+        c.max_num_active_seqs is None or c.max_num_active_seqs <= c.max_num_seqs,
+        f"must be <= max_num_seqs ({c.max_num_seqs})",
+    )
+    need(
+        "long_prefill_token_threshold",
+        c.long_prefill_token_threshold <= c.max_model_len,
+        f"must be <= max_model_len ({c.max_model_len})",
+    )

@@ -1,0 +1,24 @@
+"""The one error type that user input can raise.
+
+Every bad input a user can write (a config, a workload, a trace, an engine
+that misbehaves) ends in a `SpecError` whose message is one line naming the
+field and the value. The CLI prints that line and exits non-zero; it never
+shows a traceback for a user's mistake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A user-facing error: `where` names the field, `value` is what was found."""
+
+    def __init__(self, where: str, value: Any, why: str) -> None:
+        self.where, self.value, self.why = where, value, why
+        super().__init__(f"{where}: {why} (got {_short(value)})")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

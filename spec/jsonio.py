@@ -1,0 +1,73 @@
+"""Reading and writing the JSON formats: one-line errors in, atomic files out.
+
+A malformed file is reported by its JSON path (`requests[2].max_tokens`) and
+the offending value, never by a traceback. Output files are written to a
+temporary file in the same folder and renamed over the target, so a reader
+never sees half a file and an interrupted run never clobbers an old one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from .errors import SpecError
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError(str(p), str(p), "no such file") from None
+    except OSError as e:
+        raise SpecError(str(p), str(p), f"cannot be read: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{p}:{e.lineno}:{e.colno}", text[e.pos : e.pos + 20], f"is not valid JSON: {e.msg}") from None
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(f"{name}.schema.json").read_text())
+
+
+def validate(data: Any, schema_name: str, where: str) -> None:
+    """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path."""
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required":
+        missing = next(f for f in error.validator_value if f not in error.instance)
+        raise SpecError(f"{where}{path}.{missing}", None, "is required")
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))[0]
+        raise SpecError(f"{where}{path}.{extra}", error.instance[extra], "is not a known field")
+    raise SpecError(f"{where}{path}", error.instance, error.message.split("\n")[0].replace(repr(error.instance), "").strip() or "is invalid")

@@ -1,0 +1,70 @@
+"""What a user submits (`Request`) and the lifecycle it goes through (`RequestStatus`).
+
+`Request` holds only what the client fixes at submission; everything the
+scheduler changes lives in `spec.state.RequestState`. Keeping the two apart
+is what lets an engine be driven from a workload file: the workload is a list
+of `Request`s plus the fake model's outputs, and nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RequestStatus(enum.IntEnum):
+    """vLLM's statuses, in vLLM's order (`vllm/v1/request.py:370-386`).
+
+    The order matters: vLLM defines `is_finished(s)` as `s > PREEMPTED`.
+    The statuses that only optional subsystems produce (grammar, remote KV,
+    streaming) are kept so that traces of a real vLLM can be read, although
+    the reference never enters them.
+    """
+
+    WAITING = enum.auto()
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()
+    WAITING_FOR_STREAMING_REQ = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+    FINISHED_REPETITION = enum.auto()
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+
+FINISHED_STATUSES = frozenset(s for s in RequestStatus if s.is_finished)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as submitted. `eos_token_id` is the effective one: None under `ignore_eos`.
+
+    `arrival_time` is vLLM's float arrival time; under PRIORITY it breaks ties
+    between equal priorities, both in the waiting heap and in the victim key.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    min_tokens: int = 0
+    eos_token_id: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    priority: int = 0
+    arrival_time: float = 0.0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def effective_eos_token_id(self) -> int | None:
+        # SamplingParams: `ignore_eos` nulls the EOS id; stop tokens still apply.
+        return None if self.ignore_eos else self.eos_token_id

@@ -1,0 +1,143 @@
+"""The trace format: a workload and, per step, what the engine did.
+
+Each step record holds the inputs applied before `schedule()` (arrivals and
+aborts), the `SchedulerOutput`, the fake model's answer, the state summary
+after `update_from_output()`, and the requests that finished in that step
+with their final status. The summary is the part of the state every engine
+can expose (vLLM, ours, a third party's): the queues in order, the free-block
+count, and each live request's status, num_computed_tokens and num_tokens.
+
+A trace embeds its workload, so a trace file alone is enough to replay it on
+another engine, check its invariants, or plot it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import SpecError
+from .jsonio import read_json, validate
+from .output import ModelRunnerOutput, SchedulerOutput
+from .request import RequestStatus
+from .state import SchedulerState
+from .workload import Workload
+
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    status: RequestStatus
+    num_computed_tokens: int
+    num_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status.name, "num_computed_tokens": self.num_computed_tokens, "num_tokens": self.num_tokens}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RequestSummary":
+        return cls(RequestStatus[d["status"]], d["num_computed_tokens"], d["num_tokens"])
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    num_free_blocks: int = 0
+    requests: Mapping[str, RequestSummary] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, state: SchedulerState) -> "StateSummary":
+        return cls(
+            running=state.running,
+            waiting=state.waiting,
+            num_free_blocks=state.num_free_blocks,
+            requests={rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in state.requests.items()},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "running": list(self.running),
+            "waiting": list(self.waiting),
+            "num_free_blocks": self.num_free_blocks,
+            "requests": {k: v.to_json() for k, v in self.requests.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "StateSummary":
+        return cls(tuple(d["running"]), tuple(d["waiting"]), d["num_free_blocks"],
+                   {k: RequestSummary.from_json(v) for k, v in d["requests"].items()})
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    status: RequestStatus
+    output_token_ids: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status.name, "output_token_ids": list(self.output_token_ids)}
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    added: tuple[str, ...]
+    aborted: tuple[str, ...]
+    output: SchedulerOutput
+    model_output: ModelRunnerOutput
+    state: StateSummary  # after update_from_output
+    finished: Mapping[str, FinishedRequest] = field(default_factory=dict)  # during this step
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "added": list(self.added),
+            "aborted": list(self.aborted),
+            "output": self.output.to_json(),
+            "model_output": self.model_output.to_json(),
+            "state": self.state.to_json(),
+            "finished": {k: v.to_json() for k, v in self.finished.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "StepRecord":
+        return cls(
+            d["step"], tuple(d["added"]), tuple(d["aborted"]),
+            SchedulerOutput.from_json(d["output"]), ModelRunnerOutput.from_json(d["model_output"]),
+            StateSummary.from_json(d["state"]),
+            {k: FinishedRequest(RequestStatus[v["status"]], tuple(v["output_token_ids"])) for k, v in d["finished"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class Trace:
+    workload: Workload
+    steps: tuple[StepRecord, ...]
+    engine: str = "reference"
+    end: str = "drained"  # or "max_steps": the loop gave up with requests left (a livelock)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": TRACE_VERSION,
+            "engine": self.engine,
+            "end": self.end,
+            "workload": self.workload.to_json(),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "trace") -> "Trace":
+        validate(data, "trace", where)
+        workload = Workload.from_json(data["workload"], f"{where}.workload")
+        steps = []
+        for i, s in enumerate(data["steps"]):
+            try:
+                steps.append(StepRecord.from_json(s))
+            except KeyError as e:  # a status name the schema cannot enumerate
+                raise SpecError(f"{where}.steps[{i}]", e.args[0], "is not a request status") from None
+        return cls(workload, tuple(steps), data["engine"], data["end"])
+
+    @classmethod
+    def load(cls, path: str) -> "Trace":
+        return cls.from_json(read_json(path), where=str(path))
