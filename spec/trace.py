@@ -140,4 +140,4 @@ class Trace:
 
     @classmethod
     def load(cls, path: str) -> "Trace":
-        return cls.from_json(read_json(path), where=str(path))
+        return cls.from_json(read_json(path), where=f"{path}:trace")

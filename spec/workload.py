@@ -117,7 +117,7 @@ class Workload:
 
     @classmethod
     def load(cls, path: str) -> "Workload":
-        return cls.from_json(read_json(path), where=str(path))
+        return cls.from_json(read_json(path), where=f"{path}:workload")
 
 
 def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""What a person wants to see of a step: tokens split into decodes and prefill chunks.
+
+A scheduled request is *decoding* when it was owed exactly one token (its
+computed count one short of its tokens) and got it; anything else is a
+prefill chunk, including a resumed request recomputing prompt and outputs.
+The table and the plot both read steps through this one classification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .spec.trace import StepRecord, Trace
+
+
+@dataclass(frozen=True)
+class StepView:
+    step: int
+    total: int
+    decode_reqs: int
+    decode_tokens: int
+    prefill_chunks: tuple[tuple[str, int], ...]  # (request id, tokens), in schedule order
+    new: tuple[str, ...]
+    resumed: tuple[str, ...]
+    preempted: tuple[str, ...]
+    finished: tuple[str, ...]
+    running: int
+    waiting: int
+    free_blocks: int
+
+
+def views(trace: Trace) -> list[StepView]:
+    prompt_len = {r.request_id: r.request.num_prompt_tokens for r in trace.workload.requests}
+    num_tokens: dict[str, int] = {}
+    out = []
+    for record in trace.steps:
+        out.append(_view(record, prompt_len, num_tokens))
+        num_tokens = {rid: r.num_tokens for rid, r in record.state.requests.items()}
+    return out
+
+
+def _view(record: StepRecord, prompt_len: dict[str, int], num_tokens_before: dict[str, int]) -> StepView:
+    o = record.output
+    computed_before = {r.req_id: r.num_computed_tokens for r in o.scheduled_new_reqs}
+    computed_before.update({r.req_id: r.num_computed_tokens for r in o.scheduled_cached_reqs})
+    decode_reqs = decode_tokens = 0
+    chunks = []
+    for rid, n in o.num_scheduled_tokens.items():
+        owed = num_tokens_before.get(rid, prompt_len[rid]) - computed_before[rid]
+        if owed == 1 and n == 1:
+            decode_reqs += 1
+            decode_tokens += n
+        else:
+            chunks.append((rid, n))
+    return StepView(
+        step=record.step,
+        total=o.total_num_scheduled_tokens,
+        decode_reqs=decode_reqs,
+        decode_tokens=decode_tokens,
+        prefill_chunks=tuple(chunks),
+        new=tuple(r.req_id for r in o.scheduled_new_reqs if not r.resumed),
+        resumed=tuple(r.req_id for r in o.scheduled_new_reqs if r.resumed),
+        preempted=tuple(sorted(o.preempted_req_ids)),
+        finished=tuple(sorted(o.finished_req_ids)),
+        running=len(record.state.running),
+        waiting=len(record.state.waiting),
+        free_blocks=record.state.num_free_blocks,
+    )
