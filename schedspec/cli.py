@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the built-in workloads")
     p.add_argument("--force", action="store_true", help="overwrite existing output files")
     p.set_defaults(func=cmd_simulate)
+
+    from .conformance_cmds import add_parsers
+
+    add_parsers(sub)
     return parser
 
 

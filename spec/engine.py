@@ -13,7 +13,7 @@ arrivals and aborts, then `schedule()`, then the model, then
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 from .config import SchedulerConfig
 from .output import ModelRunnerOutput, SchedulerOutput
@@ -65,15 +65,13 @@ def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: Stat
     return ModelRunnerOutput(sampled)
 
 
-def run(engine: Engine, workload: Workload) -> Trace:
-    """Drive `engine` through `workload` until every request has finished and been reported.
+def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
+    """Drive `engine` through `workload` one step at a time, yielding each step's record.
 
-    The loop also stops after `workload.max_steps` steps: vLLM 0.33.0 has
-    livelocks (semantics doc D1), and a trace must end. `Trace.end` says which.
+    It stops once every request has finished and been reported, or after
+    `workload.max_steps` steps: vLLM 0.33.0 has livelocks (semantics doc D1),
+    and a trace must end. Lock-step comparison consumes two of these at once.
     """
-    steps: list[StepRecord] = []
-    end = "max_steps"
-    pending_report = False  # finished in update_from_output; reported by the next schedule()
     for step in range(workload.max_steps):
         added = workload.arrivals_at(step)
         for request in added:
@@ -89,9 +87,17 @@ def run(engine: Engine, workload: Workload) -> Trace:
         finished_in_update = engine.update_from_output(output, model_output)
         finished.update(finished_in_update)
         state = engine.summary()
-        steps.append(StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output, model_output, state, finished))
-        pending_report = bool(finished_in_update)
-        if not (state.running or state.waiting or pending_report) and step >= workload.last_event_step:
-            end = "drained"
-            break
-    return Trace(workload, tuple(steps), engine.name, end)
+        yield StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output, model_output, state, finished)
+        # Requests finished in update_from_output are reported by the next schedule().
+        if not (state.running or state.waiting or finished_in_update) and step >= workload.last_event_step:
+            return
+
+
+def run(engine: Engine, workload: Workload) -> Trace:
+    records = tuple(steps(engine, workload))
+    drained = len(records) < workload.max_steps or _drained(records[-1], workload)
+    return Trace(workload, records, engine.name, "drained" if drained else "max_steps")
+
+
+def _drained(last: StepRecord, workload: Workload) -> bool:
+    return not (last.state.running or last.state.waiting) and last.step >= workload.last_event_step

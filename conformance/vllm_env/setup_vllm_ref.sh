@@ -53,14 +53,21 @@ site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 find "$site/vllm" -name '*.so' -type f -delete
 
 # 5. Prove the venv works before stamping it: CPU torch, importable scheduler.
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=ERROR \
-    "$venv/bin/python" - <<'PY' 2>/dev/null
+#    vLLM's harmless import warnings are kept out of sight unless the check fails.
+log="$venv/smoke-check.log"
+if ! HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=ERROR \
+    "$venv/bin/python" - >"$log" 2>&1 <<'PY'
 import torch
 assert torch.version.cuda is None, f"expected the CPU build of torch, got {torch.__version__}"
 import vllm
-assert vllm.__version__.startswith("0.33.0"), vllm.__version__
+assert vllm.__version__ == "0.33.0", vllm.__version__
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
 PY
+then
+    tail -n 20 "$log" >&2
+    echo "error: the venv in $venv was built but cannot import vLLM's scheduler (log: $log)" >&2
+    exit 1
+fi
 
 date -u +%Y-%m-%dT%H:%M:%SZ > "$stamp"
 echo "vLLM reference venv built: $venv"

@@ -1,0 +1,87 @@
+"""One workload of a campaign, start to finish, as a worker process runs it.
+
+For each planned workload: generate it, diff the engine against the oracle
+in lock-step, count the behaviours covered, check now and then that the
+engine is deterministic, and on a divergence shrink it and write the
+counterexample. The result is a small picklable record; the certificate is
+assembled from those in `certify.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from ..spec.engine import EngineFactory
+from .counterexample import Counterexample
+from .coverage import coverage
+from .differ import diff
+from .families import generate
+from .registry import engine_factory, engine_version
+from .shrink import shrink
+
+
+@dataclass(frozen=True)
+class Task:
+    family: str
+    index: int
+    seed: int
+    engine: str
+    against: str
+    level: str
+    out_dir: str
+    check_determinism: bool
+    shrink_budget_s: float
+    step_timeout_s: float
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    family: str
+    steps_compared: int
+    seconds: float
+    coverage: Counter[str] = field(default_factory=Counter)
+    divergence: dict[str, Any] | None = None
+    counterexample_file: str | None = None
+    shrunk_size: list[int] | None = None
+    nondeterministic: dict[str, Any] | None = None
+
+
+@cache
+def _factory(spec: str) -> EngineFactory:
+    return engine_factory(spec)
+
+
+def run_task(task: Task) -> WorkloadResult:
+    t0 = time.perf_counter()
+    workload = generate(task.family, task.seed, task.index)
+    oracle, engine = _factory(task.against), _factory(task.engine)
+    result = diff(workload, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
+    out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0,
+                         coverage(workload, result.records_a))
+    if result.divergence is not None:
+        d = result.divergence
+        out.divergence = d.to_json()
+
+        def still_diverges(candidate) -> bool:
+            return diff(candidate, oracle, engine, task.level, task.step_timeout_s).divergence is not None
+
+        small, calls = shrink(workload, still_diverges, time_budget_s=task.shrink_budget_s)
+        final = diff(small, oracle, engine, task.level, task.step_timeout_s).divergence or d
+        cx = Counterexample.of(small, final, task.against, task.engine, task.level,
+                               {"a": engine_version(task.against), "b": engine_version(task.engine)}, workload, calls)
+        path = os.path.join(task.out_dir, f"counterexample-{workload.name}.json")
+        cx.write(path)
+        out.counterexample_file = path
+        out.shrunk_size = cx.to_json()["size"]
+    elif task.check_determinism:
+        again = diff(workload, engine, engine, "blocks", task.step_timeout_s)
+        if again.divergence is not None:
+            out.nondeterministic = again.divergence.to_json()
+    out.seconds = time.perf_counter() - t0
+    return out

@@ -1,0 +1,216 @@
+"""The real vLLM 0.33.0 scheduler as an `Engine`, behind a pipe to its own venv.
+
+Design notes
+------------
+* vLLM cannot live in the project's environment: it pins torch 2.14 and a
+  large stack, while its scheduler runs on the CPU build of torch 2.13. So it
+  gets a separate venv (`conformance/vllm_env/setup_vllm_ref.sh`), and this
+  engine talks to `conformance/vllm_env/driver.py`, running in that venv, in
+  JSON lines. The driver's replies use exactly the JSON of `spec.output` and
+  `spec.trace`, so they are parsed with the spec's own `from_json`: a trace of
+  vLLM and a trace of the reference are built from the same types.
+* Starting the driver costs ~5-15 s (importing vLLM), so one process serves
+  many workloads: `reset(config)` builds a fresh scheduler in the same process.
+* Every call has a deadline (60 s for init, 30 s per step op by default). A
+  driver that hangs, dies or answers garbage is killed, and the caller gets a
+  one-line `SpecError` naming the op and the step, with the last line the
+  driver wrote to stderr. An `{"error": ...}` reply is vLLM refusing the op;
+  it is raised the same way, but the driver is kept.
+* A reader thread feeds a queue, so a deadline is a plain `Queue.get(timeout)`.
+  The driver's stderr (vLLM's warnings) goes to a temporary file, never to a
+  pipe nobody drains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Mapping, NoReturn
+
+from ...spec.config import SchedulerConfig
+from ...spec.errors import SpecError
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.request import Request, RequestStatus
+from ...spec.trace import FinishedRequest, StateSummary
+
+ENGINE_NAME = "vllm"
+VLLM_ENV_DIR = Path(__file__).resolve().parents[1] / "vllm_env"
+SETUP_SCRIPT = VLLM_ENV_DIR / "setup_vllm_ref.sh"
+DRIVER = VLLM_ENV_DIR / "driver.py"
+STAMP_NAME = ".vllm-ref-0.33.0"  # written by the setup script once the venv works
+INIT_TIMEOUT_S = 60.0
+STEP_TIMEOUT_S = 30.0
+
+
+def vllm_venv_path() -> Path:
+    """Where the setup script builds the venv: $VLLM_REF_VENV, else <repo>/.venv-vllm-ref."""
+    env = os.environ.get("VLLM_REF_VENV")
+    return Path(env) if env else VLLM_ENV_DIR.parents[1] / ".venv-vllm-ref"
+
+
+def vllm_venv_ready(venv: Path | None = None) -> bool:
+    return ((venv or vllm_venv_path()) / STAMP_NAME).is_file()
+
+
+def ensure_vllm_venv(venv: Path | None = None, timeout_s: float = 1800.0) -> Path:
+    """Build the vLLM venv unless its stamp says it is ready (about 60-90 s, 1.5 GB); return its path."""
+    venv = venv or vllm_venv_path()
+    if vllm_venv_ready(venv):
+        return venv
+    hint = f"run `bash {SETUP_SCRIPT}` by hand (VLLM_REF_VENV={venv}) and read its output"
+    try:
+        done = subprocess.run(["bash", str(SETUP_SCRIPT)], env={**os.environ, "VLLM_REF_VENV": str(venv)},
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SpecError("vllm venv", str(venv), f"was not built within {timeout_s:g} s; {hint}") from None
+    if done.returncode != 0 or not vllm_venv_ready(venv):
+        last = _last_line(done.stderr) or _last_line(done.stdout)
+        raise SpecError("vllm venv", str(venv), f"could not be built (exit {done.returncode}: {last}); {hint}")
+    return venv
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+class VllmEngine:
+    """vLLM 0.33.0's `Scheduler`, stepped by `spec.engine.run` like any other engine."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, config: SchedulerConfig, *, venv: Path | None = None,
+                 init_timeout_s: float = INIT_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+        venv = Path(venv) if venv else vllm_venv_path()
+        if not vllm_venv_ready(venv):
+            raise SpecError("vllm engine", str(venv),
+                            f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`")
+        self.init_timeout_s, self.step_timeout_s = init_timeout_s, step_timeout_s
+        self._step: int | None = None  # the index of the step being driven; None before init
+        self._stderr = tempfile.TemporaryFile()
+        self._proc: subprocess.Popen[str] | None = subprocess.Popen(
+            [str(venv / "bin" / "python"), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, text=True, encoding="utf-8", bufsize=1)
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read_replies, args=(self._proc.stdout,), daemon=True).start()
+        self.vllm_version = ""
+        self.reset(config)
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    def reset(self, config: SchedulerConfig) -> None:
+        """A fresh scheduler with `config`, in the same driver process (no second vLLM import)."""
+        self._step = None
+        reply = self._call("init", self.init_timeout_s, config=config.to_dict())
+        self.config, self.vllm_version, self._step = config, reply.get("vllm_version", ""), 0
+
+    def close(self) -> None:
+        """Stop the driver: ask politely, then kill. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.write('{"op": "close"}\n')
+            proc.stdin.flush()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        finally:
+            self._stderr.close()
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- the Engine protocol --------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        self._call("add", self.step_timeout_s, request=dataclasses.asdict(request))
+
+    def abort_request(self, request_id: str) -> FinishedRequest | None:
+        reply = self._call("abort", self.step_timeout_s, request_id=request_id)
+        return self._parse("abort", lambda: _finished(reply["finished"]) if reply["finished"] is not None else None)
+
+    def schedule(self) -> SchedulerOutput:
+        reply = self._call("schedule", self.step_timeout_s)
+        return self._parse("schedule", lambda: SchedulerOutput.from_json(reply))
+
+    def summary(self) -> StateSummary:
+        reply = self._call("summary", self.step_timeout_s)
+        return self._parse("summary", lambda: StateSummary.from_json(reply))
+
+    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+        reply = self._call("update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json())
+        finished = self._parse("update", lambda: {rid: _finished(f) for rid, f in reply["finished"].items()})
+        self._step = (self._step or 0) + 1
+        return finished
+
+    # ---- the pipe -------------------------------------------------------------
+
+    def _read_replies(self, stream: Any) -> None:
+        try:
+            for line in stream:
+                self._replies.put(line)
+        except (OSError, ValueError):  # the pipe was closed under us
+            pass
+        finally:
+            self._replies.put(None)
+
+    def _where(self, op: str) -> str:
+        return f"vllm engine op '{op}'" + ("" if self._step is None else f" at step {self._step}")
+
+    def _call(self, op: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
+        if self._proc is None:
+            raise SpecError(self._where(op), None, "the engine is closed")
+        try:
+            self._proc.stdin.write(json.dumps({"op": op, **payload}) + "\n")
+            self._proc.stdin.flush()
+        except OSError:
+            self._die(op, "the driver exited before the op could be sent")
+        try:
+            line = self._replies.get(timeout=timeout_s)
+        except queue.Empty:
+            self._die(op, f"no reply within {timeout_s:g} s; the driver was killed")
+        if line is None:
+            self._die(op, "the driver exited without replying")
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            self._die(op, f"malformed reply {line.strip()[:120]!r}; the driver was killed")
+        if not isinstance(reply, dict):
+            self._die(op, f"reply is not an object: {line.strip()[:120]!r}")
+        if "error" in reply:  # the driver survives a refused op; the payload says which
+            raise SpecError(self._where(op), payload, f"vLLM refused it: {reply['error']}")
+        return reply
+
+    def _parse(self, op: str, build: Any) -> Any:
+        try:
+            return build()
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._die(op, f"malformed reply ({type(e).__name__}: {e}); the driver was killed")
+
+    def _die(self, op: str, why: str) -> NoReturn:
+        """Kill the driver and raise: after a broken exchange its state is unknown."""
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            code = proc.wait()
+        self._stderr.seek(0)
+        tail = _last_line(self._stderr.read()[-4000:].decode("utf-8", "replace"))
+        self._stderr.close()
+        raise SpecError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
+
+
+def _finished(d: Mapping[str, Any]) -> FinishedRequest:
+    return FinishedRequest(RequestStatus[d["status"]], tuple(d["output_token_ids"]))

@@ -1,0 +1,238 @@
+"""Drive the real vLLM 0.33.0 V1 scheduler over a JSON-lines pipe (runs inside the vLLM venv).
+
+Design notes
+------------
+* This program runs with the interpreter of `.venv-vllm-ref`, never with the
+  project's: vLLM pins torch and a large stack the project must not depend
+  on. So it must not import `schedspec`; the JSON it speaks is the contract,
+  and it mirrors `spec/output.py` (`SchedulerOutput.to_json`) and
+  `spec/trace.py` (`StateSummary.to_json`, `FinishedRequest.to_json`) by hand.
+* One request per line on stdin, one reply per line on the protocol channel:
+  a private duplicate of the original stdout. File descriptor 1 and
+  `sys.stdout` are pointed at stderr before vLLM is imported, so nothing vLLM,
+  torch or a C library prints can corrupt the protocol.
+* Ops: init {config} -> {ok, vllm_version} (again at any time: a fresh
+  scheduler with a new config, without paying the ~5 s import again);
+  add {request}; abort {request_id} -> {finished: FinishedRequest|null};
+  schedule -> SchedulerOutput; summary -> StateSummary;
+  update {output, model_output} -> {finished: {id: FinishedRequest}}; close.
+  Any failure answers {"error": "<one line>"} and the driver keeps serving.
+* The scheduler is built as in vllm-0.33-on-cpu.md section 7: a stub
+  `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
+  CUDA wheel), a paper KV cache of one full-attention group, every scheduler
+  knob passed explicitly so no platform hook can pick a default for us.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _protocol_channel():
+    """Keep fd 1 for the protocol only; everything else that writes to stdout goes to stderr."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto
+
+
+PROTO = _protocol_channel()
+for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "VLLM_LOGGING_LEVEL": "WARNING",
+               # The spec's output layout; it is vLLM's default here too, but say so (checked in init).
+               "VLLM_USE_V2_MODEL_RUNNER": "1",
+               # Inside the venv: the ~7 s model-architecture inspection is paid once per venv.
+               "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache")}.items():
+    os.environ.setdefault(_k, _v)
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig,  # noqa: E402
+                         SchedulerConfig, VllmConfig)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+# A tiny Llama described by its config.json alone: no weights, no tokenizer, no Hub.
+STUB_MODEL = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16",
+}
+
+
+def _stub_model_dir() -> str:
+    """A stable folder in the venv, so vLLM's model-info cache (keyed by model) stays warm across runs."""
+    path = os.path.join(sys.prefix, "vllm-ref-stub-model")
+    os.makedirs(path, exist_ok=True)
+    text = json.dumps(STUB_MODEL, indent=1, sort_keys=True)
+    cfg = os.path.join(path, "config.json")
+    if not os.path.exists(cfg) or open(cfg, encoding="utf-8").read() != text:
+        with open(cfg, "w", encoding="utf-8") as f:
+            f.write(text)
+    return path
+
+
+def _finished(r: Request) -> dict:
+    return {"status": r.status.name, "output_token_ids": list(r.output_token_ids)}
+
+
+class Driver:
+    def __init__(self) -> None:
+        self.model_dir = _stub_model_dir()
+        self.model_configs: dict[int, ModelConfig] = {}
+        self.scheduler: Scheduler | None = None
+        init_none_hash(sha256)  # once per process, as vLLM's own test utilities do
+
+    # ---- ops -------------------------------------------------------------------
+
+    def op_init(self, config: dict) -> dict:
+        c = config
+        max_model_len = c["max_model_len"] if c["max_model_len"] is not None else c["max_num_batched_tokens"]
+        if max_model_len not in self.model_configs:  # max_model_len is read from the model config
+            self.model_configs[max_model_len] = ModelConfig(
+                model=self.model_dir, dtype="float16", seed=42, skip_tokenizer_init=True,
+                max_model_len=max_model_len)
+        model_config = self.model_configs[max_model_len]
+        scheduler_config = SchedulerConfig(
+            max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"],
+            max_model_len=max_model_len, is_encoder_decoder=model_config.is_encoder_decoder,
+            max_num_scheduled_tokens=c["max_num_scheduled_tokens"], max_num_active_seqs=c["max_num_active_seqs"],
+            long_prefill_token_threshold=c["long_prefill_token_threshold"],
+            long_prefill_token_threshold_adaptive=c["long_prefill_token_threshold_adaptive"],
+            enable_chunked_prefill=c["enable_chunked_prefill"], policy=c["policy"], watermark=c["watermark"],
+            scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], async_scheduling=False,
+            # Knobs the spec does not model, pinned to the values the spec assumes.
+            max_num_queued_reqs=None, max_num_queued_tokens=None, prefill_schedule_interval=1,
+            stream_interval=1)
+        block_size = c["block_size"]
+        cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
+                                   enable_prefix_caching=False)
+        vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
+                                 cache_config=cache_config, parallel_config=ParallelConfig(),
+                                 device_config=DeviceConfig(device="cpu"))
+        kv_cache_config = KVCacheConfig(
+            num_blocks=c["num_gpu_blocks"], kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+        cache_config.num_gpu_blocks = c["num_gpu_blocks"]
+        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                                   structured_output_manager=StructuredOutputManager(vllm_config),
+                                   block_size=block_size, log_stats=False)
+        # The spec's output layout is the V2 model runner's: resumed requests listed as new.
+        if not self.scheduler.use_v2_model_runner:
+            raise RuntimeError("vLLM chose the V1 model-runner layout; the spec expects V2 (resumed-as-new)")
+        self.block_size = block_size
+        self.live: dict[str, Request] = {}  # added and not yet reported finished
+        self.last_output = None
+        return {"ok": True, "vllm_version": vllm.__version__}
+
+    def op_add(self, request: dict) -> dict:
+        q = request
+        params = SamplingParams(max_tokens=q["max_tokens"], min_tokens=q["min_tokens"],
+                                ignore_eos=q["ignore_eos"], stop_token_ids=list(q["stop_token_ids"]))
+        # What the engine does with the model's EOS: check_stop reads `eos_token_id`,
+        # which stays None under ignore_eos (sampling_params.py:775-787).
+        params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
+        r = Request(request_id=q["request_id"], prompt_token_ids=list(q["prompt_token_ids"]),
+                    sampling_params=params, pooling_params=None, arrival_time=q["arrival_time"],
+                    priority=q["priority"], block_hasher=get_request_block_hasher(self.block_size, sha256))
+        self._sched().add_request(r)
+        self.live[r.request_id] = r
+        return {"ok": True}
+
+    def op_abort(self, request_id: str) -> dict:
+        # One id at a time (a str, not a set): vLLM iterates a set in hash order,
+        # which would make the order blocks are freed in nondeterministic.
+        aborted = self._sched().finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+        self.live.pop(request_id, None)
+        return {"finished": _finished(aborted[0]) if aborted else None}
+
+    def op_schedule(self) -> dict:
+        s = self._sched()
+        so = s.schedule()
+        self.last_output = so
+        new = [{"req_id": d.req_id, "num_computed_tokens": d.num_computed_tokens,
+                "block_ids": list(d.block_ids[0]),
+                "resumed": s.requests[d.req_id].num_preemptions > 0}
+               for d in so.scheduled_new_reqs]
+        cr = so.scheduled_cached_reqs
+        if cr.resumed_req_ids:
+            raise RuntimeError(f"resumed requests among the cached ones: {sorted(cr.resumed_req_ids)}")
+        cached = [{"req_id": rid, "num_computed_tokens": cr.num_computed_tokens[i],
+                   "new_block_ids": None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])}
+                  for i, rid in enumerate(cr.req_ids)]
+        return {
+            "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],
+            "scheduled_new_reqs": new,
+            "scheduled_cached_reqs": cached,
+            "scheduled_spec_decode_tokens": {k: list(v) for k, v in so.scheduled_spec_decode_tokens.items()},
+            "preempted_req_ids": sorted(so.preempted_req_ids or ()),
+            "finished_req_ids": sorted(so.finished_req_ids),
+        }
+
+    def op_summary(self) -> dict:
+        s = self._sched()
+        return {
+            "running": [r.request_id for r in s.running],
+            "waiting": [r.request_id for r in s.waiting],  # a priority queue iterates in pop order
+            "num_free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+            "requests": {rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens,
+                               "num_tokens": r.num_tokens} for rid, r in s.requests.items()},
+        }
+
+    def op_update(self, output: dict, model_output: dict) -> dict:
+        s, so = self._sched(), self.last_output
+        if so is None:
+            raise RuntimeError("update without a preceding schedule")
+        req_ids = list(so.num_scheduled_tokens)
+        if [k for k, _ in output["num_scheduled_tokens"]] != req_ids:
+            raise RuntimeError("update: output.num_scheduled_tokens is not the last schedule's")
+        self.last_output = None
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=[list(model_output.get(rid, ())) for rid in req_ids])
+        s.update_from_output(so, runner_output)
+        # Requests leave `scheduler.requests` when freed; our own handles keep their final state.
+        order = req_ids + [rid for rid in self.live if rid not in so.num_scheduled_tokens]
+        finished = {rid: _finished(self.live.pop(rid)) for rid in order
+                    if rid in self.live and self.live[rid].is_finished()}
+        return {"finished": finished}
+
+    def _sched(self) -> Scheduler:
+        if self.scheduler is None:
+            raise RuntimeError("no scheduler: send init first")
+        return self.scheduler
+
+
+def main() -> int:
+    driver = Driver()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+            op = msg.pop("op")
+            if op == "close":
+                PROTO.write(json.dumps({"ok": True}) + "\n")
+                return 0
+            handler = getattr(driver, f"op_{op}", None)
+            if handler is None:
+                raise ValueError(f"unknown op {op!r}")
+            reply = handler(**msg)
+        except Exception as e:  # the protocol reports every failure as one line
+            reply = {"error": f"{type(e).__name__}: {e}".replace("\n", " ")[:2000]}
+        PROTO.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
