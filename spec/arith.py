@@ -70,3 +70,8 @@ def fdiv(a: Any, b: Any) -> Any:
     if is_symbolic(a) or is_symbolic(b):
         return a / b
     return a // b
+
+
+def maybe(x: Any) -> bool:
+    """For filtering rows: a concrete flag as itself, a symbolic one as "possibly"."""
+    return True if is_symbolic(x) else bool(x)

@@ -1,0 +1,11 @@
+"""The invariants of vLLM 0.33.0's scheduler, each stated once and checked three ways.
+
+`catalogue.INVARIANTS` holds the step invariants as predicates over a
+`views.StepView`; `monitor.check_trace` runs them on any engine's trace;
+the CrossHair contracts and the Z3 proofs evaluate the very same predicates.
+"""
+
+from .catalogue import BY_NAME, INVARIANTS, Invariant
+from .monitor import Violation, check_trace, first_violation
+
+__all__ = ["BY_NAME", "INVARIANTS", "Invariant", "Violation", "check_trace", "first_violation"]
