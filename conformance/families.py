@@ -47,12 +47,12 @@ class RandomDraw:
 
 
 def _requests(d: Draw, n: int, L: int, max_prompt: int, max_tokens: int, spread: int, *,
-              priority: bool = False, stops: bool = False) -> tuple[WorkloadRequest, ...]:
+              priority: bool = False, stops: bool = False, min_tokens: bool = False) -> tuple[WorkloadRequest, ...]:
     out = []
     for i in range(n):
         prompt_len = d.int(1, max(1, min(L - 1, max_prompt)))
         mt = d.int(1, max_tokens)
-        min_tokens = d.int(0, mt) if stops and d.bool() else 0
+        min_tokens = d.int(0, mt) if (stops or min_tokens) and d.bool() else 0
         vocab = (10, 20) if not stops else (2, 12)  # the stop family lands on EOS and stop tokens
         planted = tuple(d.int(*vocab) for _ in range(d.int(0, mt + 1)))
         request = Request(
@@ -114,7 +114,8 @@ def priority(d: Draw) -> Workload:
 def max_model_len(d: Draw) -> Workload:
     L, bs = d.int(8, 40), d.choice([2, 4, 16])
     cfg = _config(d, budget=d.int(8, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(L // bs + 2, 64))
-    return Workload(cfg, _requests(d, d.int(1, 5), L, L - 1, 3 * L, 4), max_steps=MAX_STEPS)
+    # min_tokens beyond what fits under L: the length cap must still win (Z4).
+    return Workload(cfg, _requests(d, d.int(1, 5), L, L - 1, 3 * L, 4, min_tokens=True), max_steps=MAX_STEPS)
 
 
 def stops(d: Draw) -> Workload:
