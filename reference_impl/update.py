@@ -100,6 +100,9 @@ class SchedulerUpdates:
     def finish_requests(self: "Scheduler", request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
         """Abort from outside. Ids are processed in the order given: the free order decides block ids."""
         assert finished_status.is_finished
+        # vLLM takes `set(request_ids)` (scheduler.py:2983), so an id named twice is finished once;
+        # dict.fromkeys dedups too but keeps the given order, which decides the free order.
+        request_ids = dict.fromkeys([request_ids] if isinstance(request_ids, str) else request_ids)
         valid_requests = []
         for req_id in request_ids:
             request = self.requests.get(req_id)

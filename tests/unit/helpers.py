@@ -14,7 +14,7 @@ Nothing here knows an expected value; the tests state those, from the doc.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from schedspec.reference_impl import add_request, initial_state, schedule, update_from_output
 from schedspec.spec.config import SchedulerConfig
@@ -183,18 +183,6 @@ def assert_consistent(state: SchedulerState) -> None:
         assert state.requests[rid].status == RequestStatus.RUNNING
     # I-3
     assert len(state.running) <= cfg.max_num_seqs
-
-
-def run_until_idle(
-    state: SchedulerState, max_steps: int = 1000, on_step: Callable | None = None, **step_kw
-) -> SchedulerState:
-    for _ in range(max_steps):
-        if not state.unfinished():
-            return state
-        output, state, finished = step(state, **step_kw)
-        if on_step:
-            on_step(output, state, finished)
-    raise AssertionError("did not drain")
 
 
 def update_live(state: SchedulerState, output: SchedulerOutput, sampled: Mapping[str, Iterable[int]]):

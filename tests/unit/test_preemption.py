@@ -168,3 +168,27 @@ def test_fcfs_self_preemption_then_resume_at_end_of_running():
     assert sched_dict(s3) == {"b": 9}
     assert s3.scheduled_new_reqs[0].resumed and s3.scheduled_new_reqs[0].req_id == "b"
     assert state.running == ("b",)
+
+
+def test_stale_output_can_finish_a_preempted_request():
+    """§6/§9 item 9: stale output is delivered to the PREEMPTED request and may finish it (the stopped_preempted path).
+
+    T16 with r1 at max_tokens 1: s1's [42] reaches max_tokens while r1 is PREEMPTED -> FINISHED_LENGTH_CAPPED,
+    removed from `waiting` and `requests`, reported by the next schedule().
+    """
+    cfg = config(max_num_batched_tokens=100, block_size=16, num_gpu_blocks=11)
+    state = new_state(cfg, make_request(0, 80))
+    s0, state = schedule(state)
+    state = add(state, make_request(1, 80, max_tokens=1))
+    s1, state = schedule(state)
+    state, _ = update(state, s0, {"0": [0]})
+    s2, state = schedule(state)
+    assert s2.preempted_req_ids == {"1"}
+    state, finished = update(state, s1, {"1": [42]})
+    assert finished["1"].status == RequestStatus.FINISHED_LENGTH_CAPPED
+    assert finished["1"].output_token_ids == (42,)
+    assert state.waiting == () and "1" not in state.requests
+    state, _ = update(state, s2, {"0": [0]})
+    s3, state = schedule(state)
+    assert s3.finished_req_ids == {"1"}
+    assert_consistent(state)

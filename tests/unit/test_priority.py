@@ -307,3 +307,30 @@ def test_waiting_request_never_preempts():
     assert new_ids(out) == []
     out, state = schedule(state)
     assert new_ids(out) == ["hi"]  # admitted next step, by heap order, not by preempting
+
+
+def test_priority_refund_returns_the_victims_tokens_to_the_budget():
+    """§3.1/I-9 (the T17 refund, made observable): an already-scheduled victim's tokens go back to the token budget,
+    so a request later in the same pass can use them.
+
+    PRIORITY, bs 4, 4 usable blocks, max_num_scheduled_tokens 3, full-ISL gate off. lo (prio 5, 3 tokens) runs
+    alone; hi (prio 0, 1 token) and mid (prio 1, 20 tokens) join. Steps 2-5 schedule {lo:1, hi:1, mid:1}
+    (budget 3; mid's prompt advances 1 per step) and fill the pool. Step 6: lo (C=7) fits its 2 blocks and is
+    scheduled (budget 3 -> 2); hi (C=4) needs a 2nd block, 0 free -> victim lo, refunded (budget back to 3),
+    hi takes 1 (-> 2); mid gets min(16, 2) = 2: {hi: 1, mid: 2}. Without the refund mid would get 1.
+    """
+    cfg = prio_config(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=16, max_num_scheduled_tokens=3,
+                      max_num_seqs=3, scheduler_reserve_full_isl=False)
+    state = new_state(cfg, make_request("lo", 3, max_tokens=50, priority=5, arrival_time=0.0))
+    out, state, _ = step(state)
+    assert sched_dict(out) == {"lo": 3}
+    state = add(state, make_request("hi", 1, max_tokens=50, priority=0, arrival_time=1.0),
+                make_request("mid", 20, max_tokens=50, priority=1, arrival_time=2.0))
+    for _ in range(4):
+        out, state, _ = step(state)
+        assert sched_dict(out) == {"lo": 1, "hi": 1, "mid": 1}
+    assert state.num_free_blocks == 0
+    out, state = schedule(state)
+    assert out.preempted_req_ids == {"lo"}
+    assert sched_dict(out) == {"hi": 1, "mid": 2}
+    assert cached_ids(out) == ["hi", "mid"]
