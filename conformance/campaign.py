@@ -17,6 +17,8 @@ from functools import cache
 from typing import Any
 
 from ..spec.engine import EngineFactory
+from ..spec.invariants import check_trace
+from ..spec.trace import Trace
 from .counterexample import Counterexample
 from .coverage import coverage
 from .differ import diff
@@ -50,6 +52,7 @@ class WorkloadResult:
     counterexample_file: str | None = None
     shrunk_size: list[int] | None = None
     nondeterministic: dict[str, Any] | None = None
+    violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
 
 
 @cache
@@ -64,6 +67,10 @@ def run_task(task: Task) -> WorkloadResult:
     result = diff(workload, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
     out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0,
                          coverage(workload, result.records_a))
+    # The monitors judge the engine on its own, whatever the oracle says (a partial trace if it diverged).
+    complete = result.divergence is None and result.steps_compared < workload.max_steps
+    engine_trace = Trace(workload, tuple(result.records_b), task.engine, "drained" if complete else "max_steps")
+    out.violations = [str(v) for v in check_trace(engine_trace)]
     if result.divergence is not None:
         d = result.divergence
         out.divergence = d.to_json()

@@ -24,6 +24,7 @@ from xml.etree import ElementTree as ET
 
 from ..spec.errors import SpecError
 from ..spec.jsonio import write_bytes_atomic, write_json_atomic
+from ..spec.invariants import INVARIANTS
 from .campaign import Task, WorkloadResult, run_task
 from .compare import LEVELS
 from .coverage import BEHAVIOURS
@@ -89,6 +90,7 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         covered.update(r.coverage)
     steps = sum(r.steps_compared for r in results)
     nondet = [{"workload": r.name, **r.nondeterministic} for r in results if r.nondeterministic]
+    violations = [{"workload": r.name, "violation": v} for r in results for v in r.violations]
     cxs = [{"workload": r.name, "file": r.counterexample_file, "step": r.divergence["step"], "field": r.divergence["field"],
             "shrunk_size": r.shrunk_size} for r in results if r.divergence]
     return {
@@ -101,7 +103,7 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         "levels_checked": list(LEVELS[: LEVELS.index(t0.level) + 1]),
         "campaign": {"seed": t0.seed, "workloads": workloads, "shard": f"{shard[0]}/{shard[1]}",
                      "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index)},
-        "passed": not cxs and not nondet,
+        "passed": not cxs and not nondet and not violations,
         "workloads_run": len(results),
         "steps_compared": steps,
         "elapsed_s": round(elapsed_s, 2),
@@ -110,6 +112,8 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         "coverage": {b: covered.get(b, 0) for b in BEHAVIOURS},
         "determinism": {"checked": sum(t.check_determinism for t in tasks), "nondeterministic": nondet},
         "counterexamples": cxs,
+        "invariant_violations": violations,
+        "invariants_checked": len(INVARIANTS) + 2,  # the catalogue, plus the two trace-level checks
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -129,7 +133,11 @@ def markdown(cert: dict[str, Any]) -> str:
     lines += ["", "| behaviour | count |", "|---|---:|"]
     lines += [f"| {b} | {n} |" for b, n in cert["coverage"].items()]
     det = cert["determinism"]
-    lines += ["", f"Determinism: {det['checked']} workloads run twice; {len(det['nondeterministic'])} differed."]
+    lines += ["", f"Determinism: {det['checked']} workloads run twice; {len(det['nondeterministic'])} differed.",
+              f"Invariant monitors: {cert['invariants_checked']} invariants checked on every step of the engine's "
+              f"traces; {len(cert['invariant_violations'])} violations."]
+    if cert["invariant_violations"]:
+        lines += ["", "## Invariant violations", ""] + [f"- {v['workload']}: {v['violation']}" for v in cert["invariant_violations"]]
     if cert["counterexamples"]:
         lines += ["", "## Counterexamples", "", "| workload | step | field | shrunk size | file |", "|---|---:|---|---|---|"]
         lines += [f"| {c['workload']} | {c['step']} | `{c['field']}` | {c['shrunk_size']} | {c['file']} |" for c in cert["counterexamples"]]
@@ -139,7 +147,7 @@ def markdown(cert: dict[str, Any]) -> str:
 def junit(cert: dict[str, Any], results: Iterable[WorkloadResult]) -> bytes:
     results = list(results)
     suite = ET.Element("testsuite", name=f"schedspec-certify-{cert['engine']}", tests=str(len(results)),
-                       failures=str(sum(1 for r in results if r.divergence or r.nondeterministic)),
+                       failures=str(sum(1 for r in results if r.divergence or r.nondeterministic or r.violations)),
                        time=str(cert["elapsed_s"]))
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=f"certify.{r.family}", name=r.name, time=f"{r.seconds:.3f}")
@@ -149,6 +157,8 @@ def junit(cert: dict[str, Any], results: Iterable[WorkloadResult]) -> bytes:
                 f"counterexample: {r.counterexample_file}"
         elif r.nondeterministic:
             ET.SubElement(case, "failure", message=f"nondeterministic at step {r.nondeterministic['step']}")
+        elif r.violations:
+            ET.SubElement(case, "failure", message=r.violations[0]).text = "\n".join(r.violations)
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
 
 

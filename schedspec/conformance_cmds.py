@@ -31,7 +31,7 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
 
         def on_done(result) -> None:
             nonlocal failures
-            failures += bool(result.divergence or result.nondeterministic)
+            failures += bool(result.divergence or result.nondeterministic or result.violations)
             progress.update(bar, advance=1, failures=failures)
 
         cert, results = cert_mod.certify(args.engine, args.against, tasks=tasks, jobs=args.jobs, shard=shard,

@@ -9,13 +9,16 @@ Design notes
   JSON lines. The driver's replies use exactly the JSON of `spec.output` and
   `spec.trace`, so they are parsed with the spec's own `from_json`: a trace of
   vLLM and a trace of the reference are built from the same types.
-* Starting the driver costs ~5-15 s (importing vLLM), so one process serves
-  many workloads: `reset(config)` builds a fresh scheduler in the same process.
+* Starting the driver costs ~5 s (~12 s with a cold model-info cache), so one
+  process serves many workloads: `reset(config)` builds a fresh scheduler in
+  it, and `SharedDriverFactory` (what `--engine vllm` uses) hands drivers
+  back to an idle list on `close()` instead of killing them.
 * Every call has a deadline (60 s for init, 30 s per step op by default). A
   driver that hangs, dies or answers garbage is killed, and the caller gets a
   one-line `SpecError` naming the op and the step, with the last line the
-  driver wrote to stderr. An `{"error": ...}` reply is vLLM refusing the op;
-  it is raised the same way, but the driver is kept.
+  driver wrote to stderr; so is one interrupted mid-exchange (a harness
+  alarm), whose late reply would desynchronise the pipe. An `{"error": ...}`
+  reply is vLLM refusing the op: raised the same way, but the driver is kept.
 * A reader thread feeds a queue, so a deadline is a plain `Queue.get(timeout)`.
   The driver's stderr (vLLM's warnings) goes to a temporary file, never to a
   pipe nobody drains.
@@ -23,6 +26,7 @@ Design notes
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -100,7 +104,11 @@ class VllmEngine:
         self._replies: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_replies, args=(self._proc.stdout,), daemon=True).start()
         self.vllm_version = ""
-        self.reset(config)
+        try:
+            self.reset(config)
+        except BaseException:  # nobody could close an engine that was never returned
+            self._kill()
+            raise
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -172,14 +180,20 @@ class VllmEngine:
         if self._proc is None:
             raise SpecError(self._where(op), None, "the engine is closed")
         try:
-            self._proc.stdin.write(json.dumps({"op": op, **payload}) + "\n")
-            self._proc.stdin.flush()
-        except OSError:
-            self._die(op, "the driver exited before the op could be sent")
-        try:
-            line = self._replies.get(timeout=timeout_s)
-        except queue.Empty:
-            self._die(op, f"no reply within {timeout_s:g} s; the driver was killed")
+            try:
+                self._proc.stdin.write(json.dumps({"op": op, **payload}) + "\n")
+                self._proc.stdin.flush()
+            except OSError:
+                self._die(op, "the driver exited before the op could be sent")
+            try:
+                line = self._replies.get(timeout=timeout_s)
+            except queue.Empty:
+                self._die(op, f"no reply within {timeout_s:g} s; the driver was killed")
+        except SpecError:
+            raise
+        except BaseException:  # interrupted mid-exchange (a harness alarm, ^C): a stale reply may follow
+            self._kill()
+            raise
         if line is None:
             self._die(op, "the driver exited without replying")
         try:
@@ -198,18 +212,105 @@ class VllmEngine:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._die(op, f"malformed reply ({type(e).__name__}: {e}); the driver was killed")
 
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _kill(self) -> tuple[int | None, str]:
+        """Kill the driver; return its exit code and the last line it wrote to stderr."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None, ""
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait()
+        self._stderr.seek(0, os.SEEK_END)
+        self._stderr.seek(max(0, self._stderr.tell() - 4000))
+        tail = _last_line(self._stderr.read().decode("utf-8", "replace"))
+        self._stderr.close()
+        return code, tail
+
     def _die(self, op: str, why: str) -> NoReturn:
         """Kill the driver and raise: after a broken exchange its state is unknown."""
-        proc, self._proc = self._proc, None
-        code = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            code = proc.wait()
-        self._stderr.seek(0)
-        tail = _last_line(self._stderr.read()[-4000:].decode("utf-8", "replace"))
-        self._stderr.close()
+        code, tail = self._kill()
         raise SpecError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
+
+
+class _Lease:
+    """An engine handed out by `SharedDriverFactory`: `close()` gives the driver back instead of killing it."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, engine: VllmEngine, pool: "SharedDriverFactory") -> None:
+        self._engine: VllmEngine | None = engine
+        self._pool = pool
+
+    def __getattr__(self, attr: str) -> Any:  # the Engine protocol, forwarded
+        engine = self.__dict__.get("_engine")
+        if engine is None:
+            raise SpecError("vllm engine", attr, "was used after close()")
+        return getattr(engine, attr)
+
+    def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            self._pool.give_back(engine)
+
+    def __enter__(self) -> "_Lease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class SharedDriverFactory:
+    """An `EngineFactory` that reuses driver processes across workloads.
+
+    The harness asks for a fresh engine per workload and closes it after; a
+    fresh driver would cost ~5 s of vLLM imports each time. Here `close()`
+    returns the driver to an idle list and the next call `reset`s it, so a
+    campaign pays the start-up once per concurrently used engine. A driver
+    that broke (timeout, crash) is dropped, never reused. The venv is built on
+    first use if missing (`ensure_vllm_venv`), not when the factory is made.
+    """
+
+    def __init__(self, **engine_kwargs: Any) -> None:
+        self._kwargs = engine_kwargs
+        self._idle: list[VllmEngine] = []
+        self._pid = os.getpid()
+        atexit.register(self.close_all)
+
+    def __call__(self, config: SchedulerConfig) -> _Lease:
+        if os.getpid() != self._pid:  # a forked child must not share its parent's pipes
+            self._idle, self._pid = [], os.getpid()
+        while self._idle:
+            engine = self._idle.pop()
+            try:
+                engine.reset(config)
+                return _Lease(engine, self)
+            except SpecError:
+                if engine.alive:  # vLLM refused the config; the driver itself is fine
+                    self._idle.append(engine)
+                    raise
+        if "venv" not in self._kwargs:
+            ensure_vllm_venv()
+        return _Lease(VllmEngine(config, **self._kwargs), self)
+
+    def give_back(self, engine: VllmEngine) -> None:
+        if engine.alive and os.getpid() == self._pid:
+            self._idle.append(engine)
+        else:
+            engine.close()
+
+    def close_all(self) -> None:
+        idle, self._idle = self._idle, []
+        for engine in idle:
+            engine.close()
+
+
+def vllm_engine_factory(**engine_kwargs: Any) -> SharedDriverFactory:
+    """The factory the harness registry holds for `--engine vllm`."""
+    return SharedDriverFactory(**engine_kwargs)
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -223,7 +223,10 @@ def main() -> int:
             op = msg.pop("op")
             if op == "close":
                 PROTO.write(json.dumps({"ok": True}) + "\n")
-                return 0
+                PROTO.flush()
+                sys.stderr.flush()
+                # Nothing to clean up; skipping interpreter teardown saves ~1.5 s per close.
+                os._exit(0)
             handler = getattr(driver, f"op_{op}", None)
             if handler is None:
                 raise ValueError(f"unknown op {op!r}")

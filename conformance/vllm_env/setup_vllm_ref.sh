@@ -6,7 +6,7 @@
 # xgrammar are installed with --no-deps, and the 61 modules its import chain
 # actually needs come from a pinned list, also with --no-deps. pip must never
 # resolve vLLM's own dependencies: that would pull torch 2.14 and CUDA.
-# See docs in shared/reference/vllm-0.33-on-cpu.md, sections 3-6.
+# See the shared reference vllm-0.33-on-cpu.md, sections 3-6.
 #
 # Usage: conformance/vllm_env/setup_vllm_ref.sh
 #   VLLM_REF_VENV  where to build (default: <repo>/.venv-vllm-ref)
@@ -14,6 +14,7 @@
 # Idempotent: a stamp file inside the venv makes later runs a no-op, so CI
 # can call it every time. Takes about 60-90 s on a fresh machine.
 set -euo pipefail
+trap 'echo "error: setup_vllm_ref.sh failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -55,7 +56,7 @@ find "$site/vllm" -name '*.so' -type f -delete
 # 5. Prove the venv works before stamping it: CPU torch, importable scheduler.
 #    vLLM's harmless import warnings are kept out of sight unless the check fails.
 log="$venv/smoke-check.log"
-if ! HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=ERROR \
+if ! HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=ERROR VLLM_CACHE_ROOT="$venv/vllm-cache" \
     "$venv/bin/python" - >"$log" 2>&1 <<'PY'
 import torch
 assert torch.version.cuda is None, f"expected the CPU build of torch, got {torch.__version__}"
