@@ -2,8 +2,8 @@
 
 The vLLM tests need the separate vLLM venv (`conformance/vllm_env/setup_vllm_ref.sh`,
 ~60-90 s, 1.5 GB); they are skipped when it is absent, never built from here.
-One driver process serves the whole module (`reset` swaps the config), since
-starting one costs ~5 s of vLLM imports.
+They get their engines from one `SharedDriverFactory`, as the harness does, so
+one driver process serves the whole module (starting one costs ~5 s).
 
 The pipe's failure modes (timeout, crash, garbage) are tested against fake
 drivers, so they run everywhere.
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance.engines.vllm import STAMP_NAME, VllmEngine, ensure_vllm_venv, vllm_venv_ready
+from schedspec.conformance.engines.vllm import (STAMP_NAME, SharedDriverFactory, VllmEngine, ensure_vllm_venv,
+                                                vllm_engine_factory, vllm_venv_ready)
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import run
@@ -31,15 +32,16 @@ needs_vllm = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with VllmEngine(SchedulerConfig()) as e:
-        yield e
+def factory():
+    f = vllm_engine_factory()
+    yield f
+    f.close_all()
 
 
-def _trace(engine: VllmEngine, name: str) -> Trace:
+def _trace(factory: SharedDriverFactory, name: str) -> Trace:
     w = BUILTIN[name]()
-    engine.reset(w.config)
-    return run(engine, w)
+    with factory(w.config) as engine:
+        return run(engine, w)
 
 
 def _first_divergence(a: object, b: object, path: str = "") -> str | None:
@@ -63,25 +65,25 @@ def _first_divergence(a: object, b: object, path: str = "") -> str | None:
 
 @needs_vllm
 @pytest.mark.parametrize("name", sorted(BUILTIN))
-def test_vllm_matches_the_reference(engine: VllmEngine, name: str) -> None:
-    ours = _trace(engine, name).to_json()
+def test_vllm_matches_the_reference(factory: SharedDriverFactory, name: str) -> None:
+    ours = _trace(factory, name).to_json()
     theirs = simulate(BUILTIN[name]()).to_json()
     assert ours.pop("engine") == "vllm" and theirs.pop("engine") == "reference"
     assert ours == theirs, f"first divergence at {_first_divergence(ours, theirs)}"
 
 
 @needs_vllm
-def test_long_prompt_is_chunked_around_the_decodes(engine: VllmEngine) -> None:
+def test_long_prompt_is_chunked_around_the_decodes(factory: SharedDriverFactory) -> None:
     # vllm-0.33-on-cpu.md section 9, scenario 1: 8192 - 200 decodes = 7992 per step.
-    steps = _trace(engine, "seed-long-prompt").steps
+    steps = _trace(factory, "seed-long-prompt").steps
     assert [s.output.num_scheduled_tokens.get("long") for s in steps[1:5]] == [7992, 7992, 4016, 1]
     assert all(len(s.output.num_scheduled_tokens) == 201 for s in steps[1:5])
 
 
 @needs_vllm
-def test_preemption_trace_matches_the_guide(engine: VllmEngine) -> None:
+def test_preemption_trace_matches_the_guide(factory: SharedDriverFactory) -> None:
     # vllm-0.33-on-cpu.md section 9, scenario 2, step by step.
-    t = _trace(engine, "seed-preemption")
+    t = _trace(factory, "seed-preemption")
     preempted = [(s.step, sorted(s.output.preempted_req_ids)) for s in t.steps if s.output.preempted_req_ids]
     assert preempted == [(5, ["p3"]), (37, ["p2"])]
     s40 = t.steps[40]
@@ -93,14 +95,24 @@ def test_preemption_trace_matches_the_guide(engine: VllmEngine) -> None:
 
 
 @needs_vllm
-def test_abort_reports_the_request_once(engine: VllmEngine) -> None:
+def test_abort_reports_the_request_once(factory: SharedDriverFactory) -> None:
     w = BUILTIN["seed-preemption"]()
-    engine.reset(w.config)
-    engine.add_request(w.requests[0].request)
-    first = engine.abort_request("p0")
-    assert first is not None and first.status.name == "FINISHED_ABORTED"
-    assert engine.abort_request("p0") is None
-    assert engine.summary().requests == {}
+    with factory(w.config) as engine:
+        engine.add_request(w.requests[0].request)
+        first = engine.abort_request("p0")
+        assert first is not None and first.status.name == "FINISHED_ABORTED"
+        assert engine.abort_request("p0") is None
+        assert engine.summary().requests == {}
+
+
+@needs_vllm
+def test_the_factory_reuses_one_driver(factory: SharedDriverFactory) -> None:
+    with factory(SchedulerConfig()) as a:
+        pid = a._proc.pid
+    with factory(SchedulerConfig(policy="priority")) as b:
+        assert b._proc.pid == pid and b.config.policy == "priority"
+    with pytest.raises(SpecError, match="used after close"):
+        b.schedule()
 
 
 # ---- the pipe's failure modes, against fake drivers --------------------------------
@@ -158,3 +170,25 @@ def test_a_failed_build_says_what_to_do(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(SpecError, match=r"could not be built \(exit \d+: .*\); run `bash .*setup_vllm_ref.sh` by hand"):
         ensure_vllm_venv(tmp_path / "venv")
     assert not os.path.exists(tmp_path / "venv" / STAMP_NAME)
+
+
+def test_a_broken_driver_is_not_reused(tmp_path: Path) -> None:
+    venv = _fake_venv(tmp_path, """\
+        while read line; do
+            case "$line" in
+                *close*) echo '{"ok": true}'; exit 0;;
+                *init*) echo '{"ok": true, "vllm_version": "fake"}';;
+                *) sleep 30;;
+            esac
+        done
+        """)
+    f = SharedDriverFactory(venv=venv, init_timeout_s=5, step_timeout_s=0.5)
+    with f(SchedulerConfig()) as a:
+        pid = a._proc.pid
+    with f(SchedulerConfig()) as b:
+        assert b._proc.pid == pid
+        with pytest.raises(SpecError, match="no reply within 0.5 s"):
+            b.summary()
+    with f(SchedulerConfig()) as c:
+        assert c._proc.pid != pid
+    f.close_all()
