@@ -67,9 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite existing output files")
     p.set_defaults(func=cmd_simulate)
 
-    from .conformance_cmds import add_parsers
+    from .conformance_cmds import add_check_parser, add_parsers
 
     add_parsers(sub)
+    add_check_parser(sub)
     return parser
 
 

@@ -105,3 +105,30 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="TIMELINE.png")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_replay)
+
+
+def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    from .spec.invariants import INVARIANTS, check_trace
+
+    trace = Trace.load(args.trace)
+    violations = check_trace(trace)
+    table = Table(title=f"{args.trace}: {len(trace.steps)} steps of engine {trace.engine!r}, "
+                        f"{len(INVARIANTS) + 2} invariants")
+    for col in ("invariant", "verdict", "first violation"):
+        table.add_column(col)
+    first = {v.invariant: v for v in violations}
+    for name in [i.name for i in INVARIANTS] + ["finished-reported-once", "stop-is-final"]:
+        v = first.get(name)
+        table.add_row(name, "[red]violated" if v else "[green]holds", f"step {v.step}: {v.detail}" if v else "")
+    console.print(table)
+    if violations:
+        v = violations[0]
+        console.print(f"[red]first violation: step {v.step}: {v.invariant}: {v.detail}")
+        return 1
+    return 0
+
+
+def add_check_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="check every invariant at every step of a trace, from any engine")
+    p.add_argument("trace", metavar="TRACE.json")
+    p.set_defaults(func=cmd_check)

@@ -136,8 +136,30 @@ class Trace:
                 steps.append(StepRecord.from_json(s))
             except KeyError as e:  # a status name the schema cannot enumerate
                 raise SpecError(f"{where}.steps[{i}]", e.args[0], "is not a request status") from None
+        _check_ids(workload, steps, where)
         return cls(workload, tuple(steps), data["engine"], data["end"])
 
     @classmethod
     def load(cls, path: str) -> "Trace":
         return cls.from_json(read_json(path), where=f"{path}:trace")
+
+
+def _check_ids(workload: Workload, steps: list[StepRecord], where: str) -> None:
+    """Every id a step mentions must be a request of the workload: the monitors look them up."""
+    known = {r.request_id for r in workload.requests}
+    for i, s in enumerate(steps):
+        mentioned = {
+            "added": s.added, "aborted": s.aborted,
+            "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
+            "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
+            "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),
+            "output.preempted_req_ids": tuple(s.output.preempted_req_ids),
+            "output.finished_req_ids": tuple(s.output.finished_req_ids),
+            "model_output": tuple(s.model_output.sampled_token_ids),
+            "state.running": s.state.running, "state.waiting": s.state.waiting,
+            "state.requests": tuple(s.state.requests), "finished": tuple(s.finished),
+        }
+        for field, ids in mentioned.items():
+            for rid in ids:
+                if rid not in known:
+                    raise SpecError(f"{where}.steps[{i}].{field}", rid, "names a request that is not in the workload")
