@@ -9,6 +9,7 @@ needs a fresh engine with the workload's config.
 from __future__ import annotations
 
 import importlib
+from functools import cache
 
 from ..spec.engine import EngineFactory
 from ..spec.errors import SpecError
@@ -22,9 +23,7 @@ def engine_factory(spec: str) -> EngineFactory:
 
         return ReferenceEngine
     if spec == "vllm":
-        from .engines.vllm import vllm_engine_factory
-
-        return vllm_engine_factory()
+        return _shared_vllm_factory()
     if spec == "torch":
         try:
             from ..gpu_impl.engine import TorchEngine
@@ -42,6 +41,14 @@ def engine_factory(spec: str) -> EngineFactory:
             raise SpecError("--engine", spec, f"{module_name} has no callable {attr!r}")
         return factory
     raise SpecError("--engine", spec, f"must be one of {', '.join(BUILTIN_ENGINES)} or module:callable")
+
+
+@cache
+def _shared_vllm_factory() -> EngineFactory:
+    """One pool of vLLM drivers per process: a driver costs ~5 s to start and is reused across workloads."""
+    from .engines.vllm import vllm_engine_factory
+
+    return vllm_engine_factory()
 
 
 def engine_version(spec: str) -> str:
