@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_
+from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_, or_
 
 Int = Any  # an int or a Z3 ArithRef
 
@@ -57,3 +57,29 @@ def num_blocks_to_allocate(num_tokens_need_slot: Int, num_held_blocks: Int, bloc
 def allocation_fits(num_blocks_required: Int, watermark_blocks: Int, num_free_blocks: Int) -> Int:
     """kv_cache_manager.py:582-587 (and the full-sequence gate at :531-549): `required + watermark <= free`."""
     return num_blocks_required + watermark_blocks <= num_free_blocks
+
+
+# ---- Decisions. Also rules, so that a planted bug reaches the Z3 encoding too. ----
+
+def waiting_pass_allowed(num_preempted: Int) -> Any:
+    """scheduler.py:1050: a step that preempted admits nobody, even with budget left (I-6, Z10)."""
+    return num_preempted == 0
+
+
+def fcfs_victim_index(num_running: Int) -> Int:
+    """scheduler.py:938: FCFS preempts `running[-1]`, the most recent admission (I-8)."""
+    return num_running - 1
+
+
+NOT_STOPPED, STOPPED, LENGTH_CAPPED = 0, 1, 2
+
+
+def stop_kind(is_eos: Any, is_stop_token: Any, num_tokens: Int, num_output_tokens: Int,
+              max_model_len: Int, max_tokens: Int, min_tokens: Int) -> Int:
+    """`check_stop`'s verdict on the last appended token, in vLLM's order (utils.py:98-140).
+
+    EOS, then stop tokens, then the length caps; `min_tokens` only gates the
+    repetition check that follows, which is not configured here.
+    """
+    return ite(or_(is_eos, is_stop_token), STOPPED,
+               ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))

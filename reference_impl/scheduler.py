@@ -127,7 +127,7 @@ class Scheduler(SchedulerUpdates):
                         req_to_new_blocks.pop(preempted_req.request_id)
                         scheduled_spec_decode_tokens.pop(preempted_req.request_id, None)
                 else:
-                    preempted_req = self.running.pop()
+                    preempted_req = self.running.pop(rules.fcfs_victim_index(len(self.running)))
                 self._preempt_request(preempted_req)
                 preempted_reqs.append(preempted_req)
                 if preempted_req is request:
@@ -156,7 +156,7 @@ class Scheduler(SchedulerUpdates):
                 request.spec_token_ids = []
 
         # ---- Next, schedule the WAITING requests, unless this step preempted (:1049-1616). ----
-        if not preempted_reqs:
+        if rules.waiting_pass_allowed(len(preempted_reqs)):
             step_skipped_waiting: deque[LiveRequest] = deque()
             while token_budget > 0:
                 if not self.waiting or input_budget <= draft_slots:

@@ -8,27 +8,29 @@ The order is the semantics (bug-zoo Z4 and Z13 are both about it):
 4. `min_tokens` gates only what follows (repetition detection, not modelled).
 
 So EOS and stop tokens finish a request even below `min_tokens` (T32), and
-the length caps apply below it too (T33, PR #51299).
+the length caps apply below it too (T33, PR #51299). The verdict itself is
+`rules.stop_kind`, shared with the Z3 encoding; this function applies it.
 """
 
 from __future__ import annotations
 
 from ..spec.request import RequestStatus
+from . import rules
 from .live_request import LiveRequest
 
 
 def check_stop(request: LiveRequest, max_model_len: int) -> bool:
     last_token_id = request.output_token_ids[-1]
-    if last_token_id == request.spec.effective_eos_token_id:
+    is_stop_token = last_token_id in request.spec.stop_token_ids
+    kind = rules.stop_kind(last_token_id == request.spec.effective_eos_token_id, is_stop_token,
+                           request.num_tokens, request.num_output_tokens, max_model_len, request.max_tokens,
+                           request.spec.min_tokens)
+    if kind == rules.STOPPED:
         request.status = RequestStatus.FINISHED_STOPPED
+        if is_stop_token and last_token_id != request.spec.effective_eos_token_id:
+            request.stop_reason = last_token_id
         return True
-    if last_token_id in request.spec.stop_token_ids:
-        request.status = RequestStatus.FINISHED_STOPPED
-        request.stop_reason = last_token_id
-        return True
-    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+    if kind == rules.LENGTH_CAPPED:
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
-    if request.num_output_tokens < request.spec.min_tokens:
-        return False
-    return False  # repetition detection is not configured
+    return False
