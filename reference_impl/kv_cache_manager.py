@@ -48,7 +48,6 @@ class KVCacheManager:
         """Give `request` slots for `num_new_tokens` more tokens; the new block ids, or None if they do not fit."""
         bs, L = self.block_size, self.max_model_len
         num_held_blocks = len(request.block_ids)
-        total_computed_tokens = min(request.num_computed_tokens + num_new_computed_tokens, L)
         watermark_blocks = 0
         if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             watermark_blocks = self.watermark_blocks
@@ -60,7 +59,8 @@ class KVCacheManager:
             if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
                 return None
 
-        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens + num_lookahead_tokens, L)
+        num_tokens_need_slot = rules.num_tokens_need_slot(
+            request.num_computed_tokens + num_new_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
         required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
         if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
             return None

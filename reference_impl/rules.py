@@ -44,9 +44,12 @@ def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold:
     return clamp_to_threshold(num_tokens - num_computed_tokens, threshold)
 
 
-def blocks_for(num_tokens: Int, max_model_len: Int, block_size: Int) -> Int:
-    """Blocks that hold `num_tokens` slots, capped at the model length (kv_cache_manager.py:550-553)."""
-    return cdiv(min_(num_tokens, max_model_len), block_size)
+def num_tokens_need_slot(num_computed_tokens: Int, num_new_tokens: Int, num_lookahead_tokens: Int, max_model_len: Int) -> Int:
+    """kv_cache_manager.py:550-553: slots for what is computed plus what is scheduled, capped at L.
+
+    No slot is reserved for the token about to be sampled (semantics doc §9 item 2).
+    """
+    return min_(min_(num_computed_tokens, max_model_len) + num_new_tokens + num_lookahead_tokens, max_model_len)
 
 
 def num_blocks_to_allocate(num_tokens_need_slot: Int, num_held_blocks: Int, block_size: Int) -> Int:

@@ -27,6 +27,9 @@ class Invariant:
     vllm: str  # where vLLM 0.33.0 makes it hold
     ids: tuple[str, ...]  # semantics-doc invariants and bug-zoo catalogue ids
     holds: Callable[[StepView], Any]
+    # A state invariant reads only the state after the step, so it also holds of one state on its own
+    # (the degenerate view, where nothing is scheduled): it is what induction assumes and must re-establish.
+    state: bool = False
 
 
 def maybe_symbolic(r: Row) -> bool:
@@ -120,7 +123,7 @@ def chunk_bounds(v: StepView) -> Any:
     # (the adaptive threshold can only be larger, so it is not checked here).
     alone = _sum([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
     thr = v.long_prefill_token_threshold
-    capped = and_(thr > 0, not_(alone)) if not v.threshold_adaptive else False
+    capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
     return _all([and_(implies(and_(r.pre_running, r.num_scheduled > 0),
                               r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1),
                       implies(capped, r.num_scheduled <= thr))
@@ -166,6 +169,12 @@ def progress_when_idle(v: StepView) -> Any:
     return implies(and_(nothing_running, fits), _sum([r.num_scheduled for r in v.rows]) > 0)
 
 
+def running_owes_tokens(v: StepView) -> Any:
+    # After a synchronous step, every running request owes the next decode or prefill chunk.
+    return _all([implies(r.post_running, r.post_num_tokens + r.post_num_spec_tokens + r.post_num_output_placeholders
+                         - r.post_num_computed_tokens >= 1) for r in v.rows])
+
+
 def running_served_while_budget_lasts(v: StepView) -> Any:
     # A running request left unscheduled although budget remained and nobody was preempted owed nothing.
     total = _sum([r.num_scheduled for r in v.rows])
@@ -176,7 +185,7 @@ def running_served_while_budget_lasts(v: StepView) -> Any:
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("owed-nonnegative", "Every live request is owed num_tokens_with_spec + num_output_placeholders - num_computed_tokens >= 0 tokens.",
-              "scheduler.py:839-856 (every clamp is a min with the owed count); :2361-2364, :2767-2769", ("I-14", "OWED"), owed_nonnegative),
+              "scheduler.py:839-856 (every clamp is a min with the owed count); :2361-2364, :2767-2769", ("I-14", "OWED"), owed_nonnegative, state=True),
     Invariant("budget-conservation", "The scheduled tokens sum to at most the token budget (the remaining budget stays >= 0), and only live requests are scheduled.",
               "scheduler.py:847-849, :1346, asserts :1620, :1631", ("I-1", "I-24", "BUDGET"), budget_conservation),
     Invariant("no-starvation-after-prepend", "A preempted request goes to the head of waiting (FCFS), and no request behind a preempted one is admitted before it.",
@@ -184,19 +193,19 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("no-admission-after-preemption", "A step that preempted admits no waiting request.",
               "scheduler.py:1050", ("I-6", "NOPREEMPT-ADMIT"), no_admission_after_preemption),
     Invariant("seqs-limit", "At most max_num_seqs requests run, and at most that many are scheduled.",
-              "scheduler.py:1071-1074, assert :1633", ("I-3", "SEQS"), seqs_limit),
+              "scheduler.py:1071-1074, assert :1633", ("I-3", "SEQS"), seqs_limit, state=True),
     Invariant("scheduled-subset-running", "Every scheduled request is running after the step; a preempted request has no tokens in it.",
               "scheduler.py:950-966 (refund), assert :1637-1639", ("I-4", "SUBSET"), scheduled_subset_running),
     Invariant("block-conservation", "Free blocks plus held blocks equal the usable blocks; no block is held twice or free twice.",
-              "block_pool.py:706-740, :816-849; kv_cache_manager.py:582-587", ("I-10", "CONSERVE", "ATOMIC"), block_conservation),
+              "block_pool.py:706-740, :816-849; kv_cache_manager.py:582-587", ("I-10", "CONSERVE", "ATOMIC"), block_conservation, state=True),
     Invariant("blocks-match-tokens", "A running request holds exactly the blocks its computed tokens need: ceil(min(C, L) / block_size).",
-              "kv_cache_manager.py:550-553, single_type_kv_cache_manager.py:229-236", ("I-11", "CONSERVE"), blocks_match_tokens),
+              "kv_cache_manager.py:550-553, single_type_kv_cache_manager.py:229-236", ("I-11", "CONSERVE"), blocks_match_tokens, state=True),
     Invariant("waiting-holds-nothing", "A waiting or preempted request has num_computed_tokens 0 and holds no blocks.",
-              "scheduler.py:1825-1831 (_preempt_request), :2697-2707", ("I-7", "I-17", "NOLEAK"), waiting_holds_nothing),
+              "scheduler.py:1825-1831 (_preempt_request), :2697-2707", ("I-7", "I-17", "NOLEAK"), waiting_holds_nothing, state=True),
     Invariant("one-place", "Every live request is in exactly one of running and waiting.",
-              "scheduler.py:2540-2550 (remove_all), :2964-3029", ("I-17",), one_place),
+              "scheduler.py:2540-2550 (remove_all), :2964-3029", ("I-17",), one_place, state=True),
     Invariant("token-bounds", "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it.",
-              "scheduler.py:851-856; utils.py:115-120 (check_stop)", ("I-15", "I-21", "MAXTOK"), token_bounds),
+              "scheduler.py:851-856; utils.py:115-120 (check_stop)", ("I-15", "I-21", "MAXTOK"), token_bounds, state=True),
     Invariant("chunk-bounds", "A running request's chunk stops at position L - 1, and no chunk exceeds the long-prefill threshold unless the request was alone.",
               "scheduler.py:845-856, :1331, :756-767", ("I-15", "MAXTOK"), chunk_bounds),
     Invariant("fcfs-victim-is-latest", "Under FCFS the victims are the tail of the running order: nobody admitted after a victim survives it.",
@@ -207,6 +216,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "scheduler.py:1054-1060, :1606-1610", ("I-22", "ORDER"), skipped_keep_order),
     Invariant("progress-when-idle", "With nothing running, a head of waiting whose whole sequence fits in the free blocks gets tokens.",
               "scheduler.py:1435-1452 (allocate_slots succeeds), kv_cache_manager.py:531-549", ("PROGRESS",), progress_when_idle),
+    Invariant("running-owes-tokens", "After a synchronous step every running request owes at least one token: a sampled token always follows a completed prefill.",
+              "scheduler.py:1863 (is_prefill_chunk), :2744-2770 (append)", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
     Invariant("running-served-while-budget-lasts", "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",
               "scheduler.py:793-1037 (continue only on n == 0)", ("PROGRESS", "MAXTOK"), running_served_while_budget_lasts),
 )

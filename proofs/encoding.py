@@ -1,0 +1,256 @@
+"""One `schedule()` plus `update_from_output()` over N request slots, as a formula.
+
+The same function runs on two kinds of values. With Z3 terms it builds the
+transition relation that `prove.py` checks invariants against; with Python
+ints it computes one concrete step, which `tests/unit/test_encoding_drift.py`
+compares with the reference's step on thousands of states (no drift). All
+arithmetic and every decision that a mutant may plant a bug in is a call to
+`reference_impl.rules`, so a bug is written once and reaches both.
+
+Abstractions, each compared through in the drift test:
+
+* Block ids become counts: a request holds `blocks` blocks and the pool has
+  `free` free ones. Which ids are free is not modelled; that is what the
+  concrete monitors check (`block-conservation`'s id part).
+* The state is canonical: slots `0 .. num_running-1` are `running` in order,
+  the rest are `waiting` in order (symmetry reduction: any state is a
+  permutation of a canonical one). Queue positions after the step are
+  computed as counts of who precedes whom.
+* Synchronous engine, core scope: no drafts, no placeholders, no prefix
+  hits, `max_num_scheduled_tokens` unset. The sampled token of a request that
+  completes its prefill is abstract: two free booleans say whether it is the
+  EOS or a stop token.
+* Under PRIORITY the waiting slots are sorted by (priority, arrival, id), as
+  vLLM's heap pops them; `id_rank` stands for the request id's string order.
+
+The running pass is unrolled over slots with symbolic guards; a preemption
+round picks its victim by position (`rules.fcfs_victim_index`) or by the
+priority key, so FCFS and PRIORITY share the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..reference_impl import rules
+from ..spec.arith import and_, implies, ite, min_, not_, or_
+
+Int = Any
+Bool = Any
+
+
+@dataclass
+class Slot:
+    num_prompt_tokens: Int
+    num_output_tokens: Int
+    num_computed_tokens: Int
+    num_blocks: Int
+    max_tokens: Int
+    min_tokens: Int
+    priority: Int
+    arrival: Int
+    id_rank: Int  # rank of the request id: the heap's last tie-break
+    preempted: Bool  # status PREEMPTED (waiting after an earlier preemption)
+    samples_eos: Bool  # this step's sampled token, if any, is the EOS
+    samples_stop: Bool  # ... or one of the stop tokens
+
+    @property
+    def num_tokens(self) -> Int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+
+@dataclass
+class Config:
+    token_budget: Int
+    max_num_seqs: Int
+    max_model_len: Int
+    block_size: int  # concrete: ceil-division by a symbolic size would make the formula nonlinear
+    num_usable_blocks: Int
+    long_prefill_token_threshold: Int
+    watermark_blocks: Int
+    enable_chunked_prefill: Bool
+    scheduler_reserve_full_isl: Bool
+    adaptive: Bool
+    fcfs: bool
+
+
+@dataclass
+class Pre:
+    config: Config
+    slots: list[Slot]
+    num_running: Int  # slots [0, num_running) run, in order; the rest wait, in order
+    num_free_blocks: Int
+
+    def running(self, i: int) -> Bool:
+        return i < self.num_running
+
+
+@dataclass
+class Post:
+    """Per slot: the step's output and the state after update_from_output."""
+
+    scheduled: list[Bool] = field(default_factory=list)
+    num_scheduled: list[Int] = field(default_factory=list)
+    admitted: list[Bool] = field(default_factory=list)
+    preempted: list[Bool] = field(default_factory=list)
+    running: list[Bool] = field(default_factory=list)
+    waiting: list[Bool] = field(default_factory=list)
+    finished: list[Bool] = field(default_factory=list)
+    run_pos: list[Int] = field(default_factory=list)
+    wait_pos: list[Int] = field(default_factory=list)
+    num_computed_tokens: list[Int] = field(default_factory=list)
+    num_tokens: list[Int] = field(default_factory=list)
+    num_blocks: list[Int] = field(default_factory=list)
+    num_free_blocks: Int = 0
+
+
+def _count(flags) -> Int:
+    total: Any = 0
+    for f in flags:
+        total = total + ite(f, 1, 0)
+    return total
+
+
+def _key_gt(a: Slot, b: Slot) -> Bool:
+    """(priority, arrival) strictly larger: the victim key of scheduler.py:925-928."""
+    return or_(a.priority > b.priority, and_(a.priority == b.priority, a.arrival > b.arrival))
+
+
+def _key_eq(a: Slot, b: Slot) -> Bool:
+    return and_(a.priority == b.priority, a.arrival == b.arrival)
+
+
+def heap_before(a: Slot, b: Slot) -> Bool:
+    """`Request.__lt__` (request.py:357-367): priority, then arrival, then request id."""
+    return or_(_key_gt(b, a), and_(_key_eq(a, b), a.id_rank < b.id_rank))
+
+
+def step(pre: Pre) -> Post:
+    c, slots, N = pre.config, pre.slots, len(pre.slots)
+    L, bs = c.max_model_len, c.block_size
+    in_run = [pre.running(i) for i in range(N)]
+    sched, n = [False] * N, [0] * N
+    preempted = [False] * N
+    pop_seq = [0] * N  # order of preemption: FCFS prepends, so the last victim ends up first
+    C = [s.num_computed_tokens for s in slots]
+    blocks = [s.num_blocks for s in slots]
+    free, budget, pops = pre.num_free_blocks, c.token_budget, 0
+    eligible = N  # every slot is a live request, running or waiting
+    thr = ite(c.adaptive, rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
+              rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget))
+
+    # ---- RUNNING pass ----
+    # When the victim rule picks the last of k running requests for every k that can occur here (the
+    # unmutated rule does), the victim is simply the last slot still running.
+    victim_is_tail = all(rules.fcfs_victim_index(k) == k - 1 for k in range(1, N + 1))
+    # PRIORITY always takes the first maximum of (priority, arrival) among those still running, and nothing
+    # joins `running` during this pass, so the victims come in one fixed order: the k-th victim of the step
+    # is the request ranked k by `_first_max` applied repeatedly. Ranking once costs O(N^2), not O(N^4).
+    victim_rank = [_count([and_(pre.running(k), or_(_key_gt(slots[k], slots[j]), and_(_key_eq(slots[k], slots[j]), k < j)))
+                           for k in range(N) if k != j]) for j in range(N)]
+    active = True
+    for i in range(N):
+        active = and_(active, budget > 0)
+        s = slots[i]
+        n_i = rules.running_num_new_tokens(s.num_tokens - C[i], thr, budget, L, C[i])
+        trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
+        need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
+        for _ in range(N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
+            want = and_(trying, in_run[i], not_(rules.allocation_fits(need, 0, free)))
+            if c.fcfs and not victim_is_tail:
+                position = [_count(in_run[:j]) for j in range(N)]
+                victim_index = rules.fcfs_victim_index(_count(in_run))
+            for j in range(N):
+                if not c.fcfs:
+                    is_victim = and_(in_run[j], victim_rank[j] == pops)
+                elif victim_is_tail:  # only the tail is ever popped, so the running list is [0, num_running - pops)
+                    is_victim = and_(in_run[j], j == pre.num_running - 1 - pops)
+                else:
+                    is_victim = and_(in_run[j], position[j] == victim_index)
+                pop = and_(want, is_victim)
+                free = free + ite(pop, blocks[j], 0)
+                if not c.fcfs:  # PRIORITY refunds a victim already scheduled this step (Z1)
+                    budget = budget + ite(and_(pop, sched[j]), n[j], 0)
+                    sched[j] = and_(sched[j], not_(pop))
+                    n[j] = ite(pop, 0, n[j])
+                in_run[j] = and_(in_run[j], not_(pop))
+                pop_seq[j] = ite(pop, pops, pop_seq[j])
+                pops = pops + ite(pop, 1, 0)
+                preempted[j] = or_(preempted[j], pop)
+                blocks[j], C[j] = ite(pop, 0, blocks[j]), ite(pop, 0, C[j])
+        ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))
+        if c.fcfs:
+            active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
+        sched[i] = or_(sched[i], ok)
+        n[i] = ite(ok, n_i, n[i])
+        free = free - ite(ok, need, 0)
+        blocks[i] = blocks[i] + ite(ok, need, 0)
+        budget = budget - ite(ok, n_i, 0)
+
+    # ---- WAITING pass ----
+    in_wait = [and_(not_(pre.running(j)), not_(preempted[j])) for j in range(N)]
+    victims = _count(preempted)
+    if c.fcfs:  # victims at the head, the last one first; then the old waiting order
+        wpos = [ite(preempted[j], _count([and_(preempted[k], pop_seq[k] > pop_seq[j]) for k in range(N)]),
+                    victims + j - pre.num_running) for j in range(N)]
+    else:  # the heap: (priority, arrival, slot) order among everyone waiting
+        wpos = [_count([and_(or_(in_wait[k], preempted[k]), heap_before(slots[k], slots[j])) for k in range(N)])
+                for j in range(N)]
+    in_wait = [or_(in_wait[j], preempted[j]) for j in range(N)]
+    admitted = [False] * N
+    adm_pos = [0] * N
+    num_run = _count(in_run)
+    go = rules.waiting_pass_allowed(victims)
+    for p in range(N):
+        sel = [and_(in_wait[j], wpos[j] == p) for j in range(N)]
+        T = sum(ite(sel[j], slots[j].num_tokens, 0) for j in range(N))
+        Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
+        held = sum(ite(sel[j], blocks[j], 0) for j in range(N))
+        go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
+        n_p = rules.waiting_num_new_tokens(T, 0, thr)
+        hol = and_(not_(c.enable_chunked_prefill), n_p > budget)
+        n_p = min_(n_p, budget)
+        wm = ite(num_run > 0, c.watermark_blocks, 0)
+        full = rules.num_blocks_to_allocate(min_(T, L), held, bs)
+        need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, n_p, 0, L), held, bs)
+        go = and_(go, not_(hol), implies(c.scheduler_reserve_full_isl, rules.allocation_fits(full, wm, free)),
+                  rules.allocation_fits(need, wm, free))
+        for j in range(N):
+            a = and_(go, sel[j])
+            admitted[j] = or_(admitted[j], a)
+            adm_pos[j] = ite(a, num_run, adm_pos[j])
+            in_run[j], in_wait[j] = or_(in_run[j], a), and_(in_wait[j], not_(a))
+            sched[j] = or_(sched[j], a)
+            n[j] = ite(a, n_p, n[j])
+            blocks[j] = blocks[j] + ite(a, need, 0)
+            C[j] = ite(a, 0, C[j])
+        free = free - ite(go, need, 0)
+        budget = budget - ite(go, n_p, 0)
+        num_run = num_run + ite(go, 1, 0)
+
+    # ---- _update_after_schedule, then update_from_output with the fake model ----
+    post = Post(admitted=admitted, preempted=preempted)
+    for j, s in enumerate(slots):
+        C[j] = C[j] + ite(sched[j], n[j], 0)
+        sampled = and_(sched[j], C[j] >= s.num_tokens)  # not a partial prefill chunk
+        T = s.num_tokens + ite(sampled, 1, 0)
+        kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
+                               L, s.max_tokens, s.min_tokens)
+        done = and_(sampled, kind != rules.NOT_STOPPED)
+        free = free + ite(done, blocks[j], 0)
+        post.scheduled.append(sched[j])
+        post.num_scheduled.append(ite(sched[j], n[j], 0))
+        post.finished.append(done)
+        post.running.append(and_(in_run[j], not_(done)))
+        post.waiting.append(and_(in_wait[j], not_(done)))
+        post.num_computed_tokens.append(C[j])
+        post.num_tokens.append(T)
+        post.num_blocks.append(ite(done, 0, blocks[j]))
+    run_order = [ite(admitted[j], N + adm_pos[j], j) for j in range(N)]
+    post.run_pos = [ite(post.running[j], _count([and_(post.running[k], run_order[k] < run_order[j]) for k in range(N)]), -1)
+                    for j in range(N)]
+    post.wait_pos = [ite(post.waiting[j], _count([and_(post.waiting[k], wpos[k] < wpos[j]) for k in range(N)]), -1)
+                     for j in range(N)]
+    post.num_free_blocks = free
+    return post

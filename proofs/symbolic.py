@@ -1,0 +1,125 @@
+"""Symbolic pre-states, and the views through which the catalogue's invariants read a step.
+
+`fresh(n, fcfs, block_size)` makes a canonical state of n live requests with
+every length, counter, budget and pool size an unbounded Z3 integer, plus
+the constraints any real state satisfies before the invariants are assumed
+(`well_formed`): vLLM's config validation, SamplingParams' bounds, the
+heap order of a PRIORITY waiting queue, and distinct request ids.
+
+`step_view` and `state_view` turn the encoding's slots into the
+`spec.invariants.views.StepView` the catalogue reads; the invariants are not
+restated here. A state invariant is a catalogue predicate on the degenerate
+view of one state, where nothing is scheduled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+
+from ..spec.arith import and_, implies, ite, not_
+from ..spec.invariants.views import Row, StepView
+from .encoding import Config, Post, Pre, Slot, heap_before
+
+
+def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, prefix: str = "") -> Pre:
+    I, B = (lambda name: z3.Int(prefix + name)), (lambda name: z3.Bool(prefix + name))
+    config = Config(
+        token_budget=I("token_budget"), max_num_seqs=I("max_num_seqs"), max_model_len=I("max_model_len"),
+        block_size=block_size, num_usable_blocks=I("num_usable_blocks"),
+        long_prefill_token_threshold=I("long_prefill_token_threshold"), watermark_blocks=I("watermark_blocks"),
+        enable_chunked_prefill=B("enable_chunked_prefill"), scheduler_reserve_full_isl=B("scheduler_reserve_full_isl"),
+        adaptive=B("long_prefill_token_threshold_adaptive"), fcfs=fcfs,
+    )
+    slots = [Slot(*(I(f"{name}_{i}") for name in ("prompt", "outputs", "computed", "blocks", "max_tokens", "min_tokens",
+                                                    "priority", "arrival", "id_rank")),
+                  preempted=B(f"preempted_{i}"), samples_eos=B(f"samples_eos_{i}"), samples_stop=B(f"samples_stop_{i}"))
+             for i in range(n)]
+    return Pre(config, slots, I("num_running") if num_running is None else num_running, I("num_free_blocks"))
+
+
+def well_formed(pre: Pre) -> list[Any]:
+    c, slots, n = pre.config, pre.slots, len(pre.slots)
+    facts = [
+        c.max_num_seqs >= 1, c.token_budget >= c.max_num_seqs, c.max_model_len >= 2,
+        c.long_prefill_token_threshold >= 0, c.long_prefill_token_threshold <= c.max_model_len,
+        c.watermark_blocks >= 0, c.num_usable_blocks >= 0, pre.num_free_blocks >= 0,
+        implies(not_(c.enable_chunked_prefill), c.token_budget >= c.max_model_len),
+        pre.num_running >= 0, pre.num_running <= n,
+    ]
+    for i, s in enumerate(slots):
+        facts += [s.num_prompt_tokens >= 1, s.num_output_tokens >= 0, s.max_tokens >= 1, s.min_tokens >= 0,
+                  s.min_tokens <= s.max_tokens, s.arrival >= 0, s.id_rank >= 0, s.id_rank < n,
+                  implies(pre.running(i), not_(s.preempted))]
+        facts += [s.id_rank != t.id_rank for t in slots[i + 1:]]
+        if not c.fcfs and i + 1 < n:  # the heap pops in Request.__lt__ order
+            facts.append(implies(not_(pre.running(i)), heap_before(s, slots[i + 1])))
+    return facts
+
+
+def _globals(pre: Pre) -> dict[str, Any]:
+    c = pre.config
+    return dict(token_budget=c.token_budget, max_num_seqs=c.max_num_seqs, max_model_len=c.max_model_len,
+                block_size=c.block_size, num_usable_blocks=c.num_usable_blocks,
+                long_prefill_token_threshold=c.long_prefill_token_threshold, threshold_adaptive=c.adaptive,
+                fcfs=c.fcfs)
+
+
+def step_view(pre: Pre, post: Post) -> StepView:
+    rows = []
+    for i, s in enumerate(pre.slots):
+        run = pre.running(i)
+        rows.append(Row(
+            request_id=f"s{i}", num_prompt_tokens=s.num_prompt_tokens, max_tokens=s.max_tokens, priority=s.priority,
+            arrival=s.arrival, pre_live=True, pre_running=run, pre_waiting=not_(run),
+            pre_preempted=and_(not_(run), s.preempted), pre_run_pos=ite(run, i, -1),
+            pre_wait_pos=ite(run, -1, i - pre.num_running), pre_num_computed_tokens=s.num_computed_tokens,
+            pre_num_tokens=s.num_tokens, pre_num_blocks=s.num_blocks,
+            scheduled=post.scheduled[i], num_scheduled=post.num_scheduled[i], admitted=post.admitted[i],
+            preempted=post.preempted[i], post_live=not_(post.finished[i]), post_running=post.running[i],
+            post_waiting=post.waiting[i], post_run_pos=post.run_pos[i], post_wait_pos=post.wait_pos[i],
+            post_num_computed_tokens=post.num_computed_tokens[i], post_num_tokens=post.num_tokens[i],
+            post_num_blocks=post.num_blocks[i],
+        ))
+    return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
+                    post_num_free_blocks=post.num_free_blocks, **_globals(pre))
+
+
+def state_view(pre: Pre) -> StepView:
+    """The pre-state on its own: nothing scheduled, before and after the same."""
+    rows = []
+    for i, s in enumerate(pre.slots):
+        run = pre.running(i)
+        waiting_pos = ite(run, -1, i - pre.num_running)
+        common = dict(num_computed_tokens=s.num_computed_tokens, num_tokens=s.num_tokens, num_blocks=s.num_blocks)
+        rows.append(Row(
+            request_id=f"s{i}", num_prompt_tokens=s.num_prompt_tokens, max_tokens=s.max_tokens, priority=s.priority,
+            arrival=s.arrival, pre_live=True, pre_running=run, pre_waiting=not_(run),
+            pre_preempted=and_(not_(run), s.preempted), pre_run_pos=ite(run, i, -1), pre_wait_pos=waiting_pos,
+            scheduled=False, num_scheduled=0, admitted=False, preempted=False, post_live=True, post_running=run,
+            post_waiting=not_(run), post_run_pos=ite(run, i, -1), post_wait_pos=waiting_pos,
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()},
+        ))
+    return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
+                    post_num_free_blocks=pre.num_free_blocks, **_globals(pre))
+
+
+def post_state_view(pre: Pre, post: Post) -> StepView:
+    """The state after the step on its own, as the next step's pre-state would see it."""
+    rows = []
+    for i, s in enumerate(pre.slots):
+        common = dict(num_computed_tokens=post.num_computed_tokens[i], num_tokens=post.num_tokens[i],
+                      num_blocks=post.num_blocks[i])
+        live, run, wait = not_(post.finished[i]), post.running[i], post.waiting[i]
+        rows.append(Row(
+            request_id=f"s{i}", num_prompt_tokens=s.num_prompt_tokens, max_tokens=s.max_tokens, priority=s.priority,
+            arrival=s.arrival, pre_live=live, pre_running=run, pre_waiting=wait,
+            pre_preempted=and_(wait, ite(post.preempted[i], True, s.preempted)), pre_run_pos=post.run_pos[i],
+            pre_wait_pos=post.wait_pos[i], scheduled=False, num_scheduled=0, admitted=False, preempted=False,
+            post_live=live, post_running=run, post_waiting=wait, post_run_pos=post.run_pos[i],
+            post_wait_pos=post.wait_pos[i],
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()},
+        ))
+    return StepView(rows=tuple(rows), pre_num_free_blocks=post.num_free_blocks,
+                    post_num_free_blocks=post.num_free_blocks, **_globals(pre))
