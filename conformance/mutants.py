@@ -62,7 +62,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "               ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
            "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,\n"
            "               ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
-           ("stop-is-final",)),
+           ("stop-token-finishes",)),
     Mutant("Z14-double-free", "Z14", "free a request's tail block twice",
            "reference_impl.kv_cache_manager:KVCacheManager.free",
            "self.block_pool.free_blocks(reversed(request.block_ids))",

@@ -44,7 +44,8 @@ def well_formed(pre: Pre) -> list[Any]:
     facts = [
         c.max_num_seqs >= 1, c.token_budget >= c.max_num_seqs, c.max_model_len >= 2,
         c.long_prefill_token_threshold >= 0, c.long_prefill_token_threshold <= c.max_model_len,
-        c.watermark_blocks >= 0, c.num_usable_blocks >= 0, pre.num_free_blocks >= 0,
+        c.watermark_blocks >= 0, c.watermark_blocks <= c.num_usable_blocks,  # watermark < 1
+        c.num_usable_blocks >= 0, pre.num_free_blocks >= 0,
         implies(not_(c.enable_chunked_prefill), c.token_budget >= c.max_model_len),
         pre.num_running >= 0, pre.num_running <= n,
     ]
@@ -80,7 +81,8 @@ def step_view(pre: Pre, post: Post) -> StepView:
             preempted=post.preempted[i], post_live=not_(post.finished[i]), post_running=post.running[i],
             post_waiting=post.waiting[i], post_run_pos=post.run_pos[i], post_wait_pos=post.wait_pos[i],
             post_num_computed_tokens=post.num_computed_tokens[i], post_num_tokens=post.num_tokens[i],
-            post_num_blocks=post.num_blocks[i],
+            post_num_blocks=post.num_blocks[i], sampled_stop=post.sampled_stop[i],
+            finished_stopped=post.finished_stopped[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
                     post_num_free_blocks=post.num_free_blocks, **_globals(pre))

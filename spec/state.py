@@ -91,3 +91,52 @@ class SchedulerState:
 
     def unfinished(self) -> bool:
         return bool(self.running or self.waiting)
+
+
+def request_state_to_json(r: RequestState) -> dict:
+    q = r.request
+    return {
+        "request": {"request_id": q.request_id, "prompt_token_ids": list(q.prompt_token_ids), "max_tokens": q.max_tokens,
+                    "min_tokens": q.min_tokens, "eos_token_id": q.eos_token_id, "ignore_eos": q.ignore_eos,
+                    "stop_token_ids": list(q.stop_token_ids), "priority": q.priority, "arrival_time": q.arrival_time},
+        "status": r.status.name, "output_token_ids": list(r.output_token_ids),
+        "num_computed_tokens": r.num_computed_tokens, "spec_token_ids": list(r.spec_token_ids),
+        "num_output_placeholders": r.num_output_placeholders, "num_in_flight_tokens": r.num_in_flight_tokens,
+        "num_stale_output_tokens": r.num_stale_output_tokens, "drop_stale_output": r.drop_stale_output,
+        "num_preemptions": r.num_preemptions, "is_prefill_chunk": r.is_prefill_chunk, "stop_reason": r.stop_reason,
+        "block_ids": list(r.block_ids),
+    }
+
+
+def state_to_json(s: SchedulerState) -> dict:
+    """A full state, for counterexamples that start mid-run (the Z3 ones): lossless."""
+    return {
+        "config": s.config.to_dict(),
+        "requests": [request_state_to_json(r) for r in s.requests.values()],
+        "running": list(s.running), "waiting": list(s.waiting), "free_block_queue": list(s.free_block_queue),
+        "finished_req_ids": sorted(s.finished_req_ids), "current_step": s.current_step,
+    }
+
+
+def state_from_json(d: dict, where: str = "state") -> SchedulerState:
+    from .errors import SpecError
+
+    try:
+        requests = {}
+        for r in d["requests"]:
+            q = dict(r["request"])
+            q["prompt_token_ids"] = tuple(q["prompt_token_ids"])
+            q["stop_token_ids"] = tuple(q["stop_token_ids"])
+            fields = {k: v for k, v in r.items() if k != "request"}
+            fields["status"] = RequestStatus[fields["status"]]
+            for k in ("output_token_ids", "spec_token_ids", "block_ids"):
+                fields[k] = tuple(fields[k])
+            requests[q["request_id"]] = RequestState(request=Request(**q), **fields)
+        return SchedulerState(config=SchedulerConfig.from_dict(d["config"], f"{where}.config"), requests=requests,
+                              running=tuple(d["running"]), waiting=tuple(d["waiting"]),
+                              free_block_queue=tuple(d["free_block_queue"]),
+                              finished_req_ids=frozenset(d["finished_req_ids"]), current_step=d["current_step"])
+    except SpecError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError(where, str(e), "is not a valid scheduler state") from None

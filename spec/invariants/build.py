@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 from ..config import SchedulerConfig
-from ..output import SchedulerOutput
+from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import Request, RequestStatus
 from ..state import SchedulerState
-from ..trace import StateSummary, Trace
+from ..trace import FinishedRequest, StateSummary, Trace
 from .views import Row, StepView
 
 
@@ -36,7 +36,8 @@ def _pos(queue: tuple[str, ...]) -> dict[str, int]:
 
 def _view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping[str, tuple], post: Mapping[str, tuple],
           pre_queues: tuple[tuple[str, ...], tuple[str, ...]], post_queues: tuple[tuple[str, ...], tuple[str, ...]],
-          out: SchedulerOutput, pre_free: int, post_free: int, ids_problem: str = "") -> StepView:
+          out: SchedulerOutput, pre_free: int, post_free: int, ids_problem: str = "",
+          model_output: ModelRunnerOutput | None = None, finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
     """`pre`/`post` map a live request id to (status, num_computed_tokens, num_tokens, num_blocks)."""
     ranks = _ranks(requests)
     pre_run, pre_wait = (_pos(q) for q in pre_queues)
@@ -58,6 +59,8 @@ def _view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping
             post_live=rid in post, post_running=rid in post_run, post_waiting=rid in post_wait,
             post_run_pos=post_run.get(rid, -1), post_wait_pos=post_wait.get(rid, -1),
             post_num_computed_tokens=s1[1], post_num_tokens=s1[2], post_num_blocks=s1[3],
+            sampled_stop=_sampled_stop(q, model_output, rid),
+            finished_stopped=finished is not None and rid in finished and finished[rid].status == RequestStatus.FINISHED_STOPPED,
         ))
     return StepView(
         rows=tuple(rows), token_budget=config.token_budget, max_num_seqs=config.max_num_seqs,
@@ -67,6 +70,11 @@ def _view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping
         pre_num_free_blocks=pre_free, post_num_free_blocks=post_free,
         ids_consistent=not ids_problem, ids_problem=ids_problem,
     )
+
+
+def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid: str) -> bool:
+    tokens = model_output.sampled_token_ids.get(rid, ()) if model_output is not None else ()
+    return any(t == request.effective_eos_token_id or t in request.stop_token_ids for t in tokens)
 
 
 def _state_rows(s: SchedulerState) -> dict[str, tuple]:
@@ -92,12 +100,16 @@ def _ids_problem(held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | No
     return ""
 
 
-def view_from_states(pre: SchedulerState, out: SchedulerOutput, post: SchedulerState) -> StepView:
+def view_from_states(pre: SchedulerState, out: SchedulerOutput, post: SchedulerState,
+                     model_output: ModelRunnerOutput | None = None,
+                     finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
+    """`post` is the state after update_from_output with `model_output`, in which `finished` ended."""
     requests = {rid: r.request for rid, r in {**pre.requests, **post.requests}.items()}
     held = {rid: r.block_ids for rid, r in post.requests.items()}
     problem = _ids_problem(held, post.free_block_queue, post.config.num_gpu_blocks)
     return _view(pre.config, requests, _state_rows(pre), _state_rows(post), (pre.running, pre.waiting),
-                 (post.running, post.waiting), out, pre.num_free_blocks, post.num_free_blocks, problem)
+                 (post.running, post.waiting), out, pre.num_free_blocks, post.num_free_blocks, problem,
+                 model_output, finished)
 
 
 def _arrive(config: SchedulerConfig, waiting: tuple[str, ...], added: tuple[str, ...], requests: Mapping[str, Request]) -> tuple[str, ...]:
@@ -134,5 +146,5 @@ def views_from_trace(trace: Trace) -> Iterator[StepView]:
                      for rid, r in rec.state.requests.items()}
         problem = _ids_problem(blocks, None, config.num_gpu_blocks)
         yield _view(config, requests, pre_rows, post_rows, (pre_running, pre_waiting), (rec.state.running, rec.state.waiting),
-                    rec.output, pre_free, rec.state.num_free_blocks, problem)
+                    rec.output, pre_free, rec.state.num_free_blocks, problem, rec.model_output, rec.finished)
         last = rec.state

@@ -169,6 +169,11 @@ def progress_when_idle(v: StepView) -> Any:
     return implies(and_(nothing_running, fits), _sum([r.num_scheduled for r in v.rows]) > 0)
 
 
+def stop_token_finishes(v: StepView) -> Any:
+    # EOS and stop tokens are checked before the length caps, and finish even below min_tokens.
+    return _all([implies(r.sampled_stop, and_(not_(r.post_live), r.finished_stopped)) for r in v.rows])
+
+
 def running_owes_tokens(v: StepView) -> Any:
     # After a synchronous step, every running request owes the next decode or prefill chunk.
     return _all([implies(r.post_running, r.post_num_tokens + r.post_num_spec_tokens + r.post_num_output_placeholders
@@ -216,6 +221,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "scheduler.py:1054-1060, :1606-1610", ("I-22", "ORDER"), skipped_keep_order),
     Invariant("progress-when-idle", "With nothing running, a head of waiting whose whole sequence fits in the free blocks gets tokens.",
               "scheduler.py:1435-1452 (allocate_slots succeeds), kv_cache_manager.py:531-549", ("PROGRESS",), progress_when_idle),
+    Invariant("stop-token-finishes", "A request that samples its EOS or a stop token finishes as FINISHED_STOPPED, even at a length cap or below min_tokens.",
+              "utils.py:98-140 (check_stop order)", ("STOP", "I-21"), stop_token_finishes),
     Invariant("running-owes-tokens", "After a synchronous step every running request owes at least one token: a sampled token always follows a completed prefill.",
               "scheduler.py:1863 (is_prefill_chunk), :2744-2770 (append)", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
     Invariant("running-served-while-budget-lasts", "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",

@@ -59,6 +59,9 @@ class Row:
     post_num_blocks: Int
     post_num_spec_tokens: Int = 0
     post_num_output_placeholders: Int = 0
+    # How this step's sampling ended for the request.
+    sampled_stop: Bool = False  # it appended its EOS or one of its stop tokens
+    finished_stopped: Bool = False  # it finished as FINISHED_STOPPED in this step
 
 
 @dataclass(frozen=True)

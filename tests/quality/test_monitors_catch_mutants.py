@@ -21,7 +21,7 @@ PINNED = {
     "Z4-min-tokens-first": ("token-bounds", (1, 0, 1, 31, 0, 30)),
     "Z10-admit-after-preemption": ("no-admission-after-preemption", (2, 0, 8, 12, 6, 11)),
     "Z12-leak-on-preempt": ("block-conservation", (2, 0, 15, 17, 7, 12)),
-    "Z13-length-before-stop": ("stop-is-final", (1, 0, 1, 1, 0, 1)),
+    "Z13-length-before-stop": ("stop-token-finishes", (1, 0, 1, 1, 0, 1)),
     "Z14-double-free": ("block-conservation", (1, 0, 1, 1, 0, 1)),
     "stop-at-L-off-by-one": ("token-bounds", (1, 0, 1, 31, 0, 30)),
     "threshold-off-by-one": ("chunk-bounds", (2, 0, 17, 2, 6, 4)),

@@ -1,0 +1,87 @@
+"""From a Z3 model back to a concrete scheduler state, and the replay that confirms it.
+
+A counterexample to induction is a symbolic pre-state; to be reported it
+must become a real `SchedulerState` that the reference can step, and the
+reference's step must break the same invariant. Block counts become block
+ids (running requests take ids from 1 upward in running order; the rest form
+the free queue), the abstract "samples EOS / a stop token" flags become the
+EOS id 2 and the stop token 5, and request ids are chosen so that their
+string order is the model's `id_rank` order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+
+from ..reference_impl import api
+from ..spec.config import SchedulerConfig
+from ..spec.invariants import Invariant
+from ..spec.invariants.build import view_from_states
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import Request, RequestStatus
+from ..spec.state import RequestState, SchedulerState
+from .encoding import Pre
+
+EOS, STOP, PLAIN = 2, 5, 7
+
+
+def _val(model: z3.ModelRef, term: Any) -> Any:
+    if isinstance(term, (bool, int)):
+        return term
+    v = model.eval(term, model_completion=True)
+    return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+
+
+def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, int]]:
+    """The concrete pre-state, and the token each request samples if it completes its prefill."""
+    c = pre.config
+    v = lambda t: _val(model, t)  # noqa: E731
+    usable, wm = v(c.num_usable_blocks), v(c.watermark_blocks)
+    config = SchedulerConfig(
+        max_num_batched_tokens=v(c.token_budget), max_num_seqs=v(c.max_num_seqs), max_model_len=v(c.max_model_len),
+        block_size=c.block_size, num_gpu_blocks=usable + 1,
+        long_prefill_token_threshold=v(c.long_prefill_token_threshold),
+        long_prefill_token_threshold_adaptive=v(c.adaptive), enable_chunked_prefill=v(c.enable_chunked_prefill),
+        policy="fcfs" if c.fcfs else "priority", watermark=(wm + 0.5) / (usable + 1),
+        scheduler_reserve_full_isl=v(c.scheduler_reserve_full_isl),
+    )
+    num_running = v(pre.num_running)
+    requests: dict[str, RequestState] = {}
+    sampled: dict[str, int] = {}
+    order, next_block = [], 1
+    for i, s in enumerate(pre.slots):
+        rid = f"r{v(s.id_rank):02d}"
+        running = i < num_running
+        blocks = tuple(range(next_block, next_block + v(s.num_blocks)))
+        next_block += len(blocks)
+        request = Request(rid, (10,) * v(s.num_prompt_tokens), max_tokens=v(s.max_tokens), min_tokens=v(s.min_tokens),
+                          eos_token_id=EOS, stop_token_ids=(STOP,), priority=v(s.priority), arrival_time=float(v(s.arrival)))
+        status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
+        requests[rid] = RequestState(request, status, output_token_ids=(11,) * v(s.num_output_tokens),
+                                     num_computed_tokens=v(s.num_computed_tokens), block_ids=blocks)
+        sampled[rid] = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
+        order.append(rid)
+    free = tuple(range(next_block, usable + 1))
+    state = SchedulerState(config=config, requests=requests, running=tuple(order[:num_running]),
+                           waiting=tuple(order[num_running:]), free_block_queue=free)
+    return state, sampled
+
+
+def replay(state: SchedulerState, sampled: dict[str, int], invariant: Invariant) -> tuple[bool, dict[str, Any]]:
+    """Step the reference from `state`; True if it breaks `invariant`. Also returns what happened, for the report."""
+    try:
+        output, after_schedule = api.schedule(state)
+    except AssertionError as e:
+        return True, {"error": f"the reference's own assertion failed: {e}"}
+    tokens = {}
+    for rid in output.num_scheduled_tokens:
+        r = after_schedule.requests[rid]
+        tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (sampled[rid],)
+    model_output = ModelRunnerOutput(tokens)
+    post, finished = api.update_from_output(after_schedule, output, model_output)
+    broken = not invariant.holds(view_from_states(state, output, post, model_output, finished))
+    if invariant.state:
+        broken = broken or not invariant.holds(view_from_states(post, SchedulerOutput(), post))
+    return broken, {"output": output, "model_output": model_output, "post": post, "finished": finished}
