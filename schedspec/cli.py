@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
     add_check_parser(sub)
+    from .prove_cmd import add_prove_parser
+
+    add_prove_parser(sub)
     return parser
 
 

@@ -43,6 +43,16 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    from .spec.jsonio import read_json
+
+    data = read_json(args.file)
+    if isinstance(data, dict) and data.get("kind") == "state":  # a proof's counterexample: one step from a state
+        from .proofs.report import load_state_counterexample, replay_state
+
+        broken, shown = replay_state(load_state_counterexample(args.file))
+        for item in shown:
+            console.print(item)
+        return 1 if broken else 0
     cx = Counterexample.load(args.file)
     engine_b = args.engine or cx.engine_b
     check = [args.plot] if args.plot else []

@@ -1,0 +1,83 @@
+"""Proof counterexamples as files and as tables a person reads.
+
+A Z3 counterexample is a state, not a workload: the scheduler state that
+one step leads astray, with the token each request samples. It is written
+in the counterexample format (`kind: "state"`), which `schedspec replay`
+reads: replay steps the reference from that state and shows the state
+before and after as two small tables, naming the broken invariant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from ..spec.errors import SpecError
+from ..spec.invariants import BY_NAME
+from ..spec.jsonio import read_json, write_json_atomic
+from ..spec.state import SchedulerState, state_from_json, state_to_json
+from .concrete import replay
+
+STATE_KIND = "state"
+
+
+def write_state_counterexample(path: str, invariant: str, n: int, policy: str, state: SchedulerState,
+                               sampled: dict[str, int], mutant: str | None = None) -> None:
+    write_json_atomic(path, {
+        "version": 1, "kind": STATE_KIND, "invariant": invariant, "requests": n, "policy": policy,
+        "mutant": mutant, "sampled_token": sampled, "state": state_to_json(state),
+    })
+
+
+def load_state_counterexample(path: str) -> dict[str, Any]:
+    data = read_json(path)
+    where = f"{path}:counterexample"
+    if not isinstance(data, dict) or data.get("kind") != STATE_KIND:
+        raise SpecError(f"{where}.kind", data.get("kind") if isinstance(data, dict) else data, f"is not {STATE_KIND!r}")
+    if data.get("invariant") not in BY_NAME:
+        raise SpecError(f"{where}.invariant", data.get("invariant"), "is not an invariant of the catalogue")
+    data["state"] = state_from_json(data.get("state", {}), f"{where}.state")
+    return data
+
+
+def state_table(state: SchedulerState, title: str) -> Table:
+    t = Table(title=title)
+    for col in ("request", "status", "queue", "prompt", "outputs", "computed", "blocks", "max_tokens", "priority"):
+        t.add_column(col)
+    where = {rid: f"running[{i}]" for i, rid in enumerate(state.running)}
+    where.update({rid: f"waiting[{i}]" for i, rid in enumerate(state.waiting)})
+    for rid, r in state.requests.items():
+        t.add_row(rid, r.status.name, where.get(rid, "-"), str(r.request.num_prompt_tokens), str(r.num_output_tokens),
+                  str(r.num_computed_tokens), str(len(r.block_ids)), str(r.request.max_tokens), str(r.request.priority))
+    c = state.config
+    t.caption = (f"free blocks {state.num_free_blocks}/{c.num_usable_blocks}, budget {c.token_budget}, "
+                 f"max_num_seqs {c.max_num_seqs}, max_model_len {c.max_model_len}, block_size {c.block_size}, "
+                 f"threshold {c.long_prefill_token_threshold}, watermark blocks {c.watermark_blocks}, "
+                 f"chunked prefill {c.enable_chunked_prefill}, full-sequence gate {c.scheduler_reserve_full_isl}")
+    return t
+
+
+def replay_state(data: dict[str, Any]) -> tuple[bool, list[Any]]:
+    """Step the reference from the stored state; whether the invariant breaks, and what to print."""
+    invariant = BY_NAME[data["invariant"]]
+    if data.get("mutant"):  # the counterexample was found with a planted bug: replay it with that bug
+        from ..conformance.mutants import BY_NAME as MUTANTS, applied
+
+        if data["mutant"] not in MUTANTS:
+            raise SpecError("counterexample.mutant", data["mutant"], "is not a known mutant")
+        with applied(MUTANTS[data["mutant"]]):
+            broken, what = replay(data["state"], data["sampled_token"], invariant)
+    else:
+        broken, what = replay(data["state"], data["sampled_token"], invariant)
+    shown: list[Any] = [state_table(data["state"], "before the step")]
+    if "error" in what:
+        shown.append(what["error"])
+    else:
+        out = what["output"]
+        shown.append(f"scheduled {dict(out.num_scheduled_tokens)}, preempted {sorted(out.preempted_req_ids)}, "
+                     f"admitted {[n.req_id for n in out.scheduled_new_reqs]}, sampled {dict(what['model_output'].sampled_token_ids)}")
+        shown.append(state_table(what["post"], "after the step"))
+    planted = f" (with mutant {data['mutant']})" if data.get("mutant") else ""
+    shown.append(f"{'[red]violated' if broken else '[green]holds'}{planted}: {invariant.name}: {invariant.sentence}")
+    return broken, shown
