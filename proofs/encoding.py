@@ -163,14 +163,16 @@ def step(pre: Pre) -> Post:
             if c.fcfs and not victim_is_tail:
                 position = [_count(in_run[:j]) for j in range(N)]
                 victim_index = rules.fcfs_victim_index(_count(in_run))
+            # Choose this round's victim from the state at the start of the round, then pop exactly it.
+            if not c.fcfs:
+                victim = [and_(in_run[j], victim_rank[j] == pops) for j in range(N)]
+            elif victim_is_tail:  # only the tail is ever popped, so the running list is [0, num_running - pops)
+                victim = [and_(in_run[j], j == pre.num_running - 1 - pops) for j in range(N)]
+            else:
+                victim = [and_(in_run[j], position[j] == victim_index) for j in range(N)]
+            popped_now = and_(want, or_(*victim))
             for j in range(N):
-                if not c.fcfs:
-                    is_victim = and_(in_run[j], victim_rank[j] == pops)
-                elif victim_is_tail:  # only the tail is ever popped, so the running list is [0, num_running - pops)
-                    is_victim = and_(in_run[j], j == pre.num_running - 1 - pops)
-                else:
-                    is_victim = and_(in_run[j], position[j] == victim_index)
-                pop = and_(want, is_victim)
+                pop = and_(want, victim[j])
                 free = free + ite(pop, blocks[j], 0)
                 if not c.fcfs:  # PRIORITY refunds a victim already scheduled this step (Z1)
                     budget = budget + ite(and_(pop, sched[j]), n[j], 0)
@@ -178,9 +180,9 @@ def step(pre: Pre) -> Post:
                     n[j] = ite(pop, 0, n[j])
                 in_run[j] = and_(in_run[j], not_(pop))
                 pop_seq[j] = ite(pop, pops, pop_seq[j])
-                pops = pops + ite(pop, 1, 0)
                 preempted[j] = or_(preempted[j], pop)
                 blocks[j], C[j] = ite(pop, 0, blocks[j]), ite(pop, 0, C[j])
+            pops = pops + ite(popped_now, 1, 0)
         ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))
         if c.fcfs:
             active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
