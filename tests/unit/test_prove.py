@@ -1,0 +1,60 @@
+"""The prover: small-N proofs, liveness findings, counterexample files and the CLI's exit codes."""
+
+import json
+
+import pytest
+
+from schedspec.cli import main
+from schedspec.proofs import liveness
+from schedspec.proofs.prove import Job, check, run_job
+from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
+from schedspec.spec.invariants import INVARIANTS
+
+
+@pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
+def test_every_invariant_is_inductive_for_two_requests(fcfs):
+    for n in (1, 2):
+        for inv in INVARIANTS:
+            assert check(inv, n, fcfs, timeout_s=60).verdict == "proved", (inv.name, n)
+
+
+def test_the_d1_livelock_is_found_and_replayed():
+    """A request whose full sequence needs more blocks than the pool has waits forever (semantics doc D1)."""
+    r = liveness.check("no-livelock", 1, True)
+    assert r.verdict == "violated"
+    need = r.counterexample["blocks_needed"]
+    assert max(need.values()) > r.counterexample["usable_blocks"]
+    assert r.counterexample["stuck_for_steps"] == liveness.REPLAY_STEPS
+
+
+def test_head_of_line_blocking_starves_a_request_that_fits_alone():
+    assert liveness.check("fits-alone-is-admitted", 1, True).verdict == "proved"
+    r = liveness.check("fits-alone-is-admitted", 2, True)
+    assert r.verdict == "violated"
+    head = r.counterexample["waiting"][0]
+    assert r.counterexample["blocks_needed"][head] > r.counterexample["usable_blocks"]
+
+
+def test_state_counterexample_round_trips_and_replays(tmp_path):
+    r = run_job(Job("no-admission-after-preemption", 1, True, 30, "Z10-admit-after-preemption"))
+    assert r.verdict == "violated"
+    path = tmp_path / "cx.json"
+    write_state_counterexample(str(path), r.invariant, r.n, r.policy, r.state, r.sampled, "Z10-admit-after-preemption")
+    data = load_state_counterexample(str(path))
+    assert data["state"] == r.state
+    broken, _ = replay_state(data)
+    assert broken
+    assert main(["replay", str(path)]) == 1
+    pristine = json.loads(path.read_text())
+    pristine["mutant"] = None
+    path.write_text(json.dumps(pristine))
+    assert main(["replay", str(path)]) == 0  # the same state is fine for the unmutated reference
+
+
+def test_prove_cli(tmp_path, capsys):
+    assert main(["prove", "--max-requests", "1", "--policy", "fcfs", "--out", str(tmp_path)]) == 0
+    assert "0 violated" in capsys.readouterr().out
+    assert main(["prove", "--invariant", "nope"]) == 2
+    assert main(["prove", "--max-requests", "1", "--policy", "fcfs", "--mutant", "budget-off-by-one",
+                 "--invariant", "budget-conservation", "--out", str(tmp_path)]) == 1
+    assert list(tmp_path.glob("proof-fcfs-budget-conservation-N1.json"))
