@@ -71,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
     add_check_parser(sub)
+    from .mutants_cmd import add_mutants_parser
     from .prove_cmd import add_prove_parser
 
     add_prove_parser(sub)
+    add_mutants_parser(sub)
     return parser
 
 

@@ -1,0 +1,105 @@
+"""The mutant × checker kill matrix: how good each checker is, measured on real bugs.
+
+Every mutant of `mutants.MUTANTS` is run through every checker within a
+time budget. A checker kills a mutant when it reports a confirmed problem:
+a monitor violation (or one of vLLM's own asserts firing) on a generated
+workload, a divergence from the unmutated reference or from vLLM, a Z3
+counterexample replayed on the mutated reference, a failing Hypothesis
+state-machine run, or a CrossHair counterexample replayed concretely. The
+size of what each checker hands back is recorded as (requests, steps).
+
+A mutant that no checker kills fails the run, unless it is argued
+equivalent in `mutants.EQUIVALENT`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .mutants import Mutant
+
+CHECKERS = ("monitors", "diff", "z3", "hypothesis", "crosshair")
+
+
+@dataclass(frozen=True)
+class Kill:
+    mutant: str
+    checker: str
+    killed: bool
+    what: str  # the invariant, field or assertion that caught it; why not, otherwise
+    seconds: float
+    size: tuple[int, int] | None  # (requests, steps) of the counterexample
+
+
+def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
+    def run(m: Mutant, budget_s: float) -> Kill:
+        from .hunt import hunt
+
+        t0 = time.perf_counter()
+        f = hunt(m, checker, budget_s=budget_s, shrink_budget_s=budget_s)
+        if f is None:
+            return Kill(m.name, checker, False, "survived", time.perf_counter() - t0, None)
+        steps = f.step + 1 if f.step >= 0 else f.workload.max_steps
+        return Kill(m.name, checker, True, f.what, f.seconds_to_find, (len(f.workload.requests), steps))
+
+    return run
+
+
+def _z3(m: Mutant, budget_s: float) -> Kill:
+    from ..proofs.prove import Job, run_job
+    from ..spec.invariants import INVARIANTS
+
+    t0 = time.perf_counter()
+    for n in (1, 2, 3):
+        for fcfs in (True, False):
+            for inv in INVARIANTS:
+                left = budget_s - (time.perf_counter() - t0)
+                if left <= 0:
+                    return Kill(m.name, "z3", False, "budget spent", time.perf_counter() - t0, None)
+                r = run_job(Job(inv.name, n, fcfs, min(left, 30.0), m.name))
+                if r.verdict == "violated":
+                    return Kill(m.name, "z3", True, r.invariant, time.perf_counter() - t0, (n, 1))
+    return Kill(m.name, "z3", False, "proved up to N=3", time.perf_counter() - t0, None)
+
+
+def _hypothesis(m: Mutant, budget_s: float) -> Kill:
+    from .state_machine import hunt_state_machine
+
+    t0 = time.perf_counter()
+    f = hunt_state_machine(m, budget_s=budget_s)
+    if f is None:
+        return Kill(m.name, "hypothesis", False, "survived", time.perf_counter() - t0, None)
+    return Kill(m.name, "hypothesis", True, f.what, f.seconds, f.size)
+
+
+def _crosshair(m: Mutant, budget_s: float) -> Kill:
+    from ..proofs.crosshair_runner import hunt_crosshair
+
+    t0 = time.perf_counter()
+    f = hunt_crosshair(m, budget_s=budget_s)
+    if f is None:
+        return Kill(m.name, "crosshair", False, "survived", time.perf_counter() - t0, None)
+    return Kill(m.name, "crosshair", True, f.what, f.seconds, f.size)
+
+
+RUNNERS: dict[str, Callable[[Mutant, float], Kill]] = {
+    "monitors": _monitors_or_diff("monitors"),
+    "diff": _monitors_or_diff("diff"),
+    "z3": _z3,
+    "hypothesis": _hypothesis,
+    "crosshair": _crosshair,
+}
+
+
+def run_cell(args: tuple[str, str, float]) -> Kill:
+    """One (mutant, checker) cell; a checker that crashes is reported, not raised."""
+    from .mutants import BY_NAME
+
+    name, checker, budget_s = args
+    t0 = time.perf_counter()
+    try:
+        return RUNNERS[checker](BY_NAME[name], budget_s)
+    except Exception as e:  # noqa: BLE001 - one broken checker must not lose the whole table
+        return Kill(name, checker, False, f"checker error: {type(e).__name__}: {e}"[:120], time.perf_counter() - t0, None)
