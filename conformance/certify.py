@@ -63,6 +63,10 @@ def plan(engine: str, against: str, level: str, families: list[str], workloads: 
 
 
 def run(tasks: list[Task], jobs: int, on_done: Callable[[WorkloadResult], None] = lambda r: None) -> list[WorkloadResult]:
+    from . import batched
+
+    if batched.applicable(tasks):  # the torch engine runs a campaign as one batch of instances
+        return batched.run(tasks, on_done)
     results: list[WorkloadResult] = []
     if jobs <= 1:
         for t in tasks:

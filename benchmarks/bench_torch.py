@@ -1,0 +1,313 @@
+"""The torch engine against the reference and the real vLLM 0.33.0, in one run, so the ratios compare like with like.
+
+Two measurements, both in the steady decode state of the vLLM CPU guide's
+benchmark (§7.9): requests with 16-token prompts and a long `max_tokens`,
+stepped until every one of them decodes (one token each per step); then
+steps are timed.
+
+1. Time per step with N running requests in one instance, N = 1k, 10k, 100k.
+   A step is `schedule()` + `update_from_output()`; the fake model's answer
+   is built between the two and not timed, for every engine.
+2. Instance-steps per second with B instances of 256 requests each,
+   B = 1, 64, 1024, 8192: the torch engine steps all B instances as one
+   batch; the reference and vLLM are sequential, so they step B schedulers
+   one after another.
+
+Engines:
+
+* `reference`: the oracle (`ReferenceEngine`), Python objects in and out.
+* `torch-cpu` / `torch-cuda`: `gpu_impl.batch.advance`, the tensor step
+  (schedule, the tensor fake model, update) on the batched state; what a
+  simulator or a search built on the engine runs. The time includes every
+  device synchronisation the step needs (CUDA is synchronised before the
+  clock stops).
+* `torch-cpu (Engine API)`: `TorchEngine` behind the Engine protocol, which
+  also builds the spec's `SchedulerOutput` objects: the like-for-like
+  comparison with the reference's Python objects.
+* `vllm`: vLLM 0.33.0's `Scheduler.schedule()` / `update_from_output()`,
+  timed inside its own venv (`.venv-vllm-ref`) by calling them directly:
+  no pipe, no JSON. Skipped with a note if that venv is missing.
+
+An engine whose measurement would take too long (the reference and vLLM at
+100k, and at B = 8192) gets few timed steps or is marked skipped, never
+extrapolated.
+
+    .venv/bin/python benchmarks/bench_torch.py [--device cpu cuda] [--quick] [--results benchmarks/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.engine import fake_model
+from schedspec.spec.request import Request
+from schedspec.spec.workload import Workload, WorkloadRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT_LEN = 16
+PER_INSTANCE = 256
+
+
+def decode_workload(num: int) -> Workload:
+    # A budget that admits every prompt in the first step: the warm-up is two steps even at 100k.
+    config = SchedulerConfig(max_num_batched_tokens=num * (PROMPT_LEN + 1), max_num_seqs=num, max_model_len=32768,
+                             block_size=16, num_gpu_blocks=num * 8 + 1)
+    return Workload(config, _requests(num), name=f"decode-{num}")
+
+
+def instance_workload() -> Workload:
+    config = SchedulerConfig(max_num_batched_tokens=4096, max_num_seqs=PER_INSTANCE, max_model_len=32768,
+                             block_size=16, num_gpu_blocks=PER_INSTANCE * 8 + 1)
+    return Workload(config, _requests(PER_INSTANCE), name=f"instance-{PER_INSTANCE}")
+
+
+def _requests(num: int) -> tuple[WorkloadRequest, ...]:
+    return tuple(WorkloadRequest(Request(f"b{i}", (3 + i % 1000,) * PROMPT_LEN, max_tokens=100_000, ignore_eos=True,
+                                         arrival_time=float(i))) for i in range(num))
+
+
+# ---- the Python engines (reference, TorchEngine), stepped in sequence ----------------------------------------
+
+def _python_engine(kind: str, config: SchedulerConfig, device: str):
+    if kind == "reference":
+        from schedspec.reference_impl import ReferenceEngine
+
+        return ReferenceEngine(config)
+    from schedspec.gpu_impl.engine import TorchEngine
+
+    return TorchEngine(config, device)
+
+
+def time_python(kind: str, workload: Workload, instances: int, steps: int, device: str = "cpu") -> float:
+    """Median seconds per round (every instance steps once) once all requests decode."""
+    engines = [_python_engine(kind, workload.config, device) for _ in range(instances)]
+    for e in engines:
+        if hasattr(e, "add_requests"):
+            e.add_requests(r.request for r in workload.requests)
+        else:
+            for r in workload.requests:
+                e.add_request(r.request)
+    n, times, steady = len(workload.requests), [], 0
+    while len(times) < steps:
+        spent, all_decode = 0.0, True
+        for e in engines:
+            t0 = time.perf_counter()
+            output = e.schedule()
+            t1 = time.perf_counter()
+            model_output = fake_model(workload, output, e.summary())
+            t2 = time.perf_counter()
+            e.update_from_output(output, model_output)
+            spent += time.perf_counter() - t2 + t1 - t0
+            all_decode &= len(output.num_scheduled_tokens) == n == output.total_num_scheduled_tokens
+        if steady >= 1:
+            times.append(spent)
+        steady = steady + 1 if all_decode else 0
+    return statistics.median(times)
+
+
+# ---- the torch tensor step ---------------------------------------------------------------------------------------
+
+def time_torch(workload: Workload, instances: int, steps: int, device: str) -> float:
+    from schedspec.gpu_impl.batch import advance, build_state
+    from schedspec.gpu_impl.device import cpu_threads
+
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    with cpu_threads(dev):
+        st = build_state([workload] * instances, dev)
+        st.arrive(st.arrival_step == 0)
+        total = len(workload.requests) * instances
+        steady = 0
+        while steady < 3:  # all decoding for a few steps: warm caches and allocators
+            out = advance(st)[0]
+            steady = steady + 1 if int(out.n_sched.sum()) == total and int((out.n_sched == 1).sum()) == total else 0
+        times = []
+        for _ in range(steps):
+            sync()
+            t0 = time.perf_counter()
+            advance(st)
+            sync()
+            times.append(time.perf_counter() - t0)
+        assert int(st.num_out.min()) > 0
+        return statistics.median(times)
+
+
+# ---- vLLM, inside its own venv -------------------------------------------------------------------------------------
+
+VLLM_TIMER = r'''
+import importlib.util, json, statistics, sys, time
+spec = importlib.util.spec_from_file_location("vllm_driver", sys.argv[1])
+d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)
+a = json.loads(sys.argv[2])
+drv, scheds = d.Driver(), []
+for b in range(a["instances"]):
+    drv.op_init(config=a["config"])
+    for i in range(a["requests"]):
+        drv.op_add(request={"request_id": f"b{i}", "prompt_token_ids": [3 + i % 1000] * a["prompt"], "max_tokens": 100000,
+                            "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "eos_token_id": None,
+                            "arrival_time": float(i), "priority": 0})
+    scheds.append(drv.scheduler)
+times, steady = [], 0
+while len(times) < a["steps"]:
+    spent, all_decode = 0.0, True
+    for s in scheds:
+        t0 = time.perf_counter(); so = s.schedule(); t1 = time.perf_counter()
+        ids = list(so.num_scheduled_tokens)
+        sampled = [[7] if s.requests[r].num_computed_tokens >= s.requests[r].num_tokens else [] for r in ids]
+        mro = d.ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled)
+        t2 = time.perf_counter(); s.update_from_output(so, mro); t3 = time.perf_counter()
+        spent += (t1 - t0) + (t3 - t2)
+        all_decode &= len(ids) == a["requests"] == sum(so.num_scheduled_tokens.values())
+    if steady >= 1:
+        times.append(spent)
+    steady = steady + 1 if all_decode else 0
+d.PROTO.write(json.dumps({"seconds": statistics.median(times), "vllm": d.vllm.__version__}) + "\n")
+'''
+
+
+def vllm_python() -> Path | None:
+    from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
+
+    venv = vllm_venv_path()
+    return venv / "bin" / "python" if vllm_venv_ready(venv) else None
+
+
+def time_vllm(workload: Workload, instances: int, steps: int) -> float:
+    from schedspec.conformance.engines.vllm import DRIVER
+
+    args = {"config": workload.config.to_dict(), "requests": len(workload.requests), "prompt": PROMPT_LEN,
+            "instances": instances, "steps": steps}
+    done = subprocess.run([str(vllm_python()), "-c", VLLM_TIMER, str(DRIVER), json.dumps(args)],
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"vLLM timer failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+
+
+# ---- the run -----------------------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", nargs="+", default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    parser.add_argument("--running", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--instances", type=int, nargs="+", default=[1, 64, 1024, 8192])
+    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even if its venv exists")
+    parser.add_argument("--quick", action="store_true", help="fewer timed steps (a smoke run)")
+    parser.add_argument("--results", help="append the tables, with the command, to this Markdown file")
+    parser.add_argument("--json", help="also write the raw numbers here")
+    args = parser.parse_args()
+    q = args.quick
+    engines = ["reference"] + [f"torch-{d}" for d in args.device] + ["torch-cpu (Engine API)"]
+    notes: list[str] = [
+        "torch-cpu / torch-cuda: the tensor step (`gpu_impl.batch.advance`: schedule, tensor fake model, update) "
+        "on the batched state, every device synchronisation included; no Python objects are built.",
+        "torch-cpu (Engine API): `TorchEngine` through the Engine protocol, building the spec's `SchedulerOutput` "
+        "objects like the reference does (the fake model's answer is built outside the timing for every engine). "
+        "One instance per engine, so n/a for B > 1.",
+        "vllm: `Scheduler.schedule()` + `update_from_output()` of vLLM 0.33.0 called directly inside its venv.",
+        "skipped: a sequential engine with that many schedulers takes too long to build and step here "
+        "(reference above B = 1,024, vLLM above B = 64); nothing is extrapolated.",
+    ]
+    if args.no_vllm:
+        notes.append("vllm: skipped (--no-vllm).")
+    elif vllm_python() is None:
+        notes.append("vllm: skipped, its venv is missing (run conformance/vllm_env/setup_vllm_ref.sh).")
+    else:
+        engines.append("vllm")
+
+    def measure(engine: str, workload: Workload, instances: int, steps: int) -> float:
+        if engine == "reference":
+            return time_python("reference", workload, instances, steps)
+        if engine == "torch-cpu (Engine API)":
+            return time_python("torch", workload, instances, steps, "cpu")
+        if engine == "vllm":
+            return time_vllm(workload, instances, steps)
+        return time_torch(workload, instances, steps, engine.removeprefix("torch-"))
+
+    per_step: dict[str, dict[int, float | str]] = {e: {} for e in engines}
+    for n in args.running:
+        w = decode_workload(n)
+        for e in engines:
+            slow = e in ("reference", "vllm", "torch-cpu (Engine API)")
+            steps = (3 if n >= 100_000 else 5 if n >= 10_000 else 20) if slow else (20 if n >= 100_000 else 50)
+            per_step[e][n] = measure(e, w, 1, 2 if q else steps)
+            print(f"per step  {e:24s} N={n:>6}: {per_step[e][n] * 1e3:10.3f} ms", flush=True)
+
+    rate: dict[str, dict[int, float | str]] = {e: {} for e in engines}
+    wi = instance_workload()
+    for b in args.instances:
+        for e in engines:
+            if e == "torch-cpu (Engine API)" and b > 1:
+                rate[e][b] = "n/a"
+                continue
+            if (e == "vllm" and b > 64) or (e == "reference" and b > 1024):
+                rate[e][b] = "skipped"
+                continue
+            slow = e in ("reference", "vllm", "torch-cpu (Engine API)")
+            steps = 2 if q else (3 if slow and b >= 64 else 10 if slow else 10 if b >= 1024 else 30)
+            if e.startswith("torch-cpu") and b >= 8192:
+                steps = 2 if q else 3
+            seconds = measure(e, wi, b, steps)
+            rate[e][b] = b / seconds
+            print(f"rate      {e:24s} B={b:>5}: {rate[e][b]:12.0f} instance-steps/s", flush=True)
+
+    text = report(per_step, rate, args, notes)
+    print(text)
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"per_step_s": per_step, "instance_steps_per_s": rate, "notes": notes},
+                                              indent=1, default=str))
+
+
+def _fmt(x: float | str, scale: float = 1.0, digits: int = 2) -> str:
+    return x if isinstance(x, str) else f"{x * scale:,.{digits}f}"
+
+
+def report(per_step, rate, args, notes) -> str:
+    exe = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else "python"
+    cmd = f"{exe} benchmarks/bench_torch.py " + " ".join(sys.argv[1:])
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    lines = [f"## Torch engine vs reference vs vLLM 0.33.0 ({time.strftime('%Y-%m-%d')})", "",
+             f"Command: `{cmd}`", "",
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {gpu}; "
+             f"Python {platform.python_version()}, torch {torch.__version__}; load average at the end "
+             f"{os.getloadavg()[0]:.1f} (a shared machine: absolute times vary, ratios are within this one run).", "",
+             "### Time per step (schedule + update_from_output), N running decodes in one instance", "",
+             "| engine | " + " | ".join(f"N={n:,} ms" for n in args.running) + " | "
+             + " | ".join(f"x ref at {n:,}" for n in args.running) + " |",
+             "|---|" + "---:|" * (2 * len(args.running))]
+    ref = per_step["reference"]
+    for e, row in per_step.items():
+        cells = [_fmt(row[n], 1e3, 3) for n in args.running]
+        ratios = [f"{ref[n] / row[n]:,.1f}x" if not isinstance(row[n], str) and not isinstance(ref[n], str) else "-"
+                  for n in args.running]
+        lines.append(f"| {e} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    lines += ["", f"### Instance-steps per second, B instances of {PER_INSTANCE} decoding requests", "",
+              "| engine | " + " | ".join(f"B={b:,}" for b in args.instances) + " | " +
+              " | ".join(f"x ref at B={b:,}" for b in args.instances) + " |",
+              "|---|" + "---:|" * (2 * len(args.instances))]
+    ref = rate["reference"]
+    for e, row in rate.items():
+        cells = [_fmt(row[b], 1.0, 0) for b in args.instances]
+        ratios = [f"{row[b] / ref[b]:,.1f}x" if not isinstance(row[b], str) and not isinstance(ref[b], str) else "-"
+                  for b in args.instances]
+        lines.append(f"| {e} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

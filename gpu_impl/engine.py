@@ -1,0 +1,142 @@
+"""`TorchEngine`: one scheduler instance on the torch engine, behind the `spec.engine.Engine` protocol.
+
+It is the batched engine with B = 1, so lock-step certification
+(`schedspec certify --engine torch` in per-workload mode, `replay`,
+shrinking) exercises exactly the tensor programs the batched runner uses.
+Ids, each request's output tokens and the finished records live in Python
+glue; every decision is made by `step.schedule`, `update.update_from_output`
+and `update.abort`.
+
+The device is `device`, else `$SCHEDSPEC_TORCH_DEVICE`, else CUDA when
+available, else the CPU (`device.py`). Slots are never reused: capacity
+doubles as requests are added (`BatchState.grow_slots`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterable
+
+import torch
+
+from ..spec.config import SchedulerConfig
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import Request, RequestStatus
+from ..spec.trace import FinishedRequest, StateSummary
+from .device import cpu_threads, pick_device
+from .load import Entry, load, priority_ranks
+from .materialize import STATUS, outputs, summaries
+from .state import BIG, BatchState
+from .step import StepOut, schedule
+from .update import abort, update_from_output
+
+ENGINE_NAME = "torch"
+
+
+def _threads(method):
+    """Run an engine method under the CPU thread setting of `device.cpu_threads`."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with cpu_threads(self.device):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class TorchEngine:
+    name = ENGINE_NAME
+
+    def __init__(self, config: SchedulerConfig, device: str | torch.device | None = None) -> None:
+        self.config = config
+        self.device = pick_device(device)
+        self.st = BatchState([config], 16, self.device)
+        self.ids: list[str] = []  # slot -> request id
+        self.requests: list[Request] = []  # slot -> request
+        self.slot: dict[str, int] = {}
+        self.outputs: dict[str, list[int]] = {}
+        self.live: set[str] = set()
+        self._last: StepOut | None = None
+        self._last_ids: list[str] = []
+
+    # ---- requests in and out ----------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        self.add_requests([request])
+
+    @_threads
+    def add_requests(self, requests: Iterable[Request]) -> None:
+        """`add_request` for many at once, in order (one bulk write instead of one per request)."""
+        requests = list(requests)
+        if not requests:
+            return
+        first = len(self.ids)
+        entries = [Entry(0, first + i, q, first + i) for i, q in enumerate(requests)]
+        for e in entries:
+            self.ids.append(e.request.request_id)
+            self.requests.append(e.request)
+            self.slot[e.request.request_id] = e.slot
+            self.outputs[e.request.request_id] = []
+            self.live.add(e.request.request_id)
+        load(self.st, entries)
+        if self.config.policy == "priority":
+            ranks = torch.tensor(priority_ranks(self.requests), dtype=torch.int64, device=self.device)
+            self.st.prio_rank[0, : len(ranks)] = ranks
+        mask = torch.zeros_like(self.st.fin_pending)
+        mask[0, first: first + len(requests)] = True
+        self.st.arrive(mask)
+
+    @_threads
+    def abort_request(self, request_id: str) -> FinishedRequest | None:
+        if request_id not in self.live:
+            return None
+        slot = torch.tensor([[self.slot[request_id]]], dtype=torch.int64, device=self.device)
+        hit = abort(self.st, slot, torch.ones_like(slot, dtype=torch.bool))
+        if not bool(hit.all()):  # the glue thought it live; the state disagrees
+            raise RuntimeError(f"abort of {request_id!r}: the request is not live in the tensor state")
+        self.live.discard(request_id)
+        return FinishedRequest(RequestStatus.FINISHED_ABORTED, tuple(self.outputs[request_id]))
+
+    # ---- the step -------------------------------------------------------------
+    @_threads
+    def schedule(self) -> SchedulerOutput:
+        out = schedule(self.st)
+        self._last = out
+        result = outputs(self.st, out, [self.ids])[0]
+        self._last_ids = list(result.num_scheduled_tokens)
+        return result
+
+    @_threads
+    def summary(self) -> StateSummary:
+        return summaries(self.st, [self.ids])[0]
+
+    @_threads
+    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+        out, self._last = self._last, None
+        if out is None:
+            raise RuntimeError("update_from_output without a preceding schedule")
+        if list(output.num_scheduled_tokens) != self._last_ids:
+            raise RuntimeError("update_from_output: the output is not the one the last schedule() returned")
+        got = model_output.sampled_token_ids
+        sampled = [got.get(rid, ()) for rid in self._last_ids]
+        if any(len(t) > 1 for t in sampled):  # no drafts are ever scheduled: at most one token each
+            raise ValueError("more than one sampled token for a request in a step without drafts")
+        pairs = [(rid, t[0]) for rid, t in zip(self._last_ids, sampled) if t]
+        for rid, t in pairs:
+            self.outputs[rid].append(t)
+        token = torch.zeros_like(self.st.num_out)
+        sampled_mask = torch.zeros_like(self.st.fin_pending)
+        if pairs:
+            index = torch.tensor([self.slot[rid] for rid, _ in pairs], dtype=torch.int64, device=self.device)
+            token[0, index] = torch.tensor([t for _, t in pairs], dtype=torch.int64, device=self.device)
+            sampled_mask[0, index] = True
+        stopped = update_from_output(self.st, out.sched_key, token, sampled_mask)
+        count = int(stopped.sum())
+        if count == 0:
+            return {}
+        key = torch.where(stopped, out.sched_key, torch.full_like(out.sched_key, BIG))[0]
+        order = key.argsort()[:count]  # num_scheduled_tokens order, as vLLM's loop finds them
+        statuses = self.st.status[0, order].tolist()
+        finished: dict[str, FinishedRequest] = {}
+        for slot, status in zip(order.tolist(), statuses):
+            rid = self.ids[slot]
+            self.live.discard(rid)
+            finished[rid] = FinishedRequest(STATUS[status], tuple(self.outputs[rid]))
+        return finished

@@ -1,0 +1,81 @@
+"""Putting requests into slots: the static per-request fields, written in bulk.
+
+Python glue, run when requests are added, never per step. It turns each
+`Request` into the columns the step reads: prompt length, `max_tokens`,
+the effective EOS (None under `ignore_eos`, request.py), the stop tokens,
+priority and arrival time, and, for the batched runner, the arrival step and
+the fake model's planted tokens. Everything is built on the host and moved
+to the device in one copy per column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..spec.request import Request
+from .state import BatchState
+
+
+@dataclass(frozen=True)
+class Entry:
+    instance: int
+    slot: int
+    request: Request
+    add_rank: int  # the order it joins `scheduler.requests`, for the summary
+    arrival_step: int = -1
+    planted: tuple[int, ...] = ()
+
+
+def priority_order_key(request: Request) -> tuple[int, float, str]:
+    """`Request.__lt__` (request.py:357-367): priority, arrival_time, request_id; `id()` never decides."""
+    return (request.priority, request.arrival_time, request.request_id)
+
+
+def load(st: BatchState, entries: Sequence[Entry]) -> None:
+    if not entries:
+        return
+    st.grow_slots(max(e.slot for e in entries) + 1)
+    stops = max(len(e.request.stop_token_ids) for e in entries)
+    planted = max(len(e.planted) for e in entries)
+    st.grow_wide("stop_tok", stops)
+    st.grow_wide("stop_valid", stops)
+    st.grow_wide("planted", planted)
+    dev = st.device
+    b = torch.tensor([e.instance for e in entries], dtype=torch.int64)
+    s = torch.tensor([e.slot for e in entries], dtype=torch.int64)
+    bd, sd = b.to(dev), s.to(dev)
+
+    def put(name: str, values, dtype=torch.int64) -> None:
+        getattr(st, name)[bd, sd] = torch.tensor(values, dtype=dtype).to(dev)
+
+    reqs = [e.request for e in entries]
+    put("prompt_len", [q.num_prompt_tokens for q in reqs])
+    put("max_tokens", [q.max_tokens for q in reqs])
+    put("prio", [q.priority for q in reqs])
+    put("arrival", [q.arrival_time for q in reqs], torch.float64)
+    eos = [q.effective_eos_token_id for q in reqs]
+    put("eos", [0 if x is None else x for x in eos])
+    put("has_eos", [x is not None for x in eos], torch.bool)
+    put("add_rank", [e.add_rank for e in entries])
+    put("arrival_step", [e.arrival_step for e in entries])
+    put("plen", [len(e.planted) for e in entries])
+    if stops:
+        rows = [list(q.stop_token_ids) + [0] * (stops - len(q.stop_token_ids)) for q in reqs]
+        st.stop_tok[bd, sd, :stops] = torch.tensor(rows, dtype=torch.int64).to(dev)
+        valid = [[i < len(q.stop_token_ids) for i in range(stops)] for q in reqs]
+        st.stop_valid[bd, sd, :stops] = torch.tensor(valid, dtype=torch.bool).to(dev)
+    if planted:
+        rows = [list(e.planted) + [0] * (planted - len(e.planted)) for e in entries]
+        st.planted[bd, sd, :planted] = torch.tensor(rows, dtype=torch.int64).to(dev)
+
+
+def priority_ranks(requests_by_slot: Sequence[Request]) -> list[int]:
+    """Each request's rank by `Request.__lt__`: the PRIORITY waiting queue's pop order, as a sort key."""
+    order = sorted(range(len(requests_by_slot)), key=lambda i: priority_order_key(requests_by_slot[i]))
+    ranks = [0] * len(order)
+    for rank, slot in enumerate(order):
+        ranks[slot] = rank
+    return ranks

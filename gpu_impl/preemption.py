@@ -1,0 +1,104 @@
+"""Preemption by recompute, for every instance whose RUNNING pass hit an allocation failure.
+
+vLLM (scheduler.py:912-994, semantics doc §9.A.7-8): when request j cannot
+get its blocks, victims are preempted one at a time until j's allocation
+fits or j itself is the victim. Its `num_new_tokens` is fixed before that
+loop; only the free-block count changes between retries. So the victims
+of one failure are a *prefix of a fixed victim order*, and where it stops is
+a search over the cumulative blocks the victims free:
+
+* FCFS: the order is the running list from its tail (`running.pop()`).
+  Stop at the first t with `free + freed(v_1..v_t) >= k_j`, or at j itself
+  (then the pass breaks: j was the tail, everything after it is gone).
+  FCFS never preempts a request scheduled earlier in the step, since those
+  lie before j.
+* PRIORITY: the order is `max(running, key=(priority, arrival_time))`
+  taken repeatedly: descending (priority, arrival_time), ties to the first
+  in running order. It ranges over all of `running`, including requests
+  already scheduled in this step (their grant is refunded to the budget
+  and their freshly allocated blocks are freed with the rest) and ones
+  skipped earlier; removing a victim before j shifts `req_index`, which
+  here is implicit because positions are fixed keys, not list indices.
+  After self-preemption the pass continues with the next request.
+
+Each victim is freed in that order (its table reversed to the queue front),
+becomes PREEMPTED with C = 0, and is prepended to the FCFS waiting queue
+(`appendleft`, so the last victim ends up first) or pushed into the
+PRIORITY heap (whose order `prio_rank` already gives).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .freequeue import pop_alloc, push_free
+from .state import PREEMPTED, BatchState
+
+Tensor = torch.Tensor
+INT64_MIN = torch.iinfo(torch.int64).min
+
+
+def victim_order(st: BatchState, order: Tensor, alive: Tensor) -> Tensor:
+    """Positions (into the running order) in the order victims are taken; dead positions last."""
+    idx = st.cols()
+    fcfs = torch.sort(torch.where(alive, idx, torch.full_like(idx, -1)), dim=1, descending=True).indices
+    if not st.any_priority:
+        return fcfs
+    prio = torch.where(alive, st.prio.gather(1, order), torch.full_like(idx, INT64_MIN))
+    arrival = torch.where(alive, st.arrival.gather(1, order), torch.full(idx.shape, -torch.inf, dtype=torch.float64,
+                                                                          device=order.device))
+    # Stable sorts from the least significant key: running position ascending (the identity),
+    # then arrival_time descending, then priority descending. Python's `max` keeps the first of equals.
+    by_arrival = torch.sort(arrival, dim=1, descending=True, stable=True).indices
+    by_prio = torch.sort(prio.gather(1, by_arrival), dim=1, descending=True, stable=True).indices
+    return torch.where(st.prio_policy[:, None], by_arrival.gather(1, by_prio), fcfs)
+
+
+def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor) -> None:
+    """Handle the allocation failure at position `jf` of every `failing` instance of the pass `p`.
+
+    Victims are taken, freed and requeued; if the failing request survives it is granted its fixed
+    `n` and allocated its `k` blocks at once (its blocks come from the front, i.e. from the last
+    victim's freed blocks first). `p` is the `RunningPass` state; it is updated in place.
+    """
+    st, order, idx = p.st, p.order, p.idx
+    B, R = order.shape
+    j = jf.clamp(max=R - 1)[:, None]
+    n_j, k_j = n.gather(1, j).squeeze(1), k.gather(1, j).squeeze(1)
+    vo = victim_order(st, order, p.alive)
+    valid = p.alive.gather(1, vo)
+    freed = torch.where(valid, st.held.gather(1, order.gather(1, vo)), torch.zeros_like(vo))
+    fits = valid & (st.free[:, None] + freed.cumsum(1) >= k_j[:, None])
+    big = torch.full_like(idx, R)
+    first_fit = torch.where(fits, idx, big).min(1).values
+    self_pos = torch.where(vo == j, idx, big).min(1).values
+    self_preempted = first_fit >= self_pos
+    count = torch.where(failing, torch.where(self_preempted, self_pos, first_fit) + 1, torch.zeros_like(jf))
+    taken = idx < count[:, None]  # in victim order
+    victims = torch.zeros_like(p.alive).scatter(1, vo, taken)  # in running order
+
+    # A PRIORITY victim scheduled earlier in this step gives its grant back (scheduler.py:935-945, Z1).
+    p.budget = p.budget + torch.where(victims, p.grant, torch.zeros_like(p.grant)).sum(1)
+    p.grant = torch.where(victims, torch.zeros_like(p.grant), p.grant)
+    p.alive = p.alive & ~victims
+    p.preempted = p.preempted | victims
+
+    # _preempt_request (scheduler.py:1799-1843): free (in victim order), PREEMPTED, C = 0, prepend.
+    victim_slots = order.gather(1, vo)
+    push_free(st, victim_slots, taken)
+    in_slots = torch.zeros_like(p.alive).scatter(1, order, victims)
+    st.status = torch.where(in_slots, torch.full_like(st.status, PREEMPTED), st.status)
+    st.C = torch.where(in_slots, torch.zeros_like(st.C), st.C)
+    rank_in_slots = torch.zeros_like(st.wait_pos).scatter(1, victim_slots, idx)
+    st.wait_pos = torch.where(in_slots, st.wait_head[:, None] - rank_in_slots, st.wait_pos)
+    st.wait_head = st.wait_head - count
+
+    # The failing request, if it survived, now fits: grant it (its n was fixed before the victims).
+    survived = failing & ~self_preempted
+    asks = torch.zeros_like(k).scatter(1, j, torch.where(survived, k_j, 0)[:, None])
+    pop_alloc(st, order, asks)
+    p.grant = p.grant.scatter_add(1, j, torch.where(survived, n_j, 0)[:, None])
+    p.budget = p.budget - torch.where(survived, n_j, 0)
+    p.cursor = torch.where(failing, jf + 1, p.cursor)
+    # FCFS self-preemption ends the pass (`break`); PRIORITY continues (`continue`, :982-994).
+    p.done = p.done | (failing & self_preempted & ~st.prio_policy)

@@ -1,0 +1,59 @@
+"""The scheduler's arithmetic rules as elementwise tensor functions.
+
+These are the same lines of vLLM 0.33.0 that `reference_impl/rules.py` writes
+for ints and Z3 terms, rewritten for tensors, because this engine must not
+borrow the oracle's code (an engine that reuses the oracle certifies
+nothing). Every function broadcasts: per-instance knobs come in as `[B, 1]`
+columns, per-request values as `[B, R]`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def cdiv(a: Tensor, b: Tensor) -> Tensor:
+    """vLLM's `cdiv` for a >= 0, b > 0."""
+    return torch.div(a + b - 1, b, rounding_mode="floor")
+
+
+def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tensor, input_budget: Tensor) -> Tensor:
+    """scheduler.py:756-767 (semantics doc §9.A.4): fixed once per step.
+
+    A lone request (running + waiting <= 1) is never capped; the adaptive
+    variant floors a positive threshold by the fair share of the batch,
+    `max_num_batched_tokens // count` (T10).
+    """
+    thr = torch.where(num_eligible > 1, threshold, torch.zeros_like(threshold))
+    fair = torch.div(input_budget, num_eligible.clamp(min=1), rounding_mode="floor")
+    return torch.where(adaptive & (thr > 0), torch.maximum(thr, fair), thr)
+
+
+def clamp_to_threshold(n: Tensor, threshold: Tensor) -> Tensor:
+    """`if 0 < long_prefill_token_threshold < num_new_tokens` (scheduler.py:845, :1331): min(n, thr) when thr > 0."""
+    return torch.where(threshold > 0, torch.minimum(n, threshold), n)
+
+
+def grants(asks: Tensor, budget: Tensor) -> Tensor:
+    """Budget grants in queue order by prefix sums: grant_i = min(cum_i, B) - min(cum_{i-1}, B).
+
+    Sequentially each request gets `min(ask, budget left)`, and the budget
+    left is `B - sum of earlier grants`; with non-negative asks that is
+    exactly the clipped prefix-sum difference. `asks` must be >= 0 (a
+    request that is skipped with `continue` asks 0).
+    """
+    cum = asks.cumsum(1)
+    return torch.minimum(cum, budget) - torch.minimum(cum - asks, budget)
+
+
+def blocks_for(num_tokens: Tensor, max_model_len: Tensor, block_size: Tensor) -> Tensor:
+    """Blocks that hold `num_tokens` slots, capped at the model length (kv_cache_manager.py:550-553, §9.A.2)."""
+    return cdiv(torch.minimum(num_tokens, max_model_len), block_size)
+
+
+def first_index(mask: Tensor, cols: Tensor, default: int) -> Tensor:
+    """Per row, the first column where `mask` holds, else `default` (no reliance on argmax tie rules).
+    `cols` holds the column positions, broadcastable to `mask`."""
+    return torch.where(mask, cols, default).min(1).values

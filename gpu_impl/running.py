@@ -1,0 +1,100 @@
+"""The RUNNING pass (scheduler.py:793-1037), for all instances at once.
+
+vLLM walks `running` in order. Each request asks
+`min(clamp_thr(T - C), L - C - 1)` tokens (the threshold clamp, then the
+max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1) and
+gets `min(ask, budget left)`; an ask of 0 is skipped with `continue`, not
+`break` (:891-906); the pass stops when the budget is spent. With
+non-negative asks the grants are prefix sums:
+`grant_i = min(cum_ask_i, B) - min(cum_ask_{i-1}, B)` (`rules.grants`).
+
+Blocks: request i needs `k_i = max(cdiv(min(min(C, L) + n, L), bs) - held, 0)` new
+blocks (kv_cache_manager.py:550-587; no watermark and no full-sequence gate
+for RUNNING requests), taken from the front of the free queue in order. The
+first request whose cumulative need exceeds the free count is where vLLM
+starts preempting (`preemption.py`).
+
+Rounds: everything before the first failure is granted and allocated in one
+go; the failure is resolved (victims found by a search over their cumulative
+freed blocks, the failing request granted if it survives); the pass resumes
+after it. Each round past the first preempts at least one request, so an
+instance takes at most 1 + (requests preempted in the step) rounds, and the
+loop runs max over instances of that: almost always 1, since a step that
+preempts is rare. Rounds are a loop in Python over tensor programs that
+each cover every request of every instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import rules
+from .freequeue import pop_alloc
+from .preemption import resolve_failures
+from .state import BIG, BatchState
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class RunningPass:
+    st: BatchState
+    order: Tensor  # [B, R] slots in running order at the start of the step (then the non-running)
+    idx: Tensor  # [B, R] column positions
+    alive: Tensor  # [B, R] still in `running` (by position)
+    grant: Tensor  # [B, R] tokens granted (by position); 0 = not scheduled
+    old_held: Tensor  # [B, R] blocks held at the start of the step (by position)
+    preempted: Tensor  # [B, R] preempted in this step (by position)
+    budget: Tensor  # [B] tokens left
+    cursor: Tensor  # [B] first position not yet visited
+    done: Tensor  # [B] the pass has ended
+    rounds: int = 0
+
+
+def idle_pass(st: BatchState, budget: Tensor) -> RunningPass:
+    """The pass when no instance has a running request: nothing granted, nothing preempted."""
+    zeros = torch.zeros((st.B, st.R), dtype=torch.int64, device=st.device)
+    none = torch.zeros_like(zeros, dtype=torch.bool)
+    return RunningPass(st, st.cols(), st.cols(), none, zeros, zeros, none, budget.clone(),
+                       torch.zeros_like(budget), torch.ones_like(budget, dtype=torch.bool))
+
+
+def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Tensor) -> RunningPass:
+    """`running` is the RUNNING mask [B, R] at the start of the step."""
+    B, R = st.B, st.R
+    order = torch.where(running, st.run_pos, torch.full_like(st.run_pos, BIG)).sort(dim=1).indices
+    alive = running.gather(1, order)
+    C = st.C.gather(1, order)
+    T = st.num_tokens().gather(1, order)
+    L, bs = st.L[:, None], st.bs[:, None]
+    ask = torch.minimum(rules.clamp_to_threshold(T - C, threshold[:, None]), L - C - 1).clamp(min=0)
+    zeros = torch.zeros_like(C)
+    p = RunningPass(st, order, st.cols(), alive, zeros,
+                    st.held.gather(1, order), torch.zeros_like(alive), budget.clone(),
+                    torch.zeros(B, dtype=torch.int64, device=st.device),
+                    torch.zeros(B, dtype=torch.bool, device=st.device))
+    while True:
+        p.rounds += 1
+        if p.rounds == 1:  # everything is still to visit, nothing has been allocated yet
+            a, held = torch.where(alive, ask, zeros), p.old_held
+        else:
+            a = torch.where(p.alive & (p.idx >= p.cursor[:, None]) & ~p.done[:, None], ask, zeros)
+            held = st.held.gather(1, order)
+        n = rules.grants(a, p.budget[:, None])
+        k = torch.where(n > 0, (rules.blocks_for(torch.minimum(C, L) + n, L, bs) - held).clamp(min=0), zeros)
+        fail = (n > 0) & (k.cumsum(1) > st.free[:, None])
+        jf = rules.first_index(fail, p.idx, R)
+        failing = jf < R
+        ok = (n > 0) & (p.idx < jf[:, None])
+        any_failing = pop_alloc(st, order, torch.where(ok, k, zeros), also=failing.any())
+        granted = torch.where(ok, n, zeros)
+        p.grant = p.grant + granted
+        p.budget = p.budget - granted.sum(1)
+        p.done = p.done | ~failing
+        if not any_failing:
+            return p
+        if p.rounds > R + 1:  # each failure preempts at least one request: this cannot happen
+            raise RuntimeError(f"running pass did not converge after {p.rounds} rounds")
+        resolve_failures(p, failing, jf, n, k)

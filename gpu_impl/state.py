@@ -1,0 +1,187 @@
+"""The full state of B independent scheduler instances, in padded tensors.
+
+Layout (semantics doc §2): every instance has R request *slots*; a slot
+holds one request for its whole life (it is never reused), so a request is
+addressed by `(instance, slot)` and its id lives only in the Python glue.
+
+* per instance `[B]`: the config knobs the step reads, the free-block queue
+  as a ring buffer (`ring`, `head`, `free`; see `freequeue.py`), and the
+  counters that give queue positions (`run_ctr`, `wait_tail`, `wait_head`).
+* per slot `[B, R]`: status (vLLM's `RequestStatus` values; 0 = no request
+  yet), prompt length, outputs, computed tokens (C), held blocks, the
+  position keys of both queues, priority and arrival time, the stop data,
+  and the block table `[B, R, W]`.
+
+Queues are not stored as lists. `running` is the RUNNING slots ordered by
+`run_pos` (an admission appends: `run_ctr` counts up). FCFS `waiting` is the
+WAITING/PREEMPTED slots ordered by `wait_pos`: an arrival takes `wait_tail`
+(counting up), a preempted request is prepended with `wait_head` (counting
+down), exactly `deque.append` / `appendleft` (request_queue.py:75-128).
+PRIORITY `waiting` is ordered by `prio_rank`, the rank of
+(priority, arrival_time, request_id) (`Request.__lt__`, request.py:357-367),
+because a heap's every observable use depends only on that order.
+
+Capacities grow by doubling: slots (`grow_slots`), block-table width
+(`grow_width`), stop tokens and planted tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..spec.config import SchedulerConfig
+from ..spec.request import RequestStatus
+
+EMPTY = 0
+WAITING = int(RequestStatus.WAITING)
+RUNNING = int(RequestStatus.RUNNING)
+PREEMPTED = int(RequestStatus.PREEMPTED)
+FINISHED_STOPPED = int(RequestStatus.FINISHED_STOPPED)
+FINISHED_LENGTH_CAPPED = int(RequestStatus.FINISHED_LENGTH_CAPPED)
+FINISHED_ABORTED = int(RequestStatus.FINISHED_ABORTED)
+BIG = 1 << 62  # a sort key past every real position
+
+I64, F64, BOOL, I32 = torch.int64, torch.float64, torch.bool, torch.int32
+
+# Per-slot tensors [B, R] and the value a fresh slot holds.
+SLOT_FIELDS: dict[str, tuple[torch.dtype, float | int | bool]] = {
+    "status": (I64, EMPTY), "prompt_len": (I64, 0), "num_out": (I64, 0), "C": (I64, 0), "held": (I64, 0),
+    "max_tokens": (I64, 0), "run_pos": (I64, 0), "wait_pos": (I64, 0), "prio_rank": (I64, 0),
+    "prio": (I64, 0), "arrival": (F64, 0.0), "eos": (I64, 0), "has_eos": (BOOL, False),
+    "fin_pending": (BOOL, False), "add_rank": (I64, 0), "arrival_step": (I64, -1), "plen": (I64, 0),
+}
+# Per-slot tensors with a trailing dimension [B, R, X].
+WIDE_FIELDS: dict[str, tuple[torch.dtype, int | bool]] = {
+    "table": (I32, 0), "stop_tok": (I64, 0), "stop_valid": (BOOL, False), "planted": (I64, 0),
+}
+# Per-instance tensors [B] (config first, then the dynamic counters).
+INST_FIELDS = ("budget0", "input_budget0", "max_active", "L", "bs", "wm", "thr0", "adaptive", "chunked", "gate",
+               "prio_policy", "cap", "capsafe", "filler", "head", "free", "run_ctr", "wait_tail", "wait_head")
+
+
+class BatchState:
+    def __init__(self, configs: Sequence[SchedulerConfig], capacity: int, device: torch.device | str,
+                 width: int = 4, stops: int = 0, planted: int = 0, fillers: Sequence[int] | None = None) -> None:
+        dev = self.device = torch.device(device)
+        B = self.B = len(configs)
+        self.R = max(int(capacity), 1)
+
+        def col(values, dtype=I64):
+            return torch.tensor(list(values), dtype=dtype, device=dev)
+
+        c = configs
+        # min(token_budget, input_budget): both fall by every grant, and the passes stop when either is 0
+        # (scheduler.py:793-796, :1050-1053; draft slots are 0 without a drafting method).
+        self.budget0 = col(min(x.token_budget, x.max_num_batched_tokens) for x in c)
+        self.input_budget0 = col(x.max_num_batched_tokens for x in c)
+        self.max_active = col(x.max_num_active_reqs for x in c)
+        self.L = col(x.max_model_len for x in c)
+        self.bs = col(x.block_size for x in c)
+        self.wm = col(x.watermark_blocks for x in c)
+        self.thr0 = col(x.long_prefill_token_threshold for x in c)
+        self.any_threshold = any(x.long_prefill_token_threshold > 0 for x in c)
+        self.adaptive = col((x.long_prefill_token_threshold_adaptive for x in c), BOOL)
+        self.chunked = col((x.enable_chunked_prefill for x in c), BOOL)
+        self.gate = col((x.scheduler_reserve_full_isl for x in c), BOOL)
+        self.prio_policy = col((x.policy == "priority" for x in c), BOOL)
+        self.any_priority = any(x.policy == "priority" for x in c)
+        self.cap = col(x.num_gpu_blocks - 1 for x in c)  # block 0 is the null block, never free
+        self.capsafe = self.cap.clamp(min=1)
+        self.filler = col(fillers if fillers is not None else [7] * B)
+        cmax = max(int(self.cap.max()) if B else 1, 1)
+        # The free queue starts as [1, 2, ..., num_gpu_blocks - 1] (block_pool.py:191).
+        self.ring = torch.arange(1, cmax + 1, dtype=I32, device=dev).repeat(B, 1)
+        self.head = torch.zeros(B, dtype=I64, device=dev)
+        self.free = self.cap.clone()
+        self.run_ctr = torch.zeros(B, dtype=I64, device=dev)
+        self.wait_tail = torch.zeros(B, dtype=I64, device=dev)
+        self.wait_head = torch.full((B,), -1, dtype=I64, device=dev)
+        for name, (dtype, pad) in SLOT_FIELDS.items():
+            setattr(self, name, torch.full((B, self.R), pad, dtype=dtype, device=dev))
+        widths = {"table": max(width, 1), "stop_tok": stops, "stop_valid": stops, "planted": planted}
+        for name, (dtype, pad) in WIDE_FIELDS.items():
+            setattr(self, name, torch.full((B, self.R, widths[name]), pad, dtype=dtype, device=dev))
+
+    # ---- sizes ----------------------------------------------------------------
+    @property
+    def W(self) -> int:
+        return self.table.shape[2]
+
+    def cols(self) -> torch.Tensor:
+        """[B, R] column positions 0..R-1 (cached: on a GPU every fresh `arange` is a kernel launch)."""
+        c = getattr(self, "_cols", None)
+        if c is None or c.shape != (self.B, self.R):
+            c = self._cols = torch.arange(self.R, device=self.device).expand(self.B, self.R)
+        return c
+
+    def num_tokens(self) -> torch.Tensor:
+        """T = prompt + outputs (request.py:294-304)."""
+        return self.prompt_len + self.num_out
+
+    def grow_slots(self, need: int) -> None:
+        """Double the slot capacity until `need` slots fit (pads with empty slots)."""
+        if need <= self.R:
+            return
+        new = self.R
+        while new < need:
+            new *= 2
+        extra = new - self.R
+        for name, (dtype, pad) in SLOT_FIELDS.items():
+            t = getattr(self, name)
+            setattr(self, name, torch.cat([t, torch.full((self.B, extra), pad, dtype=dtype, device=self.device)], 1))
+        for name, (dtype, pad) in WIDE_FIELDS.items():
+            t = getattr(self, name)
+            setattr(self, name, torch.cat(
+                [t, torch.full((self.B, extra, t.shape[2]), pad, dtype=dtype, device=self.device)], 1))
+        self.R = new
+
+    def grow_wide(self, name: str, need: int) -> None:
+        """Double a trailing dimension (block table, stop tokens, planted tokens) until `need` fits."""
+        t = getattr(self, name)
+        if need <= t.shape[2]:
+            return
+        new = max(t.shape[2], 1)
+        while new < need:
+            new *= 2
+        dtype, pad = WIDE_FIELDS[name]
+        grown = torch.full((self.B, self.R, new), pad, dtype=dtype, device=self.device)
+        grown[:, :, : t.shape[2]] = t
+        setattr(self, name, grown)
+
+    def grow_width(self, need: int) -> None:
+        self.grow_wide("table", need)
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only the instances `keep` (a 1-D index tensor), in that order: drops finished ones."""
+        for name in INST_FIELDS + ("ring",) + tuple(SLOT_FIELDS) + tuple(WIDE_FIELDS):
+            setattr(self, name, getattr(self, name).index_select(0, keep))
+        self.B = int(keep.numel())
+
+    # ---- masks ----------------------------------------------------------------
+    def running_mask(self) -> torch.Tensor:
+        return self.status == RUNNING
+
+    def waiting_mask(self) -> torch.Tensor:
+        return (self.status == WAITING) | (self.status == PREEMPTED)
+
+    def live_mask(self) -> torch.Tensor:
+        return (self.status >= WAITING) & (self.status <= PREEMPTED)
+
+    def waiting_key(self) -> torch.Tensor:
+        """Pop order of the waiting queue: FCFS deque position, or the PRIORITY heap's order."""
+        key = torch.where(self.prio_policy[:, None], self.prio_rank, self.wait_pos)
+        return torch.where(self.waiting_mask(), key, torch.full_like(key, BIG))
+
+    def running_key(self) -> torch.Tensor:
+        return torch.where(self.running_mask(), self.run_pos, torch.full_like(self.run_pos, BIG))
+
+    # ---- arrivals ---------------------------------------------------------------
+    def arrive(self, mask: torch.Tensor) -> None:
+        """`add_request` (scheduler.py:2931-2962) for the masked slots, in slot order within an instance:
+        status WAITING, appended at the FCFS tail (PRIORITY orders by `prio_rank` instead)."""
+        rank = mask.long().cumsum(1) - 1
+        self.wait_pos = torch.where(mask, self.wait_tail[:, None] + rank, self.wait_pos)
+        self.wait_tail = self.wait_tail + mask.long().sum(1)
+        self.status = torch.where(mask, torch.full_like(self.status, WAITING), self.status)

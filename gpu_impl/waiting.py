@@ -1,0 +1,83 @@
+"""The WAITING pass (scheduler.py:1049-1616) as a longest admissible prefix.
+
+It runs only in instances that preempted nothing in this step (§9.A.6).
+vLLM pops the waiting queue in order and stops at the first request that
+cannot be admitted; nothing is ever skipped in our scope (the skip rules
+concern stale async output, LoRA, grammars, connectors and streaming, all
+inert here), so what is admitted is a prefix of the queue, and every
+condition of request i depends only on what the requests before it took:
+
+* `len(running) < max_num_active_reqs` (:1062-1074): i < limit - running;
+* budget left > 0 (:1050), with grants by prefix sums as in the RUNNING pass;
+  a waiting request asks `clamp_thr(T)`: T, not the prompt, because a
+  resumed request recomputes its outputs too, and C = 0 (no prefix cache);
+* chunked prefill off and the ask above the budget left: break (:1361-1368);
+* the full-sequence gate `cdiv(min(T, L), bs)` when
+  `scheduler_reserve_full_isl`, and the slot check `cdiv(min(n, L), bs)`,
+  each plus the watermark `int(watermark * num_gpu_blocks)`, which counts
+  only while `running` is non-empty, and that includes requests admitted
+  earlier in this same pass (kv_cache_manager.py:518-549, §9.A.17, D7).
+  Both must fit in the free blocks left by the requests before it.
+
+The admitted prefix is the running product of those conditions. Admitted
+requests are appended to `running` in order, listed as new (WAITING) or
+resumed (PREEMPTED), and their blocks are popped in admission order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import rules
+from .freequeue import pop_alloc
+from .state import BIG, RUNNING, WAITING, BatchState
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class WaitingPass:
+    order: Tensor  # [B, R] slots in waiting order at the start of the pass
+    grant: Tensor  # [B, R] tokens granted (by position)
+    admitted: Tensor  # [B, R] admitted (by position): a prefix of each row
+    resumed: Tensor  # [B, R] admitted from PREEMPTED (by position)
+    count: Tensor  # [B] admitted
+
+
+def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running: Tensor, allowed: Tensor,
+                 waiting: Tensor) -> WaitingPass:
+    """`waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
+    the RUNNING pass preempted nothing, so the queue is still exactly that."""
+    B, R = st.B, st.R
+    key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
+    order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices
+    valid = waiting.gather(1, order)
+    T = st.num_tokens().gather(1, order)
+    L, bs, bud = st.L[:, None], st.bs[:, None], budget[:, None]
+    idx = st.cols()
+    zeros = torch.zeros_like(T)
+    ask = torch.where(valid, rules.clamp_to_threshold(T, threshold[:, None]), zeros)
+    n = rules.grants(ask, bud)
+    left = bud - torch.minimum(ask.cumsum(1) - ask, bud)
+    slots = rules.blocks_for(n, L, bs)
+    full = torch.where(st.gate[:, None], rules.blocks_for(T, L, bs), zeros)
+    before = slots.cumsum(1) - slots
+    watermark = torch.where(num_running[:, None] + idx > 0, st.wm[:, None], zeros)
+    ok = (valid & allowed[:, None]
+          & (num_running[:, None] + idx < st.max_active[:, None])
+          & (left > 0)
+          & (st.chunked[:, None] | (ask <= left))
+          & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before))
+    admitted = idx < rules.first_index(~ok, idx, R)[:, None]  # the longest prefix where every condition holds
+    count = admitted.long().sum(1)
+    grant = torch.where(admitted, n, zeros)
+    resumed = admitted & (st.status.gather(1, order) != WAITING)
+
+    pop_alloc(st, order, torch.where(admitted, slots, zeros))
+    in_slots = torch.zeros_like(admitted).scatter(1, order, admitted)
+    st.status = torch.where(in_slots, torch.full_like(st.status, RUNNING), st.status)
+    st.run_pos = st.run_pos.scatter(1, order, torch.where(admitted, st.run_ctr[:, None] + idx, st.run_pos.gather(1, order)))
+    st.run_ctr = st.run_ctr + count
+    return WaitingPass(order, grant, admitted, resumed, count)
