@@ -22,6 +22,7 @@ from ..spec.trace import Trace
 from .counterexample import Counterexample
 from .coverage import coverage
 from .differ import diff
+from .explain import step_table
 from .families import generate
 from .registry import engine_factory, engine_version
 from .shrink import shrink
@@ -53,6 +54,7 @@ class WorkloadResult:
     shrunk_size: list[int] | None = None
     nondeterministic: dict[str, Any] | None = None
     violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
+    steps_table: dict[str, Any] | None = None  # explain.step_table of the shrunk counterexample
 
 
 @cache
@@ -67,9 +69,16 @@ def run_task(task: Task) -> WorkloadResult:
     result = diff(workload, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
     out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0,
                          coverage(workload, result.records_a))
-    # The monitors judge the engine on its own, whatever the oracle says (a partial trace if it diverged).
+    # The monitors judge the engine on its own, whatever the oracle says.
     complete = result.divergence is None and result.steps_compared < workload.max_steps
-    engine_trace = Trace(workload, tuple(result.records_b), task.engine, "drained" if complete else "max_steps")
+    records_b = result.records_b
+    if result.divergence is not None and not result.divergence.field.startswith(("engine", "malformed")):
+        # Past a divergence the oracle says nothing, but the monitors still judge the engine's whole run;
+        # driven against itself it runs to the end (`--allow-divergence` rests on this).
+        solo = diff(workload, engine, engine, "blocks", task.step_timeout_s, keep_records=True)
+        if solo.divergence is None:
+            records_b, complete = solo.records_a, solo.steps_compared < workload.max_steps
+    engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
     out.violations = [str(v) for v in check_trace(engine_trace)]
     if result.divergence is not None:
         d = result.divergence
@@ -79,7 +88,9 @@ def run_task(task: Task) -> WorkloadResult:
             return diff(candidate, oracle, engine, task.level, task.step_timeout_s).divergence is not None
 
         small, calls = shrink(workload, still_diverges, time_budget_s=task.shrink_budget_s)
-        final = diff(small, oracle, engine, task.level, task.step_timeout_s).divergence or d
+        again = diff(small, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
+        final = again.divergence or d
+        out.steps_table = step_table(again.records_a, again.records_b, final) if again.divergence else None
         cx = Counterexample.of(small, final, task.against, task.engine, task.level,
                                {"a": engine_version(task.against), "b": engine_version(task.engine)}, workload, calls)
         path = os.path.join(task.out_dir, f"counterexample-{workload.name}.json")

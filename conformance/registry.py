@@ -4,6 +4,11 @@ A third-party engine is any callable that takes a `SchedulerConfig` and
 returns an object with the `spec.engine.Engine` methods; `module:callable`
 imports it. Factories are what the harness holds, because each workload
 needs a fresh engine with the workload's config.
+
+`vllm@PATH` is vLLM run from a user's source tree (`certify --vllm-source
+PATH`). The source travels inside the engine's name, a plain string, so the
+planned tasks, spawned workers, counterexample files and `replay` all carry
+it without any other plumbing.
 """
 
 from __future__ import annotations
@@ -15,6 +20,18 @@ from ..spec.engine import EngineFactory
 from ..spec.errors import SpecError
 
 BUILTIN_ENGINES = ("reference", "vllm", "torch")
+VLLM_SOURCE_PREFIX = "vllm@"
+
+
+def vllm_source_engine(source: str) -> str:
+    """The engine name for vLLM from a source tree; the path is checked and made absolute."""
+    from .engines.vllm_source import resolve_vllm_source
+
+    return VLLM_SOURCE_PREFIX + str(resolve_vllm_source(source))
+
+
+def vllm_source_of(spec: str) -> str | None:
+    return spec[len(VLLM_SOURCE_PREFIX):] if spec.startswith(VLLM_SOURCE_PREFIX) else None
 
 
 def engine_factory(spec: str) -> EngineFactory:
@@ -24,6 +41,11 @@ def engine_factory(spec: str) -> EngineFactory:
         return ReferenceEngine
     if spec == "vllm":
         return _shared_vllm_factory()
+    source = vllm_source_of(spec)
+    if source is not None:
+        from .engines.vllm_source import resolve_vllm_source
+
+        return _shared_vllm_factory(str(resolve_vllm_source(source)))
     if spec == "torch":
         try:
             from ..gpu_impl.engine import TorchEngine
@@ -44,16 +66,35 @@ def engine_factory(spec: str) -> EngineFactory:
 
 
 @cache
-def _shared_vllm_factory() -> EngineFactory:
-    """One pool of vLLM drivers per process: a driver costs ~5 s to start and is reused across workloads."""
+def _shared_vllm_factory(source: str | None = None) -> EngineFactory:
+    """One pool of vLLM drivers per process and source: a driver costs ~5 s to start and is reused across workloads."""
     from .engines.vllm import vllm_engine_factory
 
-    return vllm_engine_factory()
+    if not source:
+        return vllm_engine_factory()
+    factory = vllm_engine_factory(source=source)
+    # Start one driver now (it goes back to the pool for the first workload): a tree that cannot
+    # even be imported is one clear error, not a failed start, and a shrink, per workload.
+    from ..spec.config import SchedulerConfig
+
+    try:
+        factory(SchedulerConfig()).close()
+    except SpecError as e:
+        factory.close_all()
+        raise SpecError("--vllm-source", source, f"cannot run vLLM from it: {e.why}") from None
+    return factory
 
 
 def engine_version(spec: str) -> str:
     if spec == "vllm":
         return "vllm 0.33.0"
+    if vllm_source_of(spec) is not None:
+        from .engines.vllm_source import vllm_source_info
+
+        info = vllm_source_info(vllm_source_of(spec))
+        commit = "not a git checkout" if info["commit"] is None else \
+            f"commit {info['commit'][:12]}" + (", dirty" if info["dirty"] else ", clean")
+        return f"vllm source {info['path']} ({commit}); dependencies from the vllm 0.33.0 venv"
     if spec in ("reference", "torch"):
         from importlib.metadata import version
 

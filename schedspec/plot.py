@@ -17,7 +17,9 @@ from .spec.trace import Trace
 from .steps import views
 
 
-def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None) -> None:
+def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None,
+                   mark_step: int | None = None) -> None:
+    """`mark_step` draws a vertical line through every panel there: where two engines diverged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,6 +43,8 @@ def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | N
                 ax.plot(v.step, budget * 1.04, marker="v", color="red")
                 ax.text(v.step, budget * 1.08, ",".join(v.preempted), color="red", ha="center", fontsize=7, rotation=60)
         ax.axhline(budget, color="black", linestyle="--", linewidth=0.8, label=f"token budget {budget}")
+        if mark_step is not None:
+            ax.axvline(mark_step, color="red", linestyle=":", linewidth=1.2, label=f"diverges at step {mark_step}")
         ax.set_ylim(0, budget * 1.25)
         ax.set_ylabel("scheduled tokens")
         ax.set_title(f"{trace.workload.name or 'workload'}: {title}", fontsize=10)

@@ -22,6 +22,12 @@ Design notes
 * A reader thread feeds a queue, so a deadline is a plain `Queue.get(timeout)`.
   The driver's stderr (vLLM's warnings) goes to a temporary file, never to a
   pipe nobody drains.
+* `source=PATH` (`certify --vllm-source`) runs a user's own vLLM checkout:
+  the scheduler is pure Python, so the driver puts PATH first on its
+  `sys.path` and the pinned venv supplies torch and every other dependency.
+  The driver reports which `vllm/__init__.py` it imported, and an engine
+  that did not import the user's tree refuses to start: a certificate of
+  the pinned vLLM under the user's name would be worse than none.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from ...spec.errors import SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary
+from .vllm_source import resolve_vllm_source
 
 ENGINE_NAME = "vllm"
 VLLM_ENV_DIR = Path(__file__).resolve().parents[1] / "vllm_env"
@@ -50,6 +57,7 @@ DRIVER = VLLM_ENV_DIR / "driver.py"
 STAMP_NAME = ".vllm-ref-0.33.0"  # written by the setup script once the venv works
 INIT_TIMEOUT_S = 60.0
 STEP_TIMEOUT_S = 30.0
+SOURCE_ENV = "SCHEDSPEC_VLLM_SOURCE"  # read by the driver: a source tree to import `vllm` from
 
 
 def vllm_venv_path() -> Path:
@@ -89,7 +97,7 @@ class VllmEngine:
 
     name = ENGINE_NAME
 
-    def __init__(self, config: SchedulerConfig, *, venv: Path | None = None,
+    def __init__(self, config: SchedulerConfig, *, venv: Path | None = None, source: str | Path | None = None,
                  init_timeout_s: float = INIT_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         venv = Path(venv) if venv else vllm_venv_path()
         if not vllm_venv_ready(venv):
@@ -97,15 +105,21 @@ class VllmEngine:
                             f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`")
         self.init_timeout_s, self.step_timeout_s = init_timeout_s, step_timeout_s
         self._step: int | None = None  # the index of the step being driven; None before init
+        self.source = resolve_vllm_source(source) if source is not None else None
+        env = {k: v for k, v in os.environ.items() if k != SOURCE_ENV}  # never a stray source from the caller's env
+        if self.source:
+            env[SOURCE_ENV] = str(self.source)
         self._stderr = tempfile.TemporaryFile()
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
             [str(venv / "bin" / "python"), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True, encoding="utf-8", bufsize=1)
+            stderr=self._stderr, text=True, encoding="utf-8", bufsize=1, env=env)
         self._replies: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_replies, args=(self._proc.stdout,), daemon=True).start()
-        self.vllm_version = ""
+        self.vllm_version, self.vllm_file = "", ""
         try:
             self.reset(config)
+            if self.source and not Path(self.vllm_file).resolve().is_relative_to(self.source):
+                raise SpecError("--vllm-source", str(self.source), f"was not imported: the driver loaded {self.vllm_file}")
         except BaseException:  # nobody could close an engine that was never returned
             self._kill()
             raise
@@ -117,6 +131,7 @@ class VllmEngine:
         self._step = None
         reply = self._call("init", self.init_timeout_s, config=config.to_dict())
         self.config, self.vllm_version, self._step = config, reply.get("vllm_version", ""), 0
+        self.vllm_file = reply.get("vllm_file", "")
 
     def close(self) -> None:
         """Stop the driver: ask politely, then kill. Safe to call twice."""

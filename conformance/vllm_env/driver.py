@@ -21,6 +21,10 @@ Design notes
   `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
   CUDA wheel), a paper KV cache of one full-attention group, every scheduler
   knob passed explicitly so no platform hook can pick a default for us.
+* $SCHEDSPEC_VLLM_SOURCE names a user's vLLM source tree (`--vllm-source`):
+  it goes first on `sys.path`, so its pure-Python `vllm/` package shadows the
+  installed one while torch and the rest still come from this venv. init
+  replies with `vllm_file`, so the adapter can check which vLLM it got.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAG
                # Inside the venv: the ~7 s model-architecture inspection is paid once per venv.
                "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache")}.items():
     os.environ.setdefault(_k, _v)
+if os.environ.get("SCHEDSPEC_VLLM_SOURCE"):
+    sys.path.insert(0, os.environ["SCHEDSPEC_VLLM_SOURCE"])
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
@@ -133,7 +139,7 @@ class Driver:
         self.block_size = block_size
         self.live: dict[str, Request] = {}  # added and not yet reported finished
         self.last_output = None
-        return {"ok": True, "vllm_version": vllm.__version__}
+        return {"ok": True, "vllm_version": vllm.__version__, "vllm_file": vllm.__file__}
 
     def op_add(self, request: dict) -> dict:
         q = request
