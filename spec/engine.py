@@ -100,4 +100,6 @@ def run(engine: Engine, workload: Workload) -> Trace:
 
 
 def _drained(last: StepRecord, workload: Workload) -> bool:
-    return not (last.state.running or last.state.waiting) and last.step >= workload.last_event_step
+    # A request that finished in the last update_from_output is reported only by a step that never ran.
+    reported = all(rid in last.aborted for rid in last.finished)
+    return not (last.state.running or last.state.waiting) and last.step >= workload.last_event_step and reported

@@ -55,6 +55,11 @@ def first_violation(trace: Trace, invariants: Iterable[Invariant] | None = None)
     return violations[0] if violations else None
 
 
+def trace_violations(trace: Trace) -> list[Violation]:
+    """Only the checks that span the whole trace (`finished-reported-once`, `stop-is-final`)."""
+    return list(_history(trace))
+
+
 def _history(trace: Trace) -> Iterable[Violation]:
     requests = {r.request_id: r.request for r in trace.workload.requests}
     L = trace.workload.config.max_model_len

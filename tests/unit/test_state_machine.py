@@ -1,0 +1,65 @@
+"""The Hypothesis state machine over the reference, fast profile: every invariant holds on every step.
+
+The machine (`conformance/state_machine.py`) adds, aborts and steps, and
+asserts every catalogue invariant and both trace checks after each step. The
+fast profile (100 examples of up to 30 rules, derandomized) runs in seconds;
+`tests/slow/test_state_machine_long.py` runs thousands. The other tests here
+check the machine itself: that what it draws is what vLLM accepts, that a
+finding replays as an ordinary workload, and that a hunt stops at its budget.
+"""
+
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedspec.conformance.mutants import BY_NAME, applied
+from schedspec.conformance.state_machine import (
+    FAST, TRACE_CHECKS, Bounds, SchedulerMachine, _raw, hunt_state_machine, make_config, make_request,
+)
+from schedspec.reference_impl import simulate
+from schedspec.spec.arith import cdiv
+from schedspec.spec.invariants import INVARIANTS, check_trace
+
+TestReferenceStateMachine = SchedulerMachine.TestCase
+TestReferenceStateMachine.settings = FAST
+
+
+def test_every_check_is_an_invariant_of_the_machine():
+    checks = {n for n in dir(SchedulerMachine) if n.startswith(("catalogue_", "trace_"))}
+    assert checks == {f"catalogue_{i:02d}_{inv.name.replace('-', '_')}" for i, inv in enumerate(INVARIANTS)} | {
+        f"trace_{name.replace('-', '_')}" for name in TRACE_CHECKS}
+    assert all(hasattr(getattr(SchedulerMachine, n), "hypothesis_stateful_invariant") for n in checks)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_drawn_configs_and_requests_are_what_vllm_accepts(data):
+    b = Bounds()
+    config = make_config(data.draw(_raw(b)[0]), b)  # SchedulerConfig validates as vLLM does; this would raise
+    L = config.max_model_len
+    assert config.num_usable_blocks >= cdiv(L, config.block_size)  # one max_model_len sequence fits
+    assert config.enable_chunked_prefill or config.max_num_batched_tokens >= L
+    w = make_request(data.draw(_raw(b)[1]), config, b, 3, 0)
+    q = w.request
+    assert 1 <= q.num_prompt_tokens < L and 0 <= q.min_tokens <= q.max_tokens
+    assert config.policy == "priority" or (q.priority == 0 and q.arrival_time == 3.0)
+
+
+def test_a_finding_replays_as_a_workload_through_the_monitors():
+    mutant = BY_NAME["Z14-double-free"]
+    finding = hunt_state_machine(mutant, budget_s=30, max_examples=200, expect=mutant.expect)
+    assert finding is not None and finding.what == "block-conservation"
+    requests, steps = finding.size
+    assert len(finding.workload.requests) == requests and finding.workload.max_steps == steps + 1
+    assert finding.step == steps - 1
+    with applied(mutant):
+        violations = check_trace(simulate(finding.workload))
+    assert [v.invariant for v in violations][:1] == ["block-conservation"]
+    assert check_trace(simulate(finding.workload)) == []
+
+
+def test_a_hunt_stops_at_its_budget():
+    t0 = time.perf_counter()
+    assert hunt_state_machine(None, budget_s=1.0, max_examples=10**6) is None
+    assert time.perf_counter() - t0 < 5
