@@ -71,7 +71,7 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
     f = hunt_state_machine(m, budget_s=budget_s)
     if f is None:
         return Kill(m.name, "hypothesis", False, "survived", time.perf_counter() - t0, None)
-    return Kill(m.name, "hypothesis", True, f.what, f.seconds, f.size)
+    return Kill(m.name, "hypothesis", True, f.what, f.seconds_to_find, tuple(f.size[:2]))
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:
