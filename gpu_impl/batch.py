@@ -23,6 +23,7 @@ from typing import Sequence
 
 import torch
 
+from ..spec.engine import drained_after
 from ..spec.output import ModelRunnerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StepRecord, Trace
@@ -140,13 +141,13 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             for s, status, n in sorted(in_update, key=lambda e: position.get(names[e[0]], 0)):
                 finished[names[s]] = FinishedRequest(STATUS[status], _outputs_of(w, names[s], n))
             state = sums[r]
-            records[i].append(StepRecord(step, tuple(q.request_id for q in w.arrivals_at(step)),
-                                         tuple(w.aborts_at(step)), output, model_output, state, finished))
-            idle = not (state.running or state.waiting)
-            if idle and not in_update and step >= w.last_event_step:
+            record = StepRecord(step, tuple(q.request_id for q in w.arrivals_at(step)),
+                                tuple(w.aborts_at(step)), output, model_output, state, finished)
+            records[i].append(record)
+            if drained_after(record, w):  # the engine loop's own stopping rule (spec/engine.py)
                 ends[i] = "drained"
             elif step + 1 >= w.max_steps:
-                ends[i] = "drained" if idle and step >= w.last_event_step else "max_steps"
+                ends[i] = "max_steps"
             if ends[i] is not None:
                 ended += 1
         if ended * 8 >= len(inst) or ended == len(inst):

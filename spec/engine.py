@@ -87,19 +87,25 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         finished_in_update = engine.update_from_output(output, model_output)
         finished.update(finished_in_update)
         state = engine.summary()
-        yield StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output, model_output, state, finished)
-        # Requests finished in update_from_output are reported by the next schedule().
-        if not (state.running or state.waiting or finished_in_update) and step >= workload.last_event_step:
+        record = StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output, model_output, state, finished)
+        yield record
+        if drained_after(record, workload):
             return
+
+
+def drained_after(record: StepRecord, workload: Workload) -> bool:
+    """Nothing is live, nothing is due to arrive, and nothing is left to report after this step.
+
+    A request that finished in this step's update_from_output is reported by
+    the next schedule(), so the loop goes on for that step. Every engine's
+    loop ends by this rule (the batched torch runner calls it too).
+    """
+    reported = all(rid in record.aborted for rid in record.finished)
+    state = record.state
+    return not (state.running or state.waiting) and record.step >= workload.last_event_step and reported
 
 
 def run(engine: Engine, workload: Workload) -> Trace:
     records = tuple(steps(engine, workload))
-    drained = len(records) < workload.max_steps or _drained(records[-1], workload)
+    drained = bool(records) and drained_after(records[-1], workload)
     return Trace(workload, records, engine.name, "drained" if drained else "max_steps")
-
-
-def _drained(last: StepRecord, workload: Workload) -> bool:
-    # A request that finished in the last update_from_output is reported only by a step that never ran.
-    reported = all(rid in last.aborted for rid in last.finished)
-    return not (last.state.running or last.state.waiting) and last.step >= workload.last_event_step and reported
