@@ -3,7 +3,8 @@
 Every mutant of `mutants.MUTANTS` is run through every checker within a
 time budget. A checker kills a mutant when it reports a confirmed problem:
 a monitor violation (or one of vLLM's own asserts firing) on a generated
-workload, a divergence from the unmutated reference or from vLLM, a Z3
+workload, a divergence from the unmutated reference (and, where its venv
+exists, the same workload diffed against the real vLLM 0.33.0), a Z3
 counterexample replayed on the mutated reference, a failing Hypothesis
 state-machine run, or a CrossHair counterexample replayed concretely. The
 size of what each checker hands back is recorded as (requests, steps).
@@ -42,9 +43,31 @@ def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
         if f is None:
             return Kill(m.name, checker, False, "survived", time.perf_counter() - t0, None)
         steps = f.step + 1 if f.step >= 0 else f.workload.max_steps
-        return Kill(m.name, checker, True, f.what, f.seconds_to_find, (len(f.workload.requests), steps))
+        what = f.what
+        if checker == "diff":
+            what += _against_vllm(m, f.workload)
+        return Kill(m.name, checker, True, what, f.seconds_to_find, (len(f.workload.requests), steps))
 
     return run
+
+
+def _against_vllm(m: Mutant, workload) -> str:
+    """The same counterexample, the mutated reference against the real vLLM 0.33.0, when its venv exists."""
+    from .engines.vllm import vllm_venv_ready
+
+    if not vllm_venv_ready():
+        return ""
+    from ..reference_impl import ReferenceEngine
+    from .differ import diff
+    from .mutants import applied
+    from .registry import engine_factory
+
+    with applied(m):
+        try:
+            d = diff(workload, ReferenceEngine, engine_factory("vllm"), "blocks").divergence
+        except Exception as e:  # noqa: BLE001 - the vLLM check is a bonus; its failure is reported, not raised
+            return f"; vs vLLM: error {type(e).__name__}"
+    return f"; departs from vLLM at step {d.step}" if d is not None else "; agrees with vLLM"
 
 
 def _z3(m: Mutant, budget_s: float) -> Kill:
