@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
     add_check_parser(sub)
+    from .proof_cmds import add_parsers as add_proof_parsers
+
+    add_proof_parsers(sub)
     from .mutants_cmd import add_mutants_parser
     from .prove_cmd import add_prove_parser
 

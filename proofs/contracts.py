@@ -1,0 +1,167 @@
+"""CrossHair contracts on the reference: every invariant, at every step of every bounded scenario.
+
+A contract is a function in PEP 316 form, `post: __return__`. Its
+arguments are raw ints (`bounded.Knobs`, three `bounded.Ask`s, and `n`,
+the number of requests) that `bounded.decode` branches into a well-formed
+scenario within the bounds; the scenario runs through the reference's pure
+API; the function returns whether the named check held at every step.
+There is no `pre:` line because the decoding is the precondition: every
+input decodes to a well-formed scenario (docs/crosshair.md says why that
+beats preconditions here).
+
+The checks are not restated here. A step contract evaluates one
+`catalogue.INVARIANTS` predicate on the `StepView` that `view_from_states`
+builds from the full states, block ids included; a history contract runs
+the trace monitor's check of that name on the run's trace. The contracts
+are generated from the catalogue, one per check (`check_token_bounds` for
+"token-bounds"), so the report says which rule broke, a mutant is pinned
+to the contract that catches it, and a new invariant gets its contract
+without an edit here.
+
+The reference keeps vLLM's own `assert`s. An AssertionError (or any other
+exception) raised inside it escapes the contract, and CrossHair reports it
+as a counterexample of whichever contract was running; `check_runs`
+checks nothing else. `check_all` states every check at once: CrossHair's
+seed is fixed and every contract branches the same way, so all contracts
+run the same scenarios in the same order, and one long run of `check_all`
+covers what a run of each would.
+
+`explain` replays a contract concretely on given arguments and says what
+broke, where: the runner calls it, in a fresh process with the same mutant
+applied, before it reports any counterexample.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import textwrap
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from crosshair import NoTracing, deep_realize
+
+from ..spec.invariants.catalogue import BY_NAME, INVARIANTS, Invariant
+from ..spec.invariants.monitor import check_trace
+from ..spec.workload import Workload
+from .bounded import Ask, Knobs, decode, run, trace_of, workload
+
+HISTORY_CHECKS = ("finished-reported-once", "stop-is-final")  # the trace-wide checks of spec/invariants/monitor.py
+ALL = "all"  # check_all: every step invariant and every history check at once
+SCENARIOS_RUN = 0  # per process; the runner reports it: how many of CrossHair's paths reached the reference
+
+
+def _scenario(k: Knobs, asks: tuple[Ask, ...], n: int) -> Workload:
+    global SCENARIOS_RUN
+    # The picks are concrete already; deep_realize makes sure nothing symbolic reaches untraced code.
+    config, reqs = deep_realize(decode(k, asks, n))
+    with NoTracing():
+        SCENARIOS_RUN += 1
+        return workload(config, reqs)
+
+
+def _checks(check: str) -> tuple[list[Invariant], list[str]]:
+    """The step invariants and the history checks a contract states."""
+    if check == ALL:
+        return list(INVARIANTS), list(HISTORY_CHECKS)
+    return ([BY_NAME[check]] if check in BY_NAME else []), ([check] if check in HISTORY_CHECKS else [])
+
+
+def _violation(w: Workload, check: str) -> tuple[str, int | None, str] | None:
+    """The first broken check of the run, its step and what it says; None if all held (check "": none is asked)."""
+    invariants, history = _checks(check)
+    records = []
+    for step in run(w):
+        records.append(step.record)
+        if invariants:
+            view = step.view()
+            for inv in invariants:
+                if not inv.holds(view):
+                    ids = inv.name == "block-conservation" and view.ids_problem
+                    return inv.name, step.record.step, ids or inv.sentence
+    if history:
+        for v in check_trace(trace_of(w, records), invariants=()):
+            if v.invariant in history:
+                return v.invariant, v.step, v.detail
+    return None
+
+
+def _contract(check: str) -> Callable[..., bool]:
+    def contract(k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int) -> bool:
+        """post: __return__"""
+        w = _scenario(k, (a0, a1, a2), n)
+        with NoTracing():  # concrete from here on: every branch was decided by the picks
+            return _violation(w, check) is None
+
+    contract.__name__ = contract.__qualname__ = contract_name(check)
+    return contract
+
+
+def contract_name(check: str) -> str:
+    return "check_" + (check.replace("-", "_") or "runs")
+
+
+# contract function name -> the check it states ("": only the reference's own asserts; "all": every check).
+CONTRACTS: dict[str, str] = {contract_name(c): c for c in ["", *(i.name for i in INVARIANTS), *HISTORY_CHECKS, ALL]}
+
+# CrossHair finds each by name (`schedspec.proofs.contracts.check_token_bounds`); they share one code object,
+# so its messages give the same line for all of them, and the runner tells them apart by name.
+for _name, _check in CONTRACTS.items():
+    globals()[_name] = _contract(_check)
+
+
+def contract(name: str) -> Callable[..., bool]:
+    return globals()[name]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A concrete run of a contract on given arguments."""
+
+    holds: bool
+    what: str  # the broken check, or the exception's type ("AssertionError": one of the reference's asserts)
+    step: int | None  # the step where it broke; None if it held or an exception ended the run
+    detail: str
+    workload: dict[str, Any]  # the decoded scenario, as a workload file: `schedspec simulate` replays it
+
+
+def explain(name: str, k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int) -> Replay:
+    """Run contract `name` concretely on these arguments and say what broke, at which step."""
+    w = workload(*decode(k, (a0, a1, a2), n))
+    try:
+        holds = contract(name)(k, a0, a1, a2, n)  # the replay proper: the very function CrossHair checked
+        found = None if holds else _violation(w, CONTRACTS[name])  # run again, to say what broke
+    except Exception as e:  # the reference's own asserts, or any crash a mutant causes
+        return Replay(False, type(e).__name__, None, _where(traceback.extract_tb(e.__traceback__)[-1], e), w.to_json())
+    if holds:
+        return Replay(True, "", None, "", w.to_json())
+    if found is None:
+        raise AssertionError(f"{name} failed, yet its rerun breaks nothing: the contract is not deterministic")
+    return Replay(False, *found, w.to_json())
+
+
+def _where(frame: traceback.FrameSummary, e: Exception) -> str:
+    """`file:line: source` of the raising line; inside a mutant's recompiled function, mapped back to the file."""
+    filename, lineno, line = frame.filename, frame.lineno or 0, frame.line
+    if filename.startswith("<mutant ") and filename.endswith(">"):
+        from ..conformance.mutants import BY_NAME as MUTANTS
+
+        m = MUTANTS[filename[len("<mutant "):-1]]
+        module, _, qualname = m.target.partition(":")
+        filename = inspect.getsourcefile(importlib.import_module(f"schedspec.{module}")) or filename
+        text = open(filename).read()
+        node: Any = ast.parse(text)  # the original function: while the mutant is applied, the module holds the copy
+        for part in qualname.split("."):
+            node = next(n for n in node.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part)
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        source = textwrap.dedent("\n".join(text.splitlines()[first - 1:node.end_lineno]) + "\n")
+        mutated = source.replace(m.find, m.replace).splitlines()
+        line = mutated[lineno - 1].strip() if 0 < lineno <= len(mutated) else None
+        top = source[:source.index(m.find)].count("\n")  # lines above the mutation are where they were
+        if lineno - 1 > top + m.replace.count("\n"):
+            lineno -= m.replace.count("\n") - m.find.count("\n")
+        lineno += first - 1
+    where = f"{filename.rsplit('/', 1)[-1]}:{lineno}" + (f": {line}" if line else "")
+    return where + (f" ({e})" if str(e) else "")

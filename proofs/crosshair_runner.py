@@ -1,0 +1,238 @@
+"""Run `crosshair check` on each contract, in its own process, and report what it found, replayed.
+
+Each contract runs in a fresh subprocess (`python -m
+schedspec.proofs.crosshair_runner [--mutant NAME] CONTRACT`): the mutant is
+applied there before CrossHair starts, so a mutant never leaks into the
+caller, and contracts can run side by side. That process calls CrossHair's
+own `check` in-process with `--report_all`, so its output says, per
+contract, one of:
+
+* `error: ... when calling check_x(...)`: a counterexample (a False
+  postcondition, or an exception raised inside the reference);
+* `info: Confirmed over all paths.`: CrossHair exhausted every path, so no
+  input within the bounds breaks the contract;
+* `info: Not confirmed.`: the time ran out first. That is "unknown", never
+  "proved": CrossHair saw no counterexample, nothing more.
+
+A counterexample is not reported on CrossHair's word. The arguments it
+printed are parsed back (no `eval`: only `Knobs(...)`, `Ask(...)` and int
+literals are accepted) and the contract is replayed concretely, with
+`contracts.explain`, in another fresh process with the same mutant applied.
+Only if the replay breaks too is the verdict "counterexample"; otherwise it
+is "unconfirmed".
+
+`--timeout` is CrossHair's `--per_condition_timeout`: CPU seconds of the
+worker, not wall-clock time. The time reported for a counterexample is the
+wall-clock and CPU time from CrossHair's start to its first counterexample
+(CrossHair stops a contract at its first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..spec.errors import SpecError
+from .bounded import Ask, Knobs
+from .contracts import CONTRACTS
+
+MODULE = "schedspec.proofs.contracts"
+RESULT_MARK = "@@crosshair-runner "
+
+NO_CX = "no counterexample within bounds"
+CX = "counterexample"
+UNKNOWN = "unknown"
+UNCONFIRMED = "unconfirmed"  # CrossHair reported one, the concrete replay did not reproduce it
+
+_PARAMS = ("k", "a0", "a1", "a2", "n")  # every contract's signature
+_LINE = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?P<kind>error|info|warning): (?P<msg>.*)$")
+
+
+@dataclass
+class ContractResult:
+    contract: str
+    check: str  # the catalogue or monitor check; "" for check_runs, "all" for check_all
+    mutant: str | None
+    verdict: str
+    seconds: float  # wall-clock, CrossHair's start to its verdict (to the first counterexample, if any)
+    cpu_seconds: float
+    scenarios: int  # scenarios the worker ran: CrossHair's paths through the contract
+    message: str = ""  # CrossHair's line, or why there is no verdict
+    args: str = ""  # the counterexample's arguments as CrossHair printed them
+    replay: dict[str, Any] | None = field(default=None)  # contracts.Replay, as a dict
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_names(names: Iterable[str] | None) -> list[str]:
+    """The contracts to run, in catalogue order; an unknown name is the user's mistake."""
+    if not names:
+        return list(CONTRACTS)
+    for n in names:
+        if n not in CONTRACTS and "check_" + n.replace("-", "_") not in CONTRACTS:
+            raise SpecError("--contract", n, f"is not a contract; known: {', '.join(CONTRACTS)}")
+    wanted = {n if n in CONTRACTS else "check_" + n.replace("-", "_") for n in names}
+    return [c for c in CONTRACTS if c in wanted]
+
+
+def check_mutant(name: str | None) -> None:
+    from ..conformance.mutants import BY_NAME
+
+    if name is not None and name not in BY_NAME:
+        raise SpecError("--mutant", name, f"is not a mutant; known: {', '.join(BY_NAME)}")
+
+
+# ---- parsing CrossHair's counterexample ---------------------------------------------------------
+
+def call_args(message: str, contract: str) -> str:
+    """The text between the parentheses of `contract(...)` in CrossHair's message."""
+    start = message.index(f"when calling {contract}(") + len(f"when calling {contract}(")
+    depth = 1
+    for i in range(start, len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            return message[start:i]
+    raise ValueError(f"unbalanced call in {message!r}")
+
+
+def parse_args(text: str) -> tuple[Any, ...]:
+    """`Knobs(1, 2, ...), Ask(...), ..., 3` back into values; anything else is refused."""
+    call = ast.parse(f"f({text})", mode="eval").body
+    assert isinstance(call, ast.Call)
+    types: dict[str, Callable[..., Any]] = {"Knobs": Knobs, "Ask": Ask}
+
+    def value(node: ast.expr) -> Any:
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            if name not in types:
+                raise ValueError(f"unexpected call {ast.unparse(node)}")
+            return types[name](*map(value, node.args), **{kw.arg: value(kw.value) for kw in node.keywords})
+        v = ast.literal_eval(node)
+        if not isinstance(v, (int, bool)):
+            raise ValueError(f"unexpected argument {ast.unparse(node)}")
+        return v
+
+    named = {kw.arg: value(kw.value) for kw in call.keywords}  # CrossHair prints positionally; accept names too
+    return tuple(value(a) for a in call.args) + tuple(named[p] for p in _PARAMS[len(call.args):] if p in named)
+
+
+# ---- the worker and the replayer (run in subprocesses) -------------------------------------------
+
+def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
+    from crosshair.main import unwalled_main
+
+    from . import contracts
+    from ..conformance.mutants import BY_NAME, applied
+
+    out = io.StringIO()
+    ctx = applied(BY_NAME[mutant]) if mutant else contextlib.nullcontext()
+    with ctx:
+        t0, c0 = time.perf_counter(), time.process_time()
+        with contextlib.redirect_stdout(out):
+            rc = unwalled_main(["check", f"{MODULE}.{contract}", "--report_all",
+                                "--per_condition_timeout", str(timeout)])
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"rc": rc, "seconds": seconds, "cpu_seconds": cpu, "lines": out.getvalue().splitlines(),
+            "scenarios": contracts.SCENARIOS_RUN}
+
+
+def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
+    from .contracts import explain
+    from ..conformance.mutants import BY_NAME, applied
+
+    values = parse_args(args)
+    with applied(BY_NAME[mutant]) if mutant else contextlib.nullcontext():
+        return asdict(explain(contract, *values))
+
+
+def _subprocess(argv: list[str], wall_limit: float) -> dict[str, Any] | str:
+    """Run this module in a fresh interpreter; its result, or why there is none."""
+    cmd = [sys.executable, "-m", "schedspec.proofs.crosshair_runner", *argv]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=wall_limit)
+    except subprocess.TimeoutExpired:
+        return f"killed after {wall_limit:.0f} s of wall-clock time"
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"worker exited with status {p.returncode}: {tail}"
+
+
+# ---- the caller's side -----------------------------------------------------------------------------
+
+def classify(lines: list[str], contract: str) -> tuple[str, str, str]:
+    """CrossHair's output for one contract as (verdict before replay, its message, the counterexample's args)."""
+    parsed = [m.groupdict() for m in map(_LINE.match, lines) if m]
+    for p in parsed:
+        if p["kind"] == "error" and f"when calling {contract}(" in p["msg"]:
+            return CX, p["msg"], call_args(p["msg"], contract)
+    for p in parsed:
+        if p["msg"].startswith("Confirmed over all paths"):
+            return NO_CX, p["msg"], ""
+    other = [p["msg"] for p in parsed if not p["msg"].startswith("Not confirmed")]
+    return UNKNOWN, "; ".join(other) or "time ran out before every path was explored", ""
+
+
+def run_contract(contract: str, timeout: float = 30.0, mutant: str | None = None) -> ContractResult:
+    """One `crosshair check` on one contract, its output classified, its counterexample replayed."""
+    check = CONTRACTS[contract]
+    tail = ["--mutant", mutant] if mutant else []
+    got = _subprocess([contract, "--timeout", str(timeout), *tail], wall_limit=3 * timeout + 120)
+    if isinstance(got, str):  # the CPU-time budget is CrossHair's; the wall limit only catches a hung worker
+        return ContractResult(contract, check, mutant, UNKNOWN, 0.0, 0.0, 0, got)
+    base = dict(contract=contract, check=check, mutant=mutant, seconds=round(got["seconds"], 2),
+                cpu_seconds=round(got["cpu_seconds"], 2), scenarios=got["scenarios"])
+    verdict, message, args = classify(got["lines"], contract)
+    if verdict != CX:
+        return ContractResult(**base, verdict=verdict, message=message)
+    replay = _subprocess([contract, "--replay", args, *tail], wall_limit=120)
+    if isinstance(replay, str):
+        return ContractResult(**base, verdict=UNCONFIRMED, message=f"{message} (replay failed: {replay})", args=args)
+    return ContractResult(**base, verdict=UNCONFIRMED if replay["holds"] else CX, message=message, args=args,
+                          replay=replay)
+
+
+def run_contracts(names: Iterable[str] | None = None, timeout: float = 30.0, mutant: str | None = None,
+                  jobs: int = 1, on_done: Callable[[ContractResult], None] | None = None) -> list[ContractResult]:
+    """Every named contract (default: all), `jobs` at a time; results in catalogue order."""
+    names = check_names(names)
+    check_mutant(mutant)
+
+    def one(name: str) -> ContractResult:
+        r = run_contract(name, timeout, mutant)
+        if on_done:
+            on_done(r)
+        return r
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        return list(pool.map(one, names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m schedspec.proofs.crosshair_runner",
+                                 description="crosshair check on one contract, a mutant applied (a worker of run_contract)")
+    ap.add_argument("contract", choices=list(CONTRACTS))
+    ap.add_argument("--timeout", type=float, default=30.0, help="CrossHair's per-condition timeout, CPU seconds")
+    ap.add_argument("--mutant", help="a conformance.mutants name, applied before CrossHair starts")
+    ap.add_argument("--replay", metavar="ARGS", help="replay these arguments concretely instead of running CrossHair")
+    a = ap.parse_args(argv)
+    check_mutant(a.mutant)
+    result = _replay(a.contract, a.replay, a.mutant) if a.replay is not None else _worker(a.contract, a.timeout, a.mutant)
+    print(RESULT_MARK + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
