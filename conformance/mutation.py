@@ -98,13 +98,20 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:
-    from ..proofs.crosshair_runner import hunt_crosshair
+    from ..proofs.crosshair_runner import run_contract
+    from ..spec.invariants import BY_NAME
 
-    t0 = time.perf_counter()
-    f = hunt_crosshair(m, budget_s=budget_s)
-    if f is None:
-        return Kill(m.name, "crosshair", False, "survived", time.perf_counter() - t0, None)
-    return Kill(m.name, "crosshair", True, f.what, f.seconds, f.size)
+    # The contract of the first invariant the mutant is expected to break; `check_runs` (vLLM's own
+    # asserts only) when it is expected to show up elsewhere.
+    expected = [e for e in m.expect if e in BY_NAME]
+    contract = f"check_{expected[0].replace('-', '_')}" if expected else "check_runs"
+    r = run_contract(contract, timeout=budget_s, mutant=m.name)
+    if r.verdict != "counterexample":
+        return Kill(m.name, "crosshair", False, r.verdict, r.seconds, None)
+    replay = r.replay or {}
+    requests = len(replay.get("workload", {}).get("requests", ()))
+    size = (requests, replay["step"] + 1) if replay.get("step") is not None and requests else None
+    return Kill(m.name, "crosshair", True, replay.get("what") or "assertion", r.seconds, size)
 
 
 RUNNERS: dict[str, Callable[[Mutant, float], Kill]] = {

@@ -90,10 +90,12 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     first = [min((k.seconds for k in kills if k.mutant == n and k.killed), default=None) for n in names]
     sizes = [min((k.size for k in kills if k.mutant == n and k.killed and k.size), default=None) for n in names]
     found = [t for t in first if t is not None]
+    sized = [s for s in sizes if s]
     if found:
-        console.print(f"median time to first counterexample: {statistics.median(found):.2f} s; "
-                      f"median smallest counterexample: {statistics.median(s[0] for s in sizes if s):g} requests, "
-                      f"{statistics.median(s[1] for s in sizes if s):g} steps")
+        console.print(f"median time to first counterexample: {statistics.median(found):.2f} s")
+    if sized:
+        console.print(f"median smallest counterexample: {statistics.median(s[0] for s in sized):g} requests, "
+                      f"{statistics.median(s[1] for s in sized):g} steps")
     os.makedirs(args.out, exist_ok=True)
     write_json_atomic(os.path.join(args.out, "mutants.json"), [k.__dict__ for k in kills])
     write_bytes_atomic(os.path.join(args.out, "mutants.md"), markdown_table(kills, checkers).encode())
