@@ -30,7 +30,7 @@ from typing import Any
 import z3
 
 from ..reference_impl import api, rules
-from ..spec.arith import and_, or_
+from ..spec.arith import and_, min_, or_
 from ..spec.invariants import INVARIANTS
 from ..spec.output import ModelRunnerOutput
 from .concrete import to_state
@@ -53,7 +53,7 @@ def check(prop: str, n: int, fcfs: bool, timeout_s: float = 30.0) -> Result:
     facts = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state] + [stuck, c.num_usable_blocks >= 1]
     if prop == "fits-alone-is-admitted":
         fits_alone = [and_(j >= pre.num_running, rules.num_blocks_to_allocate(
-            z3.If(s.num_tokens < c.max_model_len, s.num_tokens, c.max_model_len), 0, c.block_size) <= c.num_usable_blocks)
+            min_(s.num_tokens, c.max_model_len), 0, c.block_size) <= c.num_usable_blocks)
             for j, s in enumerate(pre.slots)]
         facts.append(or_(*fits_alone))
     solver = _solver(timeout_s)
@@ -80,6 +80,7 @@ def replay_stuck(state: Any, steps: int = REPLAY_STEPS) -> tuple[bool, dict[str,
         s, _ = api.update_from_output(after, output, ModelRunnerOutput({}))
         if (s.running, s.waiting, s.free_block_queue) != (state.running, state.waiting, state.free_block_queue):
             return False, {"changed_at_step": k}
-    need = {rid: -(-min(r.num_tokens, s.config.max_model_len) // s.config.block_size) for rid, r in s.requests.items()}
+    need = {rid: rules.num_blocks_to_allocate(min(r.num_tokens, s.config.max_model_len), 0, s.config.block_size)
+            for rid, r in s.requests.items()}
     return True, {"stuck_for_steps": steps, "waiting": list(s.waiting), "running": list(s.running),
                   "blocks_needed": need, "usable_blocks": s.config.num_usable_blocks}

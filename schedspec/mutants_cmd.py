@@ -67,6 +67,10 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         if c not in CHECKERS:
             raise SpecError("--checker", c, f"must be one of {', '.join(CHECKERS)}")
     names = args.mutant or [m.name for m in MUTANTS]
+    known = {m.name for m in MUTANTS}
+    for name in names:
+        if name not in known:
+            raise SpecError("--mutant", name, f"is not a mutant of the catalogue ({', '.join(sorted(known))})")
     cells = [(name, c, args.budget) for name in names for c in checkers]
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
