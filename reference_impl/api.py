@@ -18,6 +18,7 @@ from ..spec.trace import FinishedRequest
 from .block_pool import BlockPool
 from .live_request import LiveRequest
 from .request_queue import create_request_queue
+from .async_scheduler import AsyncScheduler
 from .scheduler import Scheduler
 
 
@@ -26,19 +27,23 @@ def initial_state(config: SchedulerConfig) -> SchedulerState:
 
 
 def thaw(state: SchedulerState) -> Scheduler:
-    requests = {rid: LiveRequest.thaw(r) for rid, r in state.requests.items()}
-    return Scheduler(
+    bs = state.config.block_size
+    requests = {rid: LiveRequest.thaw(r, bs) for rid, r in state.requests.items()}
+    scheduler_class = AsyncScheduler if state.config.async_scheduling else Scheduler
+    return scheduler_class(
         config=state.config,
         requests=requests,
         running=[requests[rid] for rid in state.running],
         waiting=create_request_queue(state.config.policy, (requests[rid] for rid in state.waiting)),
-        block_pool=BlockPool(state.free_block_queue),
+        block_pool=BlockPool(state.free_block_queue, state.config.enable_prefix_caching, state.ref_cnt(),
+                             state.cached_block_hash_to_block),
         finished_req_ids=set(state.finished_req_ids),
         current_step=state.current_step,
     )
 
 
 def freeze(scheduler: Scheduler) -> SchedulerState:
+    pool = scheduler.block_pool
     return SchedulerState(
         config=scheduler.config,
         requests={rid: r.freeze() for rid, r in scheduler.requests.items()},
@@ -47,6 +52,9 @@ def freeze(scheduler: Scheduler) -> SchedulerState:
         free_block_queue=tuple(scheduler.block_pool.free_block_queue),
         finished_req_ids=frozenset(scheduler.finished_req_ids),
         current_step=scheduler.current_step,
+        # Without caching a block has one holder, so its ref count is derived, not stored.
+        block_ref_cnt=dict(sorted(pool.ref_cnt.items())) if pool.enable_caching else None,
+        cached_block_hash_to_block={h: tuple(bs) for h, bs in pool.cached_block_hash_to_block.items()},
     )
 
 

@@ -38,6 +38,9 @@ class ReferenceEngine:
     def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
         return self.scheduler.update_from_output(output, model_output)
 
+    def update_draft_token_ids(self, draft_token_ids) -> None:
+        self.scheduler.update_draft_token_ids(draft_token_ids)
+
     def summary(self) -> StateSummary:
         s = self.scheduler
         return StateSummary(

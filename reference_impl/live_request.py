@@ -9,6 +9,7 @@ crossings between the two worlds.
 
 from __future__ import annotations
 
+from ..spec.block_hash import block_hashes
 from ..spec.request import Request, RequestStatus
 from ..spec.state import RequestState
 
@@ -17,10 +18,11 @@ class LiveRequest:
     __slots__ = (
         "spec", "request_id", "status", "output_token_ids", "num_computed_tokens", "spec_token_ids",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output",
-        "num_preemptions", "is_prefill_chunk", "stop_reason", "block_ids",
+        "num_preemptions", "is_prefill_chunk", "stop_reason", "block_ids", "num_cached_blocks",
+        "block_size", "_block_hashes",
     )
 
-    def __init__(self, spec: Request) -> None:
+    def __init__(self, spec: Request, block_size: int = 16) -> None:
         self.spec = spec
         self.request_id = spec.request_id
         self.status = RequestStatus.WAITING
@@ -37,6 +39,9 @@ class LiveRequest:
         # The block table lives in the KV manager in vLLM (`req_to_blocks`);
         # keeping it on the request makes the state one value per request.
         self.block_ids: list[int] = []
+        self.num_cached_blocks = 0  # `num_cached_block[request_id]` of the KV manager
+        self.block_size = block_size
+        self._block_hashes: tuple[int, ...] = ()
 
     # ---- vLLM's derived properties (request.py:294-304) ----
     @property
@@ -54,6 +59,21 @@ class LiveRequest:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> tuple[int, ...]:
+        return self.spec.prompt_token_ids + tuple(self.output_token_ids)
+
+    @property
+    def block_hashes(self) -> tuple[int, ...]:
+        """vLLM's `request.block_hashes`: one per full block of prompt and outputs, extended as tokens arrive.
+
+        Outputs are never removed (a stop trims only the tokens it did not
+        append), so the known hashes stay a prefix and are extended, not redone.
+        """
+        if (len(self._block_hashes) + 1) * self.block_size <= self.num_tokens:
+            self._block_hashes = block_hashes(self.all_token_ids, self.block_size, self._block_hashes)
+        return self._block_hashes
 
     @property
     def max_tokens(self) -> int:
@@ -76,8 +96,8 @@ class LiveRequest:
 
     # ---- the crossing ----
     @classmethod
-    def thaw(cls, s: RequestState) -> "LiveRequest":
-        r = cls(s.request)
+    def thaw(cls, s: RequestState, block_size: int = 16) -> "LiveRequest":
+        r = cls(s.request, block_size)
         r.status = s.status
         r.output_token_ids = list(s.output_token_ids)
         r.num_computed_tokens = s.num_computed_tokens
@@ -90,6 +110,7 @@ class LiveRequest:
         r.is_prefill_chunk = s.is_prefill_chunk
         r.stop_reason = s.stop_reason
         r.block_ids = list(s.block_ids)
+        r.num_cached_blocks = s.num_cached_blocks
         return r
 
     def freeze(self) -> RequestState:
@@ -107,4 +128,5 @@ class LiveRequest:
             is_prefill_chunk=self.is_prefill_chunk,
             stop_reason=self.stop_reason,
             block_ids=tuple(self.block_ids),
+            num_cached_blocks=self.num_cached_blocks,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_, or_
+from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_, not_, or_
 
 Int = Any  # an int or a Z3 ArithRef
 
@@ -39,9 +39,14 @@ def running_num_new_tokens(
     return min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step)
 
 
-def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold: Int) -> Int:
-    """WAITING pass, scheduler.py:1300-1346, before the chunked-prefill check: T, not the prompt, minus the hit."""
-    return clamp_to_threshold(num_tokens - num_computed_tokens, threshold)
+def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold: Int, padded_num_tokens: Int = 0) -> Int:
+    """WAITING pass, scheduler.py:1300-1346, before the chunked-prefill check: T, not the prompt, minus the hit.
+
+    `padded_num_tokens` (1 + k, or 0 for none) replaces the count of a padded
+    spec-decode admission; the threshold still clips it afterwards.
+    """
+    n = ite(padded_num_tokens > 0, padded_num_tokens, num_tokens - num_computed_tokens)
+    return clamp_to_threshold(n, threshold)
 
 
 def num_tokens_need_slot(num_computed_tokens: Int, num_new_tokens: Int, num_lookahead_tokens: Int, max_model_len: Int) -> Int:
@@ -86,3 +91,41 @@ def stop_kind(is_eos: Any, is_stop_token: Any, num_tokens: Int, num_output_token
     """
     return ite(or_(is_eos, is_stop_token), STOPPED,
                ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))
+
+
+# ---- Prefix caching, speculative decoding, async scheduling (issue 7). ----
+
+def max_prefix_hit_blocks(num_tokens: Int, block_size: Int) -> Int:
+    """kv_cache_manager.py:301-302: a hit never covers the last token, which must be recomputed for logits."""
+    return fdiv(num_tokens - 1, block_size)
+
+
+def pads_spec_decode(num_speculative_tokens: Int, num_new_tokens: Int, prefill_scheduled: Any,
+                     any_running_scheduled: Any, num_computed_tokens: Int, max_model_len: Int) -> Any:
+    """scheduler.py:1309-1328: a decode-like admission is padded to 1 + k, if 1 + k + 1 positions fit under L.
+
+    "Decode-like": one token left, no prefill in the running pass, and either
+    a running request already scheduled or a prefix hit (C > 0). The caller
+    breaks the waiting pass if 1 + k exceeds the budget.
+    """
+    return and_(num_speculative_tokens > 0, num_new_tokens == 1, not_(prefill_scheduled),
+                or_(any_running_scheduled, num_computed_tokens > 0),
+                num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len)
+
+
+def num_scheduled_spec_tokens(num_new_tokens: Int, num_computed_tokens: Int, num_tokens: Int,
+                              num_output_placeholders: Int) -> Int:
+    """scheduler.py:1010-1025: what the clamps left of the drafts, i.e. the scheduled tokens beyond T + P."""
+    return num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders
+
+
+def num_rejected_drafts(num_scheduled_drafts: Int, num_generated: Int, num_sampled_tokens_per_step: Int = 1) -> Int:
+    """scheduler.py:2352-2355: every sampled token past the first confirms one draft."""
+    return num_scheduled_drafts - max_(num_generated - num_sampled_tokens_per_step, 0)
+
+
+def async_max_tokens_reached(num_output_placeholders: Int, num_computed_tokens: Int, num_prompt_tokens: Int,
+                             max_tokens: Int) -> Any:
+    """scheduler.py:797-806 (async only): even if every in-flight draft is rejected, the step in flight reaches max_tokens."""
+    return and_(num_output_placeholders > 0,
+                num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)

@@ -27,7 +27,8 @@ from .request_queue import RequestQueue
 from .update import SchedulerUpdates
 
 NUM_SAMPLED_TOKENS_PER_STEP = 1  # generate models; 0 only for pooling and diffusion
-DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 without a drafting spec method
+DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 for ngram-like drafters, as for none
+NUM_LOOKAHEAD_TOKENS = 0  # ngram-like drafters need no lookahead slots (config/vllm.py:625-652)
 
 
 class Scheduler(SchedulerUpdates):
@@ -50,10 +51,11 @@ class Scheduler(SchedulerUpdates):
         self.finished_req_ids = finished_req_ids
         self.current_step = current_step
         self.max_model_len = config.max_model_len
+        self.num_spec_tokens = config.num_speculative_tokens
 
     def add_request(self, request: Request) -> None:
         """scheduler.py:2931-2962: a new request joins the back of the waiting queue."""
-        live = LiveRequest(request)
+        live = LiveRequest(request, self.config.block_size)
         self.waiting.add_request(live)
         self.requests[request.request_id] = live
 
@@ -86,10 +88,9 @@ class Scheduler(SchedulerUpdates):
             request = self.running[req_index]
             if input_budget <= draft_slots:
                 break
-            if (  # async only: the in-flight step already reaches max_tokens (Z2)
-                request.num_output_placeholders > 0
-                and request.num_computed_tokens + 2 - request.num_output_placeholders
-                >= request.num_prompt_tokens + request.max_tokens
+            if rules.async_max_tokens_reached(  # async only (Z2)
+                request.num_output_placeholders, request.num_computed_tokens,
+                request.num_prompt_tokens, request.max_tokens,
             ):
                 req_index += 1
                 continue
@@ -108,7 +109,8 @@ class Scheduler(SchedulerUpdates):
                 continue
 
             while True:
-                new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+                new_blocks = self.kv_cache_manager.allocate_slots(
+                    request, num_new_tokens, num_lookahead_tokens=NUM_LOOKAHEAD_TOKENS)
                 if new_blocks is not None:
                     break
                 # No room: preempt by recompute until it fits or `request` itself is the victim.
@@ -146,9 +148,8 @@ class Scheduler(SchedulerUpdates):
             input_budget -= num_new_tokens + draft_slots
             req_index += 1
             if request.spec_token_ids:
-                num_scheduled_spec_tokens = (
-                    num_new_tokens + request.num_computed_tokens - request.num_tokens - request.num_output_placeholders
-                )
+                num_scheduled_spec_tokens = rules.num_scheduled_spec_tokens(
+                    num_new_tokens, request.num_computed_tokens, request.num_tokens, request.num_output_placeholders)
                 if num_scheduled_spec_tokens > 0:
                     scheduled_spec_decode_tokens[request.request_id] = tuple(
                         request.spec_token_ids[:num_scheduled_spec_tokens]
@@ -169,13 +170,23 @@ class Scheduler(SchedulerUpdates):
                     step_skipped_waiting.appendleft(self.waiting.pop_request())
                     continue
 
+                # Waiting requests hold no KV (C == 0), so every one looks up the prefix cache;
+                # a preempted one may hit its own earlier blocks, outputs included.
                 new_computed_blocks, num_new_local_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
                 num_computed_tokens = num_new_local_computed_tokens
                 request_token_budget = min(token_budget, input_budget - draft_slots)
                 # num_tokens, not the prompt: a resumed request recomputes its outputs too.
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                pad_spec_decode = rules.pads_spec_decode(
+                    self.num_spec_tokens, num_new_tokens, prefill_scheduled, bool(scheduled_running_reqs),
+                    num_computed_tokens, self.max_model_len)
+                # A decode-like admission is padded to 1 + k for CUDA-graph uniformity (T40).
+                if pad_spec_decode and 1 + self.num_spec_tokens > request_token_budget:
+                    break  # "prefer to not schedule than schedule un-padded"
+                # The threshold comes after the padding: the bug of exp1, refused by the config.
                 num_new_tokens = rules.waiting_num_new_tokens(
-                    request.num_tokens, num_computed_tokens, long_prefill_token_threshold
-                )
+                    request.num_tokens, num_computed_tokens, long_prefill_token_threshold,
+                    1 + self.num_spec_tokens if pad_spec_decode else 0)
                 if not config.enable_chunked_prefill and num_new_tokens > request_token_budget:
                     break  # head-of-line blocking
                 num_new_tokens = min(num_new_tokens, request_token_budget)
@@ -185,6 +196,8 @@ class Scheduler(SchedulerUpdates):
                     request,
                     num_new_tokens,
                     num_new_computed_tokens=num_new_local_computed_tokens,
+                    new_computed_blocks=new_computed_blocks,
+                    num_lookahead_tokens=NUM_LOOKAHEAD_TOKENS,
                     full_sequence_must_fit=config.scheduler_reserve_full_isl,
                     has_scheduled_reqs=bool(self.running),
                 )
@@ -204,7 +217,10 @@ class Scheduler(SchedulerUpdates):
                 token_budget -= num_new_tokens
                 input_budget -= num_new_tokens + draft_slots
                 request.status = RequestStatus.RUNNING
-                request.num_computed_tokens = num_computed_tokens
+                request.num_computed_tokens = num_computed_tokens  # the prefix hit becomes computed
+                if pad_spec_decode:
+                    assert num_new_tokens == 1 + self.num_spec_tokens  # :1579, safe by the config check
+                    scheduled_spec_decode_tokens[request.request_id] = (-1,) * self.num_spec_tokens
             # Skipped requests go back to the head in their original order (T38, Z5).
             self.waiting.prepend_requests(step_skipped_waiting)
 

@@ -10,11 +10,12 @@ next `schedule()`'s `finished_req_ids` (I-18).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest
+from . import rules
 from .live_request import LiveRequest
 from .stop import check_stop
 
@@ -48,8 +49,7 @@ class SchedulerUpdates:
             scheduled_spec_token_ids = scheduler_output.scheduled_spec_decode_tokens.get(req_id)
             if scheduled_spec_token_ids and generated_token_ids:
                 # Rejected drafts roll C (and P) back; both sides of "owed" move together.
-                num_accepted = max(len(generated_token_ids) - 1, 0)
-                num_rejected = len(scheduled_spec_token_ids) - num_accepted
+                num_rejected = rules.num_rejected_drafts(len(scheduled_spec_token_ids), len(generated_token_ids))
                 if not output_is_stale:
                     if request.num_computed_tokens > 0:
                         request.num_computed_tokens -= num_rejected
@@ -59,9 +59,16 @@ class SchedulerUpdates:
             status_before_stop = request.status
             stopped = False
             if generated_token_ids:
+                had_output_placeholders = request.num_output_placeholders > 0
                 generated_token_ids, stopped = self._update_request_with_output(
                     request, generated_token_ids, output_is_stale
                 )
+                if (not output_is_stale and status_before_stop == RequestStatus.RUNNING
+                        and (had_output_placeholders or self.num_spec_tokens > 0)):
+                    # Async or spec: register only what is processed, not what is in flight (:2399-2407).
+                    # It runs before a stopped request is freed, so its blocks free as cached (to the tail).
+                    self.kv_cache_manager.cache_blocks(
+                        request, request.num_computed_tokens - request.num_in_flight_tokens)
             if stopped:
                 finished[req_id] = FinishedRequest(request.status, tuple(request.output_token_ids))
                 self._free_request(request)
@@ -96,6 +103,17 @@ class SchedulerUpdates:
             request.num_output_placeholders -= num_new_tokens
             assert request.num_output_placeholders >= 0
         return new_token_ids, stopped
+
+    def update_draft_token_ids(self: "Scheduler", draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        """Sync spec decode: the drafter's proposals, set after update_from_output (:2862-2881)."""
+        for req_id, spec_token_ids in draft_token_ids.items():
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue  # finished meanwhile
+            if request.is_prefill_chunk:
+                request.spec_token_ids = []  # drafts for a prefill chunk are dropped (T39)
+                continue
+            request.spec_token_ids = list(spec_token_ids)
 
     def finish_requests(self: "Scheduler", request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
         """Abort from outside. Ids are processed in the order given: the free order decides block ids."""

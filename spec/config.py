@@ -36,6 +36,10 @@ class SchedulerConfig:
     scheduler_reserve_full_isl: bool = True
     max_num_scheduled_tokens: int | None = None  # None: max_num_batched_tokens
     max_num_active_seqs: int | None = None  # None: max_num_seqs
+    # The three features of issue 7. Each is off by default, as in vLLM's test harness.
+    enable_prefix_caching: bool = False  # CacheConfig.enable_prefix_caching
+    num_speculative_tokens: int = 0  # k of an ngram-like drafter: no lookahead slots, no draft slots
+    async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
 
     def __post_init__(self) -> None:
         if self.max_model_len is None and _is_int(self.max_num_batched_tokens):
@@ -104,7 +108,11 @@ def _validate(c: SchedulerConfig) -> None:
     v = c.long_prefill_token_threshold
     need("long_prefill_token_threshold", _is_int(v), "must be an integer")
     need("long_prefill_token_threshold", v >= 0, "must be >= 0")
-    for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold_adaptive"):
+    v = c.num_speculative_tokens
+    need("num_speculative_tokens", _is_int(v), "must be an integer")
+    need("num_speculative_tokens", v >= 0, "must be >= 0")
+    for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold_adaptive",
+                 "enable_prefix_caching", "async_scheduling"):
         need(name, isinstance(getattr(c, name), bool), "must be true or false")
     need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
     w = c.watermark
@@ -131,4 +139,16 @@ def _validate(c: SchedulerConfig) -> None:
         "long_prefill_token_threshold",
         c.long_prefill_token_threshold <= c.max_model_len,
         f"must be <= max_model_len ({c.max_model_len})",
+    )
+    # Not a vLLM check: vLLM 0.33.0 accepts this config and then crashes. The threshold is
+    # applied after spec-decode padding, so a padded admission is clipped below 1 + k and
+    # `assert num_new_tokens == 1 + k` (scheduler.py:1579) fails (semantics 9.A.4.5, exp1).
+    # The reference refuses the config instead of reproducing the crash; the harness pins
+    # vLLM's crash as a known divergence (tests/unit/test_vllm_known_bugs.py).
+    k = c.num_speculative_tokens
+    need(
+        "long_prefill_token_threshold",
+        not (k > 0 and 1 <= c.long_prefill_token_threshold < 1 + k),
+        f"must be 0 or >= 1 + num_speculative_tokens ({1 + k}): vLLM 0.33.0 crashes on a padded "
+        "spec-decode admission (assert at scheduler.py:1579)",
     )

@@ -8,16 +8,19 @@ engines can only differ in what they decide, never in how they were driven.
 
 The loop mirrors vLLM's synchronous `EngineCore.step` (core.py:667-697):
 arrivals and aborts, then `schedule()`, then the model, then
-`update_from_output()` with that same step's output.
+`update_from_output()` with that same step's output, then (spec decode) the
+drafter's proposals. Under async scheduling it mirrors
+`step_with_batch_queue` instead, with one step in flight.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Iterator, Mapping, Protocol
 
 from .config import SchedulerConfig
 from .output import ModelRunnerOutput, SchedulerOutput
-from .request import Request
+from .request import Request, RequestStatus
 from .trace import FinishedRequest, StateSummary, StepRecord, Trace
 from .workload import Workload
 
@@ -41,18 +44,26 @@ class Engine(Protocol):
     ) -> Mapping[str, FinishedRequest]:
         """Absorb one step's model output; return the requests that finished in it."""
 
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """Sync spec decode only: the drafter's proposals after a step. Engines without spec decode may omit it."""
+
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
 
 
 def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: StateSummary) -> ModelRunnerOutput:
-    """vLLM's GPU runner without the GPU: one planted sample per request that completed its prefill.
+    """vLLM's GPU runner without the GPU: planted samples for every request that completed its prefill.
 
     A request whose `num_computed_tokens` is still short of its tokens after
     the advance is in a partial prefill chunk (vLLM's `is_prefill_chunk`) and
-    samples nothing. Otherwise it samples its next planted token: the index is
-    how many outputs it has, which survives preemption, so a recomputed
-    request continues where it stopped.
+    samples nothing. Otherwise the model samples at the position after its
+    last scheduled non-draft token: output index `C - drafts - prompt`,
+    counted from C after the advance, so it also holds one step ahead under
+    async scheduling, and a recomputed request continues where it stopped.
+    With drafts scheduled, it verifies them as a real verifier does: each
+    draft that equals the model's own token at its position is accepted and
+    the model samples on; the first mismatch ends the run, so `len(gen)` is
+    accepted + 1. The placeholder drafts `-1` (padding, async) never match.
     """
     prompt_len = {r.request_id: r.request.num_prompt_tokens for r in workload.requests}
     sampled: dict[str, tuple[int, ...]] = {}
@@ -60,9 +71,50 @@ def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: Stat
         r = after_schedule.requests[rid]
         if r.num_computed_tokens < r.num_tokens:
             sampled[rid] = ()
-        else:
-            sampled[rid] = (workload.sampled_token(rid, r.num_tokens - prompt_len[rid]),)
+            continue
+        drafts = output.scheduled_spec_decode_tokens.get(rid, ())
+        index = r.num_computed_tokens - len(drafts) - prompt_len[rid]
+        generated = []
+        for j in range(len(drafts) + 1):
+            token = workload.sampled_token(rid, index + j)
+            generated.append(token)
+            if j == len(drafts) or drafts[j] != token:
+                break
+        sampled[rid] = tuple(generated)
     return ModelRunnerOutput(sampled)
+
+
+class Drafter:
+    """The ngram-like drafter of sync spec decoding, played from the workload.
+
+    After a step in which a request sampled and goes on running, the drafter
+    proposes its next `(num_drafts, num_accepted)` entry: the first
+    `num_accepted` drafts are the tokens the model will sample (the planted
+    outputs at those positions), the rest are wrong on purpose (the planted
+    token + 1). So the workload fixes the accepted count, `fake_model`
+    confirms it by plain verification, and every engine sees the same token
+    ids. A proposal is consumed whether or not the scheduler keeps it.
+    """
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.num_proposed: dict[str, int] = {}
+
+    def propose(self, output: SchedulerOutput, model_output: ModelRunnerOutput, after_update: StateSummary) -> dict[str, tuple[int, ...]]:
+        drafts: dict[str, tuple[int, ...]] = {}
+        for rid in output.num_scheduled_tokens:
+            r = after_update.requests.get(rid)
+            if not model_output.sampled_token_ids.get(rid) or r is None or r.status != RequestStatus.RUNNING:
+                continue
+            index = self.num_proposed.get(rid, 0)
+            self.num_proposed[rid] = index + 1
+            num_drafts, num_accepted = self.workload.spec_proposal(rid, index)
+            if num_drafts == 0:
+                continue
+            next_output = r.num_tokens - self.workload.request(rid).request.num_prompt_tokens
+            truth = [self.workload.sampled_token(rid, next_output + j) for j in range(num_drafts)]
+            drafts[rid] = tuple(t if j < num_accepted else t + 1 for j, t in enumerate(truth))
+        return drafts
 
 
 def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
@@ -72,25 +124,82 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     `workload.max_steps` steps: vLLM 0.33.0 has livelocks (semantics doc D1),
     and a trace must end. Lock-step comparison consumes two of these at once.
     """
+    if workload.config.async_scheduling:
+        yield from _async_steps(engine, workload)
+        return
+    drafter = Drafter(workload) if workload.config.num_speculative_tokens > 0 else None
     for step in range(workload.max_steps):
-        added = workload.arrivals_at(step)
-        for request in added:
-            engine.add_request(request)
-        aborted = workload.aborts_at(step)
-        finished: dict[str, FinishedRequest] = {}
-        for rid in aborted:
-            f = engine.abort_request(rid)
-            if f is not None:
-                finished[rid] = f
+        added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
         output = engine.schedule()
         model_output = fake_model(workload, output, engine.summary())
-        finished_in_update = engine.update_from_output(output, model_output)
-        finished.update(finished_in_update)
-        state = engine.summary()
-        record = StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output, model_output, state, finished)
+        finished.update(engine.update_from_output(output, model_output))
+        drafts: dict[str, tuple[int, ...]] = {}
+        if drafter is not None and output.total_num_scheduled_tokens > 0:  # post_step (core.py:699-706)
+            drafts = drafter.propose(output, model_output, engine.summary())
+            if drafts:
+                engine.update_draft_token_ids(drafts)
+        record = StepRecord(step, added, aborted, output, model_output, engine.summary(), finished,
+                            draft_token_ids=drafts)
         yield record
         if drained_after(record, workload):
             return
+
+
+def _arrivals_and_aborts(engine: Engine, workload: Workload, step: int) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, FinishedRequest]]:
+    added = workload.arrivals_at(step)
+    for request in added:
+        engine.add_request(request)
+    aborted = workload.aborts_at(step)
+    finished: dict[str, FinishedRequest] = {}
+    for rid in aborted:
+        f = engine.abort_request(rid)
+        if f is not None:
+            finished[rid] = f
+    return tuple(r.request_id for r in added), tuple(aborted), finished
+
+
+def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
+    """vLLM's `step_with_batch_queue` (core.py:708-822) with a batch queue of 2 (V1 runner, PP = 1).
+
+    Each step schedules if the scheduler has requests (or finished ids to
+    report), and runs the fake model on that output at once; the output is
+    queued. Filling the queue wins over absorbing output: while fewer than 2
+    steps are in flight and something was scheduled (or more could be), the
+    step ends there. Otherwise the oldest step's output is absorbed. The
+    model is deterministic, so "the future is done" never decides anything.
+    """
+    batch_queue: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
+    unreported: set[str] = set()
+    for step in range(workload.max_steps):
+        added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
+        unreported |= set(finished)
+        before = engine.summary()
+        output, model_output, scheduled, updated_step = SchedulerOutput(), ModelRunnerOutput(), False, None
+        if before.running or before.waiting or unreported:  # Scheduler.has_requests()
+            output, scheduled, unreported = engine.schedule(), True, set()
+            model_output = fake_model(workload, output, engine.summary())
+            batch_queue.appendleft((step, output, model_output))
+            after = engine.summary()
+            full = len(batch_queue) >= ASYNC_BATCH_QUEUE_SIZE
+            if not full and (output.total_num_scheduled_tokens > 0 or after.running or after.waiting):
+                batch_queue_steps = tuple(s for s, _, _ in reversed(batch_queue))
+                yield StepRecord(step, added, aborted, output, model_output, after, finished,
+                                 updated_step=None, in_flight=batch_queue_steps)
+                continue
+        if batch_queue:
+            updated_step, old_output, old_model_output = batch_queue.pop()
+            absorbed = engine.update_from_output(old_output, old_model_output)
+            finished.update(absorbed)
+            unreported |= set(absorbed)
+        record = StepRecord(step, added, aborted, output, model_output, engine.summary(), finished,
+                            updated_step=updated_step, scheduled=scheduled,
+                            in_flight=tuple(s for s, _, _ in reversed(batch_queue)))
+        yield record
+        if not batch_queue and not unreported and drained_after(record, workload):
+            return
+
+
+ASYNC_BATCH_QUEUE_SIZE = 2  # max_concurrent_batches: 2 for async with PP = 1 (config/vllm.py:588-598)
 
 
 def drained_after(record: StepRecord, workload: Workload) -> bool:
@@ -107,5 +216,5 @@ def drained_after(record: StepRecord, workload: Workload) -> bool:
 
 def run(engine: Engine, workload: Workload) -> Trace:
     records = tuple(steps(engine, workload))
-    drained = bool(records) and drained_after(records[-1], workload)
+    drained = bool(records) and drained_after(records[-1], workload) and not records[-1].in_flight
     return Trace(workload, records, engine.name, "drained" if drained else "max_steps")

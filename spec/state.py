@@ -11,8 +11,15 @@ Two representation choices, both observationally exact:
 * The PRIORITY waiting queue is vLLM's heap, but every observable use of it
   (`peek`, `pop`, iteration, removal) depends only on its contents ordered by
   `Request.__lt__`, so it is stored as that sorted order.
-* A block's reference count is not stored: without prefix caching a block is
-  held by exactly one request, so `ref_cnt` is derived from the block tables.
+* Without prefix caching a block is held by exactly one request, so its
+  `ref_cnt` is not stored (`block_ref_cnt` is None) but derived from the
+  block tables. With prefix caching blocks are shared and `ref_cnt` is
+  stored, so that the invariant "a block's ref count is the number of block
+  tables holding it" checks something.
+* Block hashes are a function of the tokens (`spec.block_hash`), so only the
+  cache's side is stored: which blocks are cached under which hash, in vLLM's
+  insertion order (`BlockHashToBlockMap`: the first one is the one a hit
+  returns).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class RequestState:
     is_prefill_chunk: bool = False
     stop_reason: int | str | None = None
     block_ids: tuple[int, ...] = ()  # the request's block table, in position order
+    num_cached_blocks: int = 0  # prefix caching: leading blocks already registered (num_cached_block)
 
     @property
     def request_id(self) -> str:
@@ -75,6 +83,10 @@ class SchedulerState:
     # Finished since the previous schedule(); reported by the next one (I-18).
     finished_req_ids: frozenset[str] = frozenset()
     current_step: int = 0
+    # Prefix caching only. Held blocks' ref counts (None: derive, one holder each) and the
+    # cache: block hash -> the block ids cached under it, first-inserted first.
+    block_ref_cnt: Mapping[int, int] | None = None
+    cached_block_hash_to_block: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, config: SchedulerConfig) -> "SchedulerState":
@@ -88,6 +100,19 @@ class SchedulerState:
         for rid, r in self.requests.items():
             for b in r.block_ids:
                 yield rid, b
+
+    def ref_cnt(self) -> dict[int, int]:
+        """Every held block's ref count: stored under prefix caching, otherwise one per holder."""
+        if self.block_ref_cnt is not None:
+            return dict(self.block_ref_cnt)
+        counts: dict[int, int] = {}
+        for _, b in self.held_blocks():
+            counts[b] = counts.get(b, 0) + 1
+        return counts
+
+    def block_hash_of(self) -> dict[int, int]:
+        """Each cached block's hash (a block is cached under at most one hash)."""
+        return {b: h for h, blocks in self.cached_block_hash_to_block.items() for b in blocks}
 
     def unfinished(self) -> bool:
         return bool(self.running or self.waiting)
@@ -104,7 +129,7 @@ def request_state_to_json(r: RequestState) -> dict:
         "num_output_placeholders": r.num_output_placeholders, "num_in_flight_tokens": r.num_in_flight_tokens,
         "num_stale_output_tokens": r.num_stale_output_tokens, "drop_stale_output": r.drop_stale_output,
         "num_preemptions": r.num_preemptions, "is_prefill_chunk": r.is_prefill_chunk, "stop_reason": r.stop_reason,
-        "block_ids": list(r.block_ids),
+        "block_ids": list(r.block_ids), "num_cached_blocks": r.num_cached_blocks,
     }
 
 
@@ -115,6 +140,9 @@ def state_to_json(s: SchedulerState) -> dict:
         "requests": [request_state_to_json(r) for r in s.requests.values()],
         "running": list(s.running), "waiting": list(s.waiting), "free_block_queue": list(s.free_block_queue),
         "finished_req_ids": sorted(s.finished_req_ids), "current_step": s.current_step,
+        "block_ref_cnt": None if s.block_ref_cnt is None else [[b, n] for b, n in s.block_ref_cnt.items()],
+        # Hashes go below 2^62: JSON integers, exact in Python (not in JavaScript doubles).
+        "cached_block_hash_to_block": [[h, list(bs)] for h, bs in s.cached_block_hash_to_block.items()],
     }
 
 
@@ -135,7 +163,10 @@ def state_from_json(d: dict, where: str = "state") -> SchedulerState:
         return SchedulerState(config=SchedulerConfig.from_dict(d["config"], f"{where}.config"), requests=requests,
                               running=tuple(d["running"]), waiting=tuple(d["waiting"]),
                               free_block_queue=tuple(d["free_block_queue"]),
-                              finished_req_ids=frozenset(d["finished_req_ids"]), current_step=d["current_step"])
+                              finished_req_ids=frozenset(d["finished_req_ids"]), current_step=d["current_step"],
+                              block_ref_cnt=None if d.get("block_ref_cnt") is None
+                              else {b: n for b, n in d["block_ref_cnt"]},
+                              cached_block_hash_to_block={h: tuple(bs) for h, bs in d.get("cached_block_hash_to_block", [])})
     except SpecError:
         raise
     except (KeyError, TypeError, ValueError) as e:

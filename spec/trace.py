@@ -88,9 +88,22 @@ class StepRecord:
     model_output: ModelRunnerOutput
     state: StateSummary  # after update_from_output
     finished: Mapping[str, FinishedRequest] = field(default_factory=dict)  # during this step
+    # Which step's output update_from_output absorbed in this step: the step itself when
+    # synchronous; under async scheduling an earlier one, or None while it is still in flight.
+    updated_step: int | None = -1  # -1: this step (the synchronous default)
+    # Speculative decoding (sync): the drafts proposed after the update, per request.
+    draft_token_ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Async: False in a step that called no schedule() (nothing to schedule, output still in flight).
+    scheduled: bool = True
+    # Async: the steps whose outputs are still in flight after this one, oldest first.
+    in_flight: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.updated_step == -1:
+            object.__setattr__(self, "updated_step", self.step)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "step": self.step,
             "added": list(self.added),
             "aborted": list(self.aborted),
@@ -99,6 +112,16 @@ class StepRecord:
             "state": self.state.to_json(),
             "finished": {k: v.to_json() for k, v in self.finished.items()},
         }
+        # Written only when they differ from a synchronous step, so sync traces keep their shape.
+        if self.updated_step != self.step:
+            d["updated_step"] = self.updated_step
+        if self.draft_token_ids:
+            d["draft_token_ids"] = {k: list(v) for k, v in self.draft_token_ids.items()}
+        if not self.scheduled:
+            d["scheduled"] = False
+        if self.in_flight:
+            d["in_flight"] = list(self.in_flight)
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "StepRecord":
@@ -107,6 +130,10 @@ class StepRecord:
             SchedulerOutput.from_json(d["output"]), ModelRunnerOutput.from_json(d["model_output"]),
             StateSummary.from_json(d["state"]),
             {k: FinishedRequest(RequestStatus[v["status"]], tuple(v["output_token_ids"])) for k, v in d["finished"].items()},
+            updated_step=d.get("updated_step", d["step"]),
+            draft_token_ids={k: tuple(v) for k, v in d.get("draft_token_ids", {}).items()},
+            scheduled=d.get("scheduled", True),
+            in_flight=tuple(d.get("in_flight", ())),
         )
 
 
@@ -158,6 +185,7 @@ def _check_ids(workload: Workload, steps: list[StepRecord], where: str) -> None:
             "model_output": tuple(s.model_output.sampled_token_ids),
             "state.running": s.state.running, "state.waiting": s.state.waiting,
             "state.requests": tuple(s.state.requests), "finished": tuple(s.finished),
+            "draft_token_ids": tuple(s.draft_token_ids),
         }
         for field, ids in mentioned.items():
             for rid in ids:

@@ -31,6 +31,8 @@ class WorkloadRequest:
     request: Request
     arrival_step: int = 0
     output_token_ids: tuple[int, ...] = ()  # planted samples, in order
+    # Speculative decoding: (num_drafts, num_accepted) per proposal, in order (spec/engine.py).
+    spec_proposals: tuple[tuple[int, int], ...] = ()
 
     @property
     def request_id(self) -> str:
@@ -58,6 +60,9 @@ class Workload:
         object.__setattr__(self, "_by_id", {r.request_id: r for r in self.requests})
         _check(self)
 
+    def request(self, request_id: str) -> WorkloadRequest:
+        return self._by_id[request_id]
+
     def planted(self, request_id: str) -> tuple[int, ...]:
         return self._by_id[request_id].output_token_ids
 
@@ -65,6 +70,11 @@ class Workload:
         """The fake model's `index`-th sample for a request (0-based)."""
         planted = self._by_id[request_id].output_token_ids
         return planted[index] if index < len(planted) else self.filler_token_id
+
+    def spec_proposal(self, request_id: str, index: int) -> tuple[int, int]:
+        """The drafter's `index`-th proposal for a request: (num_drafts, num_accepted); (0, 0) once they run out."""
+        proposals = self._by_id[request_id].spec_proposals
+        return proposals[index] if index < len(proposals) else (0, 0)
 
     def arrivals_at(self, step: int) -> list[Request]:
         return [r.request for r in self.requests if r.arrival_step == step]
@@ -134,6 +144,7 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
         "priority": q.priority,
         "arrival_time": q.arrival_time,
         "output_token_ids": list(r.output_token_ids),
+        **({"spec_proposals": [list(p) for p in r.spec_proposals]} if r.spec_proposals else {}),
     }
 
 
@@ -149,7 +160,8 @@ def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
         priority=d.get("priority", 0),
         arrival_time=float(d.get("arrival_time", index)),
     )
-    return WorkloadRequest(request, d.get("arrival_step", 0), tuple(d.get("output_token_ids", ())))
+    return WorkloadRequest(request, d.get("arrival_step", 0), tuple(d.get("output_token_ids", ())),
+                           tuple((p[0], p[1]) for p in d.get("spec_proposals", ())))
 
 
 def _check(w: Workload) -> None:
@@ -172,6 +184,15 @@ def _check(w: Workload) -> None:
             raise SpecError(f"{here}.min_tokens", q.min_tokens, f"must be in [0, max_tokens={q.max_tokens}]")
         if r.arrival_step < 0:
             raise SpecError(f"{here}.arrival_step", r.arrival_step, "must be >= 0")
+        k = w.config.num_speculative_tokens
+        for j, (num_drafts, num_accepted) in enumerate(r.spec_proposals):
+            if k == 0:
+                raise SpecError(f"{here}.spec_proposals", [num_drafts, num_accepted],
+                                "needs config.num_speculative_tokens > 0")
+            if not 0 <= num_drafts <= k:
+                raise SpecError(f"{here}.spec_proposals[{j}][0]", num_drafts, f"must be in [0, num_speculative_tokens={k}]")
+            if not 0 <= num_accepted <= num_drafts:
+                raise SpecError(f"{here}.spec_proposals[{j}][1]", num_accepted, f"must be in [0, num_drafts={num_drafts}]")
     for i, a in enumerate(w.aborts):
         if a.request_id not in seen:
             raise SpecError(f"workload.aborts[{i}].request_id", a.request_id, "names no request in this workload")

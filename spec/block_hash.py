@@ -1,0 +1,50 @@
+"""Block hashes: the prefix-cache key of every full block of a request's tokens.
+
+vLLM hashes each full block as `hash((parent_hash, block_token_ids, extra_keys))`
+with sha256 (`kv_cache_utils.py:707-737`), so a block's hash fingerprints the
+whole prefix that ends at it. Which function computes the fingerprint is not
+observable: the scheduler only ever asks "is this prefix cached, and by which
+block". So the spec picks one every engine can compute cheaply and exactly:
+a chained polynomial hash over two Mersenne-prime fields,
+
+    h_i = (h_{i-1} * B^bs + sum_j tok_j * B^(bs-1-j)) mod p,  per (B, p) pair,
+
+packed into one non-negative int below 2^62. It is a hash of the prefix, like
+vLLM's: a chain, not a per-block digest, so two blocks with equal tokens but
+different prefixes differ. A torch engine computes it with int64 tensor ops
+(every product is below 2^62), which is why it is not sha256. Collisions are
+possible in principle (about 2^-62 per pair) and would show up as a
+divergence, never as silent agreement.
+
+Block hashes are a function of the tokens, so they are not stored in the
+state; `spec.state` stores only which block is cached under which hash.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+MODULUS = 2**31 - 1  # a Mersenne prime: every residue fits in 31 bits
+BASES = (1_000_003, 998_244_353 % MODULUS)
+NONE_HASH = 0  # the parent of the first block (vLLM's NONE_HASH)
+
+
+def hash_block(parent: int, block_token_ids: Sequence[int]) -> int:
+    """The hash of one full block, chained on its parent's."""
+    packed = 0
+    for i, base in enumerate(BASES):
+        h = (parent >> (31 * i)) & MODULUS
+        for t in block_token_ids:
+            h = (h * base + t) % MODULUS
+        packed |= h << (31 * i)
+    return packed
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, start: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The hashes of every full block of `token_ids`; `start` is an already-known prefix of them."""
+    hashes = list(start)
+    parent = hashes[-1] if hashes else NONE_HASH
+    for b in range(len(hashes), len(token_ids) // block_size):
+        parent = hash_block(parent, token_ids[b * block_size:(b + 1) * block_size])
+        hashes.append(parent)
+    return tuple(hashes)
