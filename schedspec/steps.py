@@ -1,8 +1,10 @@
 """What a person wants to see of a step: tokens split into decodes and prefill chunks.
 
-A scheduled request is *decoding* when it was owed exactly one token (its
-computed count one short of its tokens) and got it; anything else is a
-prefill chunk, including a resumed request recomputing prompt and outputs.
+A scheduled request is *decoding* when it got exactly one token besides its
+drafts and its prompt was already computed (at most its last token left);
+anything else is a prefill chunk, including a resumed request recomputing
+prompt and outputs. The rule reads only the output, so it holds under async
+scheduling too, where `num_tokens` lags one step behind.
 The table and the plot both read steps through this one classification.
 """
 
@@ -31,23 +33,18 @@ class StepView:
 
 def views(trace: Trace) -> list[StepView]:
     prompt_len = {r.request_id: r.request.num_prompt_tokens for r in trace.workload.requests}
-    num_tokens: dict[str, int] = {}
-    out = []
-    for record in trace.steps:
-        out.append(_view(record, prompt_len, num_tokens))
-        num_tokens = {rid: r.num_tokens for rid, r in record.state.requests.items()}
-    return out
+    return [_view(record, prompt_len) for record in trace.steps]
 
 
-def _view(record: StepRecord, prompt_len: dict[str, int], num_tokens_before: dict[str, int]) -> StepView:
+def _view(record: StepRecord, prompt_len: dict[str, int]) -> StepView:
     o = record.output
     computed_before = {r.req_id: r.num_computed_tokens for r in o.scheduled_new_reqs}
     computed_before.update({r.req_id: r.num_computed_tokens for r in o.scheduled_cached_reqs})
     decode_reqs = decode_tokens = 0
     chunks = []
     for rid, n in o.num_scheduled_tokens.items():
-        owed = num_tokens_before.get(rid, prompt_len[rid]) - computed_before[rid]
-        if owed == 1 and n == 1:
+        num_drafts = len(o.scheduled_spec_decode_tokens.get(rid, ()))
+        if n - num_drafts == 1 and computed_before[rid] >= prompt_len[rid] - 1:
             decode_reqs += 1
             decode_tokens += n
         else:
