@@ -141,6 +141,94 @@ def big_batch(d: Draw) -> Workload:
     return Workload(cfg, _requests(d, n, L, 48, 6, 8), max_steps=MAX_STEPS)
 
 
+# ---- Prefix caching, speculative decoding, async scheduling (issue 7). ----
+# Small on purpose too: block size 2-8, pools of a few blocks, at most ~60 steps.
+FEATURE_MAX_STEPS = 60
+
+
+def _prompts(d: Draw, n: int, bs: int, max_len: int, planted: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Prompts that share prefixes at block granularity, as chat traffic does.
+
+    Each prompt is one of a few common prefixes (whole blocks) plus a suffix,
+    a twin of an earlier prompt (a full hit: padded under spec decode when
+    its length is 1 mod bs, capped at (T-1)//bs blocks otherwise, D6), or
+    an earlier prompt followed by that request's planted outputs and a new
+    turn (multi-turn: outputs are hashed too, T42), or something novel.
+    """
+    prefixes = [tuple(d.int(10, 12) for _ in range(bs * d.int(1, 3))) for _ in range(d.int(1, 3))]
+    prompts: list[tuple[int, ...]] = []
+    for i in range(n):
+        kind = d.int(0, 4) if prompts else 0
+        if kind <= 1:
+            prompt = d.choice(prefixes) + tuple(d.int(10, 12) for _ in range(d.int(0, 2 * bs)))
+        elif kind == 2:
+            prompt = d.choice(prompts)
+        elif kind == 3:
+            j = d.int(0, len(prompts) - 1)
+            prompt = prompts[j] + planted[j][: d.int(0, len(planted[j]))] + tuple(d.int(10, 12) for _ in range(d.int(0, bs + 1)))
+        else:
+            prompt = tuple(d.int(10, 14) for _ in range(d.int(1, 3 * bs)))
+        prompts.append(prompt[:max_len] or (10,))
+    return prompts
+
+
+def _feature_requests(d: Draw, cfg: SchedulerConfig, n: int, max_tokens: int, spread: int, *,
+                      stops: bool = False, proposals: bool = False) -> tuple[WorkloadRequest, ...]:
+    """Requests over shared prompts; a later turn arrives after the request it continues."""
+    k, bs = cfg.num_speculative_tokens, cfg.block_size
+    vocab = (2, 12) if stops else (10, 14)
+    planted = [tuple(d.int(*vocab) for _ in range(d.int(0, max_tokens + 1))) for _ in range(n)]
+    prompts = _prompts(d, n, bs, min(cfg.max_model_len - 1, 6 * bs + 8), planted)
+    out = []
+    for i, prompt in enumerate(prompts):
+        mt = d.int(1, max_tokens)
+        request = Request(
+            request_id=f"r{i}", prompt_token_ids=prompt, max_tokens=mt,
+            min_tokens=d.int(0, mt) if stops and d.bool() else 0,
+            eos_token_id=EOS if stops else None, ignore_eos=stops and d.bool(),
+            stop_token_ids=STOP_TOKENS if stops and d.bool() else (),
+            priority=d.int(0, 3) if cfg.policy == "priority" else 0, arrival_time=float(i))
+        arrival = d.int(0, spread) if i == 0 else d.int(out[-1].arrival_step, out[-1].arrival_step + spread // 2 + 1)
+        spec = tuple((nd, d.int(0, nd)) for nd in (d.int(0, k) for _ in range(d.int(0, mt + 1)))) if proposals else ()
+        out.append(WorkloadRequest(request, arrival, planted[i], spec))
+    return tuple(out)
+
+
+def _spec_threshold(d: Draw, k: int) -> int:
+    """0 or at least 1 + k: below that vLLM 0.33.0 crashes on a padded admission (exp1), and the spec refuses it."""
+    return d.choice([0, 0, d.int(max(1, 1 + k), 1 + k + 12)])
+
+
+def prefix_caching(d: Draw) -> Workload:
+    bs = d.choice([2, 4, 4, 8])
+    L = d.int(32, 96)
+    cfg = _config(d, budget=d.int(8, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 24),
+                  policy=d.choice(["fcfs", "fcfs", "priority"]), long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
+                  enable_prefix_caching=True)
+    return Workload(cfg, _feature_requests(d, cfg, d.int(2, 6), 8, 6), max_steps=FEATURE_MAX_STEPS)
+
+
+def spec_decode(d: Draw) -> Workload:
+    k, bs = d.int(1, 4), d.choice([2, 4, 4, 8])
+    L = d.int(16, 64)
+    cfg = _config(d, budget=d.int(2, 48), seqs=d.int(1, 5), L=L, bs=bs, blocks=d.int(4, 24),
+                  long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
+                  num_speculative_tokens=k, policy=d.choice(["fcfs", "fcfs", "priority"]))
+    return Workload(cfg, _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True),
+                    max_steps=FEATURE_MAX_STEPS)
+
+
+def async_scheduling(d: Draw) -> Workload:
+    k, bs = d.choice([0, 0, d.int(1, 3)]), d.choice([2, 4, 8])
+    L = d.int(24, 96)
+    cfg = _config(d, budget=d.int(4, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 24),
+                  long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
+                  num_speculative_tokens=k, async_scheduling=True, policy=d.choice(["fcfs", "fcfs", "priority"]))
+    reqs = _feature_requests(d, cfg, d.int(1, 5), d.choice([1, 3, 6]), 5, stops=d.bool())
+    abort_list = tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0)
+    return Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS)
+
+
 FAMILIES: dict[str, Callable[[Draw], Workload]] = {
     "budget": budget,
     "threshold": threshold,
@@ -151,6 +239,9 @@ FAMILIES: dict[str, Callable[[Draw], Workload]] = {
     "stops": stops,
     "aborts": aborts,
     "big-batch": big_batch,
+    "prefix-caching": prefix_caching,
+    "spec-decode": spec_decode,
+    "async": async_scheduling,
 }
 
 

@@ -172,10 +172,30 @@ class VllmEngine:
         return self._parse("summary", lambda: StateSummary.from_json(reply))
 
     def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+        """Absorb `output`'s model output: the step just scheduled, or under async the oldest one in flight.
+
+        The driver keeps every scheduled output until it is updated and checks
+        that `output` is the oldest of them (vLLM's batch queue is FIFO).
+        """
         reply = self._call("update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json())
         finished = self._parse("update", lambda: {rid: _finished(f) for rid, f in reply["finished"].items()})
         self._step = (self._step or 0) + 1
         return finished
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """Sync spec decode: vLLM's `Scheduler.update_draft_token_ids(DraftTokenIds(...))`, in the mapping's order."""
+        self._call("draft", self.step_timeout_s, draft_token_ids={rid: list(t) for rid, t in draft_token_ids.items()})
+
+    def reset_unchecked(self, config: Mapping[str, Any]) -> None:
+        """A fresh scheduler from a raw config dict that the spec may refuse: only to pin vLLM's known bugs.
+
+        The spec refuses some configs on which vLLM 0.33.0 crashes (exp1), so a
+        `SchedulerConfig` cannot carry them; a test that shows the crash sends
+        the dict as is. Never used by the harness.
+        """
+        self._step = None
+        reply = self._call("init", self.init_timeout_s, config=dict(config))
+        self.vllm_version, self.vllm_file, self._step = reply.get("vllm_version", ""), reply.get("vllm_file", ""), 0
 
     # ---- the pipe -------------------------------------------------------------
 

@@ -15,8 +15,23 @@ Design notes
   scheduler with a new config, without paying the ~5 s import again);
   add {request}; abort {request_id} -> {finished: FinishedRequest|null};
   schedule -> SchedulerOutput; summary -> StateSummary;
-  update {output, model_output} -> {finished: {id: FinishedRequest}}; close.
-  Any failure answers {"error": "<one line>"} and the driver keeps serving.
+  update {output, model_output} -> {finished: {id: FinishedRequest}};
+  draft {draft_token_ids: {id: [token, ...]}} -> {ok}; close.
+  Any failure answers {"error": "<one line>"} and the driver keeps serving;
+  the line names the innermost vLLM frame (`at vllm/...py:LINE`), so a
+  failed vLLM assert says which one.
+* The three features of issue 7 map onto vLLM's own knobs:
+  `enable_prefix_caching` onto `CacheConfig`; `num_speculative_tokens = k`
+  onto an ngram `SpeculativeConfig`, the one method with no lookahead slots
+  and no draft slots (`num_lookahead_tokens == 0`,
+  `max_num_new_slots_for_drafting == 0`), which init checks, since the
+  spec assumes both; `async_scheduling` onto `AsyncScheduler`.
+* Outputs wait in a FIFO until updated: the sync loop updates the step it
+  just scheduled, the async loop (`step_with_batch_queue`) the oldest one
+  still in flight, while a newer one already is. An update must name the
+  oldest pending output (matched by its `num_scheduled_tokens`): vLLM's
+  loop absorbs outputs in the order they were scheduled, and a harness that
+  did otherwise would test a loop vLLM never runs.
 * The scheduler is built as in vllm-0.33-on-cpu.md section 7: a stub
   `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
   CUDA wheel), a paper KV cache of one full-attention group, every scheduler
@@ -32,6 +47,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
+from collections import deque
 
 
 def _protocol_channel():
@@ -56,13 +73,14 @@ if os.environ.get("SCHEDSPEC_VLLM_SOURCE"):
 import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig,  # noqa: E402
-                         SchedulerConfig, VllmConfig)
+                         SchedulerConfig, SpeculativeConfig, VllmConfig)
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
-from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
@@ -108,6 +126,7 @@ class Driver:
                 model=self.model_dir, dtype="float16", seed=42, skip_tokenizer_init=True,
                 max_model_len=max_model_len)
         model_config = self.model_configs[max_model_len]
+        async_scheduling = bool(c.get("async_scheduling", False))
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"],
             max_model_len=max_model_len, is_encoder_decoder=model_config.is_encoder_decoder,
@@ -115,30 +134,48 @@ class Driver:
             long_prefill_token_threshold=c["long_prefill_token_threshold"],
             long_prefill_token_threshold_adaptive=c["long_prefill_token_threshold_adaptive"],
             enable_chunked_prefill=c["enable_chunked_prefill"], policy=c["policy"], watermark=c["watermark"],
-            scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], async_scheduling=False,
+            scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], async_scheduling=async_scheduling,
             # Knobs the spec does not model, pinned to the values the spec assumes.
             max_num_queued_reqs=None, max_num_queued_tokens=None, prefill_schedule_interval=1,
             stream_interval=1)
         block_size = c["block_size"]
         cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
-                                   enable_prefix_caching=False)
+                                   enable_prefix_caching=bool(c.get("enable_prefix_caching", False)))
+        parallel_config = ParallelConfig()
+        k = int(c.get("num_speculative_tokens", 0))
+        # ngram: drafts come from the prompt on the CPU, so no lookahead and no draft slots.
+        # The lookup window is irrelevant here (the harness plays the drafts), but required.
+        speculative_config = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=k,
+            target_model_config=model_config, target_parallel_config=parallel_config) if k > 0 else None
         vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                                 cache_config=cache_config, parallel_config=ParallelConfig(),
-                                 device_config=DeviceConfig(device="cpu"))
+                                 cache_config=cache_config, parallel_config=parallel_config,
+                                 device_config=DeviceConfig(device="cpu"), speculative_config=speculative_config)
         kv_cache_config = KVCacheConfig(
             num_blocks=c["num_gpu_blocks"], kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
                 block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))])
         cache_config.num_gpu_blocks = c["num_gpu_blocks"]
-        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                                   structured_output_manager=StructuredOutputManager(vllm_config),
-                                   block_size=block_size, log_stats=False)
+        scheduler_class = AsyncScheduler if async_scheduling else Scheduler
+        self.scheduler = scheduler_class(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                                         structured_output_manager=StructuredOutputManager(vllm_config),
+                                         block_size=block_size, log_stats=False)
+        s = self.scheduler
         # The spec's output layout is the V2 model runner's: resumed requests listed as new.
-        if not self.scheduler.use_v2_model_runner:
+        if not s.use_v2_model_runner:
             raise RuntimeError("vLLM chose the V1 model-runner layout; the spec expects V2 (resumed-as-new)")
+        # What the spec assumes of each feature, checked rather than trusted to the config plumbing.
+        draft_slots = speculative_config.max_num_new_slots_for_drafting if speculative_config else 0
+        got = {"num_spec_tokens": s.num_spec_tokens, "num_lookahead_tokens": s.num_lookahead_tokens,
+               "draft_slots": draft_slots, "enable_caching": s.kv_cache_manager.enable_caching,
+               "async_scheduling": isinstance(s, AsyncScheduler)}
+        want = {"num_spec_tokens": k, "num_lookahead_tokens": 0, "draft_slots": 0,
+                "enable_caching": cache_config.enable_prefix_caching, "async_scheduling": async_scheduling}
+        if got != want:
+            raise RuntimeError(f"vLLM built a scheduler unlike the spec's: {got} != {want}")
         self.block_size = block_size
         self.live: dict[str, Request] = {}  # added and not yet reported finished
-        self.last_output = None
+        self.pending = deque()  # scheduled outputs not yet updated, oldest first
         return {"ok": True, "vllm_version": vllm.__version__, "vllm_file": vllm.__file__}
 
     def op_add(self, request: dict) -> dict:
@@ -165,7 +202,7 @@ class Driver:
     def op_schedule(self) -> dict:
         s = self._sched()
         so = s.schedule()
-        self.last_output = so
+        self.pending.append(so)
         new = [{"req_id": d.req_id, "num_computed_tokens": d.num_computed_tokens,
                 "block_ids": list(d.block_ids[0]),
                 "resumed": s.requests[d.req_id].num_preemptions > 0}
@@ -196,13 +233,14 @@ class Driver:
         }
 
     def op_update(self, output: dict, model_output: dict) -> dict:
-        s, so = self._sched(), self.last_output
-        if so is None:
-            raise RuntimeError("update without a preceding schedule")
+        s = self._sched()
+        if not self.pending:
+            raise RuntimeError("update without a pending schedule")
+        so = self.pending[0]
         req_ids = list(so.num_scheduled_tokens)
-        if [k for k, _ in output["num_scheduled_tokens"]] != req_ids:
-            raise RuntimeError("update: output.num_scheduled_tokens is not the last schedule's")
-        self.last_output = None
+        if [list(kv) for kv in output["num_scheduled_tokens"]] != [[k, v] for k, v in so.num_scheduled_tokens.items()]:
+            raise RuntimeError("update: output.num_scheduled_tokens is not the oldest pending schedule's")
+        self.pending.popleft()
         runner_output = ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=[list(model_output.get(rid, ())) for rid in req_ids])
@@ -213,10 +251,26 @@ class Driver:
                     if rid in self.live and self.live[rid].is_finished()}
         return {"finished": finished}
 
+    def op_draft(self, draft_token_ids: dict) -> dict:
+        # What EngineCore.post_step hands the scheduler after a sync step (core.py:699-706).
+        req_ids = list(draft_token_ids)
+        self._sched().update_draft_token_ids(
+            DraftTokenIds(req_ids=req_ids, draft_token_ids=[list(draft_token_ids[rid]) for rid in req_ids]))
+        return {"ok": True}
+
     def _sched(self) -> Scheduler:
         if self.scheduler is None:
             raise RuntimeError("no scheduler: send init first")
         return self.scheduler
+
+
+def _where(e: BaseException) -> str:
+    """` at vllm/<file>:<line>`, the innermost vLLM frame of the traceback: which assert failed."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f"{os.sep}vllm{os.sep}" in f.filename]
+    if not frames:
+        return ""
+    path = frames[-1].filename
+    return f" at {path[path.rindex(os.sep + 'vllm' + os.sep) + 1:]}:{frames[-1].lineno}"
 
 
 def main() -> int:
@@ -238,7 +292,7 @@ def main() -> int:
                 raise ValueError(f"unknown op {op!r}")
             reply = handler(**msg)
         except Exception as e:  # the protocol reports every failure as one line
-            reply = {"error": f"{type(e).__name__}: {e}".replace("\n", " ")[:2000]}
+            reply = {"error": (f"{type(e).__name__}: {e}" + _where(e)).replace("\n", " ")[:2000]}
         PROTO.write(json.dumps(reply) + "\n")
     return 0
 
