@@ -158,12 +158,14 @@ def _prompts(d: Draw, n: int, bs: int, max_len: int, planted: Sequence[tuple[int
     prefixes = [tuple(d.int(10, 12) for _ in range(bs * d.int(1, 3))) for _ in range(d.int(1, 3))]
     prompts: list[tuple[int, ...]] = []
     for i in range(n):
-        kind = d.int(0, 4) if prompts else 0
-        if kind <= 1:
+        kind = d.int(0, 5) if prompts else d.int(0, 1)
+        if kind == 0:
             prompt = d.choice(prefixes) + tuple(d.int(10, 12) for _ in range(d.int(0, 2 * bs)))
-        elif kind == 2:
+        elif kind == 1:  # whole blocks and one token: its twin is a decode-like admission
+            prompt = d.choice(prefixes) + (d.int(10, 12),)
+        elif kind in (2, 3):
             prompt = d.choice(prompts)
-        elif kind == 3:
+        elif kind == 4:
             j = d.int(0, len(prompts) - 1)
             prompt = prompts[j] + planted[j][: d.int(0, len(planted[j]))] + tuple(d.int(10, 12) for _ in range(d.int(0, bs + 1)))
         else:
@@ -202,7 +204,7 @@ def _spec_threshold(d: Draw, k: int) -> int:
 def prefix_caching(d: Draw) -> Workload:
     bs = d.choice([2, 4, 4, 8])
     L = d.int(32, 96)
-    cfg = _config(d, budget=d.int(8, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 24),
+    cfg = _config(d, budget=d.int(8, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(6, 24),
                   policy=d.choice(["fcfs", "fcfs", "priority"]), long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
                   enable_prefix_caching=True)
     return Workload(cfg, _feature_requests(d, cfg, d.int(2, 6), 8, 6), max_steps=FEATURE_MAX_STEPS)
@@ -211,7 +213,7 @@ def prefix_caching(d: Draw) -> Workload:
 def spec_decode(d: Draw) -> Workload:
     k, bs = d.int(1, 4), d.choice([2, 4, 4, 8])
     L = d.int(16, 64)
-    cfg = _config(d, budget=d.int(2, 48), seqs=d.int(1, 5), L=L, bs=bs, blocks=d.int(4, 24),
+    cfg = _config(d, budget=d.choice([d.int(2, 8), d.int(8, 48)]), seqs=d.int(1, 5), L=L, bs=bs, blocks=d.int(4, 24),
                   long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
                   num_speculative_tokens=k, policy=d.choice(["fcfs", "fcfs", "priority"]))
     return Workload(cfg, _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True),
@@ -221,10 +223,10 @@ def spec_decode(d: Draw) -> Workload:
 def async_scheduling(d: Draw) -> Workload:
     k, bs = d.choice([0, 0, d.int(1, 3)]), d.choice([2, 4, 8])
     L = d.int(24, 96)
-    cfg = _config(d, budget=d.int(4, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 24),
+    cfg = _config(d, budget=d.int(4, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 14),
                   long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
                   num_speculative_tokens=k, async_scheduling=True, policy=d.choice(["fcfs", "fcfs", "priority"]))
-    reqs = _feature_requests(d, cfg, d.int(1, 5), d.choice([1, 3, 6]), 5, stops=d.bool())
+    reqs = _feature_requests(d, cfg, d.int(2, 5), d.choice([1, 3, 6, 12]), 5, stops=d.bool())
     abort_list = tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0)
     return Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS)
 
