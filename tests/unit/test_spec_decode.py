@@ -110,3 +110,116 @@ def test_threshold_trims_drafts():
     out, state = schedule(state)
     assert sched_dict(out) == {"0": 2, "1": 1}
     assert out.scheduled_spec_decode_tokens == {"0": (1,)}
+
+
+# ---- The same scenarios on both engines, through the engine protocol (drafts via update_draft_token_ids). ----
+
+from both_engines import make, new_blocks, prompt  # noqa: E402,F401  (make is a fixture)
+
+from schedspec.spec.config import SchedulerConfig  # noqa: E402
+from schedspec.spec.request import Request  # noqa: E402
+
+
+def _req(rid: str, tokens: tuple[int, ...], max_tokens: int = 16) -> Request:
+    return Request(request_id=rid, prompt_token_ids=tokens, max_tokens=max_tokens, ignore_eos=True)
+
+
+def test_D3_on_both_engines(make):
+    """D3: k=3, 10-token prompt, C=10 T=11; drafts [1,2,3] -> {0:4} with spec [1,2,3], C=14;
+    sampled [1,5] -> C=12, T=13, outputs [100,1,5]."""
+    e = make(SchedulerConfig(num_speculative_tokens=3))
+    e.add(_req("0", prompt((1, 10))))
+    e.step(default=100)
+    assert e.ct("0") == (10, 11)
+    e.draft({"0": [1, 2, 3]})
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens) == {"0": 4}
+    assert out.scheduled_spec_decode_tokens == {"0": (1, 2, 3)}
+    assert e.ct("0") == (14, 11)
+    e.update({"0": [1, 5]})
+    assert e.ct("0") == (12, 13)
+    assert e.abort("0").output_token_ids == (100, 1, 5)
+
+
+def test_D4_on_both_engines(make):
+    """D4: L=16, k=4, 12-token prompt, C=12 T=13; drafts [1,2,3,4] -> n = min(5, 16-12-1) = 3, spec [1,2];
+    sampled [1,2,9] -> T=16 -> FINISHED_LENGTH_CAPPED."""
+    e = make(SchedulerConfig(max_num_batched_tokens=64, max_model_len=16, num_speculative_tokens=4))
+    e.add(_req("0", prompt((1, 12))))
+    e.step(default=100)
+    assert e.ct("0") == (12, 13)
+    e.draft({"0": [1, 2, 3, 4]})
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens) == {"0": 3}
+    assert out.scheduled_spec_decode_tokens == {"0": (1, 2)}
+    finished = e.update({"0": [1, 2, 9]})
+    assert finished["0"].status == RequestStatus.FINISHED_LENGTH_CAPPED
+    assert finished["0"].output_token_ids == (100, 1, 2, 9)
+
+
+def test_T39_no_drafts_for_prefill_chunks(make):
+    """T39: k=3, budget 50, an 80-token prompt. Step 1: 50, sampled []; drafts [1,2,3] are dropped (a prefill
+    chunk). Step 2: exactly 30, no spec entry; sampled [42]; drafts [1,2,3] kept. Step 3: 4 tokens, 3 spec."""
+    e = make(SchedulerConfig(max_num_batched_tokens=50, max_model_len=128, num_speculative_tokens=3))
+    e.add(_req("0", prompt((1, 80))))
+    out, _ = e.step({"0": []})
+    assert dict(out.num_scheduled_tokens) == {"0": 50}
+    e.draft({"0": [1, 2, 3]})
+    out, _ = e.step({"0": [42]})
+    assert dict(out.num_scheduled_tokens) == {"0": 30}
+    assert out.scheduled_spec_decode_tokens == {}
+    e.draft({"0": [1, 2, 3]})
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens) == {"0": 4}
+    assert out.scheduled_spec_decode_tokens == {"0": (1, 2, 3)}
+
+
+def test_T40_padding_of_a_full_hit(make):
+    """T40 (`test_spec_decode_padding_first_decode_step`): k=3, APC, two identical 33-token prompts. r1 gets 33,
+    sampled [100], drafts [1,2,3]. r2 hits 32 tokens, so n=1, padded to 4 with [-1,-1,-1]; r1's spec is [1,2,3]."""
+    e = make(SchedulerConfig(enable_prefix_caching=True, num_speculative_tokens=3))
+    same = tuple(range(200, 233))
+    e.add(_req("r1", same))
+    out, _ = e.step(default=100)
+    assert dict(out.num_scheduled_tokens) == {"r1": 33}
+    e.draft({"r1": [1, 2, 3]})
+    e.add(_req("r2", same))
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens) == {"r1": 4, "r2": 4}
+    assert out.scheduled_spec_decode_tokens == {"r1": (1, 2, 3), "r2": (-1, -1, -1)}
+    assert new_blocks(out)["r2"][1] == 32
+
+
+def test_T40_no_padding_with_a_prefill_in_the_batch(make):
+    """T40 (`..._skipped_with_prefill_in_batch`): budget 64, k=3, APC. r_warm (33 tokens, max_tokens=1) finishes;
+    r_long (100 tokens) leaves a chunk running; r_candidate (a full hit) gets exactly 1 token and no spec entry."""
+    e = make(SchedulerConfig(max_num_batched_tokens=64, max_model_len=256, enable_prefix_caching=True,
+                             num_speculative_tokens=3))
+    warm = tuple(range(200, 233))
+    e.add(_req("r_warm", warm, 1))
+    _, finished = e.step()
+    assert set(finished) == {"r_warm"}
+    e.add(_req("r_long", tuple(range(500, 600))))
+    out, _ = e.step()
+    assert dict(out.num_scheduled_tokens) == {"r_long": 64}
+    e.add(_req("r_candidate", warm))
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens)["r_candidate"] == 1
+    assert "r_candidate" not in out.scheduled_spec_decode_tokens
+
+
+def test_T35_each_request_gets_one_plus_its_drafts(make):
+    """T35 row [[1,2],[3]] / [[1,2,5],[3,4]]: 1-token prompts, step 1 gives each 1 token and no drafts (nothing
+    running, C=0: no padding); with drafts [1,2] and [3], step 2 gives 3 and 2 with those spec lists; every
+    draft is accepted (C=4, T=5 and C=3, T=4)."""
+    e = make(SchedulerConfig(num_speculative_tokens=2))
+    e.add(_req("0", (1,)), _req("1", (2,)))
+    out, _ = e.step()
+    assert dict(out.num_scheduled_tokens) == {"0": 1, "1": 1}
+    assert out.scheduled_spec_decode_tokens == {}
+    e.draft({"0": [1, 2], "1": [3]})
+    out = e.schedule()
+    assert dict(out.num_scheduled_tokens) == {"0": 3, "1": 2}
+    assert out.scheduled_spec_decode_tokens == {"0": (1, 2), "1": (3,)}
+    e.update({"0": [1, 2, 5], "1": [3, 4]})
+    assert (e.ct("0"), e.ct("1")) == ((4, 5), (3, 4))
