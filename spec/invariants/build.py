@@ -1,27 +1,48 @@
 """Concrete `StepView`s: from full scheduler states, or from any engine's trace.
 
 From states (the reference, CrossHair, the Hypothesis state machine) every
-field is read directly. From a trace, which holds only what every engine can
-expose, two things are reconstructed:
-
-* the state `schedule()` started from: the previous step's summary with this
-  step's arrivals added (behind everyone under FCFS, in `Request.__lt__`
-  order under PRIORITY) and its aborts removed;
-* each request's block table, replayed from the block ids in the outputs
-  (new requests list all their blocks, running ones only the new ones,
-  preemption and finishing free them all).
+field is read directly, ref counts and the prefix cache included. From a
+trace, which holds only what every engine can expose, `replay.TraceReplay`
+reconstructs the rest (see there): the state `schedule()` started from, the
+block tables, and the drafts and async counters that the summary leaves out.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+from ..block_hash import block_hashes
 from ..config import SchedulerConfig
 from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import Request, RequestStatus
-from ..state import SchedulerState
-from ..trace import FinishedRequest, StateSummary, Trace
+from ..state import RequestState, SchedulerState
+from ..trace import FinishedRequest, Trace
 from .views import Row, StepView
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One live request's numbers on one side of a step."""
+
+    status: RequestStatus | None
+    num_computed_tokens: int
+    num_tokens: int
+    num_blocks: int
+    num_spec_tokens: int = 0
+    num_output_placeholders: int = 0
+    num_in_flight_tokens: int = 0
+    num_stale_output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """What a view knows about block ids after the step: "" for every problem when all is well."""
+
+    ids_problem: str = ""
+    num_shared_refs: int = 0
+    refs_problem: str = ""
+    cache_problem: str = ""
 
 
 def _ranks(requests: Mapping[str, Request]) -> dict[str, int]:
@@ -34,32 +55,39 @@ def _pos(queue: tuple[str, ...]) -> dict[str, int]:
     return {rid: i for i, rid in enumerate(queue)}
 
 
-def _view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping[str, tuple], post: Mapping[str, tuple],
-          pre_queues: tuple[tuple[str, ...], tuple[str, ...]], post_queues: tuple[tuple[str, ...], tuple[str, ...]],
-          out: SchedulerOutput, pre_free: int, post_free: int, ids_problem: str = "",
-          model_output: ModelRunnerOutput | None = None, finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
-    """`pre`/`post` map a live request id to (status, num_computed_tokens, num_tokens, num_blocks)."""
+def make_view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping[str, Counts],
+              post: Mapping[str, Counts], pre_queues: tuple[tuple[str, ...], tuple[str, ...]],
+              post_queues: tuple[tuple[str, ...], tuple[str, ...]], out: SchedulerOutput, pre_free: int,
+              post_free: int, blocks: Blocks = Blocks(), model_output: ModelRunnerOutput | None = None,
+              finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
+    """`model_output` is the output update_from_output absorbed in this step (None: no update)."""
     ranks = _ranks(requests)
     pre_run, pre_wait = (_pos(q) for q in pre_queues)
     post_run, post_wait = (_pos(q) for q in post_queues)
-    admitted = {n.req_id for n in out.scheduled_new_reqs}
+    hits = {n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs}
     rows = []
     for rid in dict.fromkeys([*pre, *post]):
         q = requests[rid]
-        s0 = pre.get(rid, (None, 0, q.num_prompt_tokens, 0))
-        s1 = post.get(rid, (None, 0, 0, 0))
+        s0 = pre.get(rid, Counts(None, 0, q.num_prompt_tokens, 0))
+        s1 = post.get(rid, Counts(None, 0, 0, 0))
         rows.append(Row(
             request_id=rid, num_prompt_tokens=q.num_prompt_tokens, max_tokens=q.max_tokens, priority=q.priority,
             arrival=ranks[rid],
             pre_live=rid in pre, pre_running=rid in pre_run, pre_waiting=rid in pre_wait,
-            pre_preempted=s0[0] == RequestStatus.PREEMPTED, pre_run_pos=pre_run.get(rid, -1), pre_wait_pos=pre_wait.get(rid, -1),
-            pre_num_computed_tokens=s0[1], pre_num_tokens=s0[2], pre_num_blocks=s0[3],
+            pre_preempted=s0.status == RequestStatus.PREEMPTED, pre_run_pos=pre_run.get(rid, -1),
+            pre_wait_pos=pre_wait.get(rid, -1),
+            pre_num_computed_tokens=s0.num_computed_tokens, pre_num_tokens=s0.num_tokens, pre_num_blocks=s0.num_blocks,
             scheduled=rid in out.num_scheduled_tokens, num_scheduled=out.num_scheduled_tokens.get(rid, 0),
-            admitted=rid in admitted, preempted=rid in out.preempted_req_ids,
+            admitted=rid in hits, preempted=rid in out.preempted_req_ids,
             post_live=rid in post, post_running=rid in post_run, post_waiting=rid in post_wait,
             post_run_pos=post_run.get(rid, -1), post_wait_pos=post_wait.get(rid, -1),
-            post_num_computed_tokens=s1[1], post_num_tokens=s1[2], post_num_blocks=s1[3],
-            sampled_stop=_sampled_stop(q, model_output, rid),
+            post_num_computed_tokens=s1.num_computed_tokens, post_num_tokens=s1.num_tokens,
+            post_num_blocks=s1.num_blocks,
+            post_num_spec_tokens=s1.num_spec_tokens, post_num_output_placeholders=s1.num_output_placeholders,
+            pre_num_spec_tokens=s0.num_spec_tokens, pre_num_output_placeholders=s0.num_output_placeholders,
+            num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())), num_hit_tokens=hits.get(rid, 0),
+            post_num_in_flight_tokens=s1.num_in_flight_tokens, post_num_stale_output_tokens=s1.num_stale_output_tokens,
+            sampled_stop=_sampled_stop(q, model_output, rid, s0.num_tokens, config.max_model_len),
             finished_stopped=finished is not None and rid in finished and finished[rid].status == RequestStatus.FINISHED_STOPPED,
         ))
     return StepView(
@@ -68,28 +96,50 @@ def _view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         threshold_adaptive=config.long_prefill_token_threshold_adaptive, fcfs=config.policy == "fcfs",
         pre_num_free_blocks=pre_free, post_num_free_blocks=post_free,
-        ids_consistent=not ids_problem, ids_problem=ids_problem,
+        ids_consistent=not blocks.ids_problem, ids_problem=blocks.ids_problem,
+        enable_prefix_caching=config.enable_prefix_caching, num_speculative_tokens=config.num_speculative_tokens,
+        async_scheduling=config.async_scheduling, post_num_shared_block_refs=blocks.num_shared_refs,
+        refs_consistent=not blocks.refs_problem, refs_problem=blocks.refs_problem,
+        cache_consistent=not blocks.cache_problem, cache_problem=blocks.cache_problem,
     )
 
 
-def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid: str) -> bool:
+def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid: str, num_tokens: int,
+                  max_model_len: int) -> bool:
+    """Whether the tokens the request kept end in its EOS or a stop token.
+
+    With drafts a step returns several tokens, appended one by one with a
+    stop check after each (utils.py:98-140): a length cap reached on an
+    earlier token trims the rest, stop token included. `num_tokens` is T
+    before the update, which schedule() never changes.
+    """
     tokens = model_output.sampled_token_ids.get(rid, ()) if model_output is not None else ()
-    return any(t == request.effective_eos_token_id or t in request.stop_token_ids for t in tokens)
+    num_outputs = num_tokens - request.num_prompt_tokens
+    for t in tokens:
+        num_outputs += 1
+        if t == request.effective_eos_token_id or t in request.stop_token_ids:
+            return True
+        if request.num_prompt_tokens + num_outputs >= max_model_len or num_outputs >= request.max_tokens:
+            return False
+    return False
 
 
-def _state_rows(s: SchedulerState) -> dict[str, tuple]:
-    return {rid: (r.status, r.num_computed_tokens, r.num_tokens, len(r.block_ids)) for rid, r in s.requests.items()}
+def counts_of(r: RequestState) -> Counts:
+    return Counts(r.status, r.num_computed_tokens, r.num_tokens, len(r.block_ids), len(r.spec_token_ids),
+                  r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens)
 
 
-def _ids_problem(held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | None, num_gpu_blocks: int) -> str:
+def ids_problem(held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | None, num_gpu_blocks: int,
+                shared_ok: bool = False) -> str:
+    """Block ids in range, a block held twice only where prefix caching shares it, none both free and held."""
     owner: dict[int, str] = {}
     for rid, blocks in held.items():
         for b in blocks:
             if not 0 < b < num_gpu_blocks:
                 return f"request {rid} holds block {b}, outside 1..{num_gpu_blocks - 1}"
-            if b in owner:
+            if b in owner and (not shared_ok or owner[b] == rid):
                 return f"block {b} is held by both {owner[b]} and {rid}"
-            owner[b] = rid
+            owner.setdefault(b, rid)
     if free is not None:
         if len(set(free)) != len(free):
             return "the free queue holds a block twice"
@@ -100,51 +150,70 @@ def _ids_problem(held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | No
     return ""
 
 
+def shared_refs(held: Mapping[str, tuple[int, ...]]) -> int:
+    entries = [b for blocks in held.values() for b in blocks]
+    return len(entries) - len(set(entries))
+
+
+def refs_problem(s: SchedulerState) -> str:
+    """block_pool.py: ref_cnt counts the block tables holding a block, and the free queue is exactly the ref-0 blocks."""
+    if s.block_ref_cnt is None:  # derived from the tables: nothing stored that could disagree
+        return ""
+    holders: dict[int, int] = {}
+    for _, b in s.held_blocks():
+        holders[b] = holders.get(b, 0) + 1
+    for b in sorted(set(holders) | set(s.block_ref_cnt)):
+        if s.block_ref_cnt.get(b, 0) != holders.get(b, 0):
+            return f"block {b} has ref count {s.block_ref_cnt.get(b, 0)} but {holders.get(b, 0)} block tables hold it"
+    free = set(s.free_block_queue)
+    lost = set(range(1, s.config.num_gpu_blocks)) - free - set(holders)
+    if lost:
+        return f"block {min(lost)} is neither free nor referenced"
+    return ""
+
+
+def cache_problem(s: SchedulerState) -> str:
+    """kv_cache_manager.py cache_blocks: a request's first num_cached_blocks blocks are cached under the hashes of
+    its own tokens, and no later block of its table is cached (a reused block forgets its old hash)."""
+    hash_of = s.block_hash_of()
+    if sum(map(len, s.cached_block_hash_to_block.values())) != len(hash_of):
+        return "a block is cached under two hashes"
+    if not hash_of and all(r.num_cached_blocks == 0 for r in s.requests.values()):
+        return ""
+    bs = s.config.block_size
+    for rid, r in s.requests.items():
+        tokens = r.request.prompt_token_ids + r.output_token_ids
+        hashes = block_hashes(tokens, bs)
+        if r.num_cached_blocks > min(len(r.block_ids), len(hashes)):
+            return f"{rid} has {r.num_cached_blocks} cached blocks but {len(hashes)} full blocks of tokens"
+        for i, b in enumerate(r.block_ids):
+            want = hashes[i] if i < r.num_cached_blocks else None
+            if hash_of.get(b) != want:
+                what = "is not cached" if hash_of.get(b) is None else "is cached under another prefix's hash"
+                if want is None:
+                    what = "is cached, though not among its cached blocks"
+                return f"block {b} at position {i} of {rid}'s table {what}"
+    return ""
+
+
 def view_from_states(pre: SchedulerState, out: SchedulerOutput, post: SchedulerState,
                      model_output: ModelRunnerOutput | None = None,
                      finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
     """`post` is the state after update_from_output with `model_output`, in which `finished` ended."""
     requests = {rid: r.request for rid, r in {**pre.requests, **post.requests}.items()}
     held = {rid: r.block_ids for rid, r in post.requests.items()}
-    problem = _ids_problem(held, post.free_block_queue, post.config.num_gpu_blocks)
-    return _view(pre.config, requests, _state_rows(pre), _state_rows(post), (pre.running, pre.waiting),
-                 (post.running, post.waiting), out, pre.num_free_blocks, post.num_free_blocks, problem,
-                 model_output, finished)
-
-
-def _arrive(config: SchedulerConfig, waiting: tuple[str, ...], added: tuple[str, ...], requests: Mapping[str, Request]) -> tuple[str, ...]:
-    if config.policy == "fcfs":
-        return waiting + added
-    return tuple(sorted(waiting + added, key=lambda rid: (requests[rid].priority, requests[rid].arrival_time, rid)))
+    caching = post.config.enable_prefix_caching
+    blocks = Blocks(ids_problem(held, post.free_block_queue, post.config.num_gpu_blocks, shared_ok=caching),
+                    shared_refs(held), refs_problem(post), cache_problem(post) if caching else "")
+    return make_view(pre.config, requests, {rid: counts_of(r) for rid, r in pre.requests.items()},
+                     {rid: counts_of(r) for rid, r in post.requests.items()}, (pre.running, pre.waiting),
+                     (post.running, post.waiting), out, pre.num_free_blocks, post.num_free_blocks, blocks,
+                     model_output, finished)
 
 
 def views_from_trace(trace: Trace) -> Iterator[StepView]:
-    config = trace.workload.config
-    requests = {r.request_id: r.request for r in trace.workload.requests}
-    last = StateSummary(num_free_blocks=config.num_usable_blocks)
-    blocks: dict[str, tuple[int, ...]] = {}
+    from .replay import TraceReplay
+
+    replay = TraceReplay(trace)
     for rec in trace.steps:
-        gone = set(rec.aborted)
-        added = tuple(rid for rid in rec.added if rid not in gone)
-        pre_rows = {rid: (r.status, r.num_computed_tokens, r.num_tokens, len(blocks.get(rid, ())))
-                    for rid, r in last.requests.items() if rid not in gone}
-        for rid in added:
-            pre_rows[rid] = (RequestStatus.WAITING, 0, requests[rid].num_prompt_tokens, 0)
-        pre_running = tuple(r for r in last.running if r not in gone)
-        pre_waiting = _arrive(config, tuple(r for r in last.waiting if r not in gone), added, requests)
-        # Aborted requests free their blocks before schedule(); the trace shows only the count after the step.
-        pre_free = last.num_free_blocks + sum(len(blocks.pop(rid, ())) for rid in rec.aborted)
-        for n in rec.output.scheduled_new_reqs:
-            blocks[n.req_id] = tuple(n.block_ids)
-        for c in rec.output.scheduled_cached_reqs:
-            blocks[c.req_id] = blocks.get(c.req_id, ()) + tuple(c.new_block_ids or ())
-        for rid in rec.output.preempted_req_ids:
-            blocks.pop(rid, None)
-        for rid in rec.finished:
-            blocks.pop(rid, None)
-        post_rows = {rid: (r.status, r.num_computed_tokens, r.num_tokens, len(blocks.get(rid, ())))
-                     for rid, r in rec.state.requests.items()}
-        problem = _ids_problem(blocks, None, config.num_gpu_blocks)
-        yield _view(config, requests, pre_rows, post_rows, (pre_running, pre_waiting), (rec.state.running, rec.state.waiting),
-                    rec.output, pre_free, rec.state.num_free_blocks, problem, rec.model_output, rec.finished)
-        last = rec.state
+        yield replay.step(rec)

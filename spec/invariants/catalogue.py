@@ -8,7 +8,13 @@ builds the Z3 formula that `proofs/` proves inductive.
 
 The user's four come first: non-negative owed tokens, budget conservation,
 no starvation after prepend, and no waiting admission in a step that
-preempted.
+preempted. The invariants of prefix caching, spec decode and async
+scheduling (issue 7) come last; over a view of a run without those
+features every one of them holds trivially, so they cost the core scope
+nothing. The ones the features bend are stated for all configurations,
+not gated off: blocks may exceed need once drafts are rejected, shared
+blocks count once, and "running requests owe a token" holds under async
+too, because the placeholders P count what is in flight.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..arith import and_, cdiv, implies, is_symbolic, ite, maybe, min_, not_, or_
+from ..arith import and_, cdiv, fdiv, implies, is_symbolic, ite, maybe, min_, not_, or_
+from .features import (cached_blocks_match_tokens, computed_behind_known_tokens, drafts_within_held,
+                       no_decode_past_max_tokens, placeholder_counters, prefix_hit_below_last_token,
+                       refcounts_match_tables)
 from .views import Row, StepView
 
 
@@ -91,17 +100,25 @@ def scheduled_subset_running(v: StepView) -> Any:
 
 
 def block_conservation(v: StepView) -> Any:
-    held = _sum([ite(r.post_live, r.post_num_blocks, 0) for r in v.rows])
+    # A block shared by several tables (prefix caching) is one block: its extra table entries are not held blocks.
+    held = _sum([ite(r.post_live, r.post_num_blocks, 0) for r in v.rows]) - v.post_num_shared_block_refs
     return and_(v.post_num_free_blocks + held == v.num_usable_blocks, v.post_num_free_blocks >= 0, v.ids_consistent)
 
 
 def blocks_match_tokens(v: StepView) -> Any:
-    return _all([implies(r.post_running, r.post_num_blocks == cdiv(min_(r.post_num_computed_tokens, v.max_model_len), v.block_size))
-                 for r in v.rows])
+    # Rejected drafts roll C back but not the blocks (single_type_kv_cache_manager.py:231-235), so with
+    # spec decode a request may hold more than C needs; never fewer: every computed position has a slot (I-11).
+    def ok(r: Row) -> Any:
+        need = cdiv(min_(r.post_num_computed_tokens, v.max_model_len), v.block_size)
+        return and_(r.post_num_blocks >= need, implies(v.num_speculative_tokens == 0, r.post_num_blocks <= need))
+    return _all([implies(r.post_running, ok(r)) for r in v.rows])
 
 
 def waiting_holds_nothing(v: StepView) -> Any:
-    return _all([implies(r.post_waiting, and_(r.post_num_computed_tokens == 0, r.post_num_blocks == 0)) for r in v.rows])
+    # _preempt_request also drops the drafts and the placeholders (I-7); a new request never had any.
+    return _all([implies(r.post_waiting, and_(r.post_num_computed_tokens == 0, r.post_num_blocks == 0,
+                                              r.post_num_spec_tokens == 0, r.post_num_output_placeholders == 0))
+                 for r in v.rows])
 
 
 def one_place(v: StepView) -> Any:
@@ -124,8 +141,11 @@ def chunk_bounds(v: StepView) -> Any:
     alone = _sum([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
     thr = v.long_prefill_token_threshold
     capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
+    # A padded spec-decode admission must leave room for 1 + k + 1 positions (scheduler.py:1320-1325).
     return _all([and_(implies(and_(r.pre_running, r.num_scheduled > 0),
                               r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1),
+                      implies(and_(r.admitted, r.num_scheduled_spec > 0),
+                              r.num_hit_tokens + r.num_scheduled <= v.max_model_len - 1),
                       implies(capped, r.num_scheduled <= thr))
                  for r in v.rows])
 
@@ -163,10 +183,14 @@ def skipped_keep_order(v: StepView) -> Any:
 def progress_when_idle(v: StepView) -> Any:
     # Nothing running and the head of waiting fits whole: the step must schedule something. Only the head:
     # admission stops at a head that does not fit (head-of-line blocking), even if a later request would.
+    # With spec decode, a head whose prefix hit leaves one token is padded to 1 + k tokens, which need slots up
+    # to T + k and 1 + k of the budget, or it waits ("prefer to not schedule than schedule un-padded",
+    # scheduler.py:1326-1328): the whole sequence fitting is not enough. Two livelocks of vLLM 0.33.0, like D1.
+    k = v.num_speculative_tokens
     nothing_running = _all([not_(r.pre_running) for r in v.rows])
-    fits = or_(*[and_(r.pre_wait_pos == 0, cdiv(min_(r.pre_num_tokens, v.max_model_len), v.block_size) <= v.pre_num_free_blocks)
-                 for r in v.rows]) if v.rows else False
-    return implies(and_(nothing_running, fits), _sum([r.num_scheduled for r in v.rows]) > 0)
+    need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
+    fits = or_(*[and_(r.pre_wait_pos == 0, n <= v.pre_num_free_blocks) for r, n in zip(v.rows, need)]) if v.rows else False
+    return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), _sum([r.num_scheduled for r in v.rows]) > 0)
 
 
 def stop_token_finishes(v: StepView) -> Any:
@@ -175,7 +199,8 @@ def stop_token_finishes(v: StepView) -> Any:
 
 
 def running_owes_tokens(v: StepView) -> Any:
-    # After a synchronous step, every running request owes the next decode or prefill chunk.
+    # After a synchronous step, every running request owes the next decode or prefill chunk. Under async
+    # scheduling T + P - C = 1 after a decode is scheduled and every update keeps it, so it holds there too.
     return _all([implies(r.post_running, r.post_num_tokens + r.post_num_spec_tokens + r.post_num_output_placeholders
                          - r.post_num_computed_tokens >= 1) for r in v.rows])
 
@@ -227,6 +252,25 @@ INVARIANTS: tuple[Invariant, ...] = (
               "scheduler.py:1863 (is_prefill_chunk), :2744-2770 (append)", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
     Invariant("running-served-while-budget-lasts", "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",
               "scheduler.py:793-1037 (continue only on n == 0)", ("PROGRESS", "MAXTOK"), running_served_while_budget_lasts),
+    # Prefix caching, spec decode, async scheduling (issue 7): features.py.
+    Invariant("placeholder-counters", "Output placeholders, in-flight and stale output tokens are >= 0, and all three are 0 in the synchronous engine.",
+              "asserts scheduler.py:2323, :2769; async_scheduler.py:24-56 (the only increment)", ("I-12", "I-13"),
+              placeholder_counters, state=True),
+    Invariant("computed-behind-known-tokens", "A running request has computed at most all but the last of its tokens and placeholders (C <= T + P - 1): rejected drafts and trimmed tokens are rolled back.",
+              "scheduler.py:2352-2364 (rejection), :2744-2770 (trim)", ("I-14", "I-25", "SPEC"),
+              computed_behind_known_tokens, state=True),
+    Invariant("drafts-within-held", "The drafts scheduled are at most those held (k for a padded admission), only after all of T + P is scheduled, so never in a prefill chunk; at most k drafts are held.",
+              "scheduler.py:1010-1025, :1569-1583, :2873-2876", ("I-19", "SPEC"), drafts_within_held),
+    Invariant("no-decode-past-max-tokens", "No step samples past max_tokens: a sampling request has fewer than max_tokens outputs, counting the one token an in-flight step guarantees.",
+              "scheduler.py:797-806 (async skip rule)", ("MAXTOK", "Z2"), no_decode_past_max_tokens),
+    Invariant("refcounts-match-tables", "Every block's ref count is the number of block tables holding it, and the free queue holds exactly the unreferenced blocks.",
+              "block_pool.py:706-740 (get_new_blocks), :792-810 (touch), :816-849 (free)", ("I-10", "CONSERVE", "ATOMIC"),
+              refcounts_match_tables, state=True),
+    Invariant("prefix-hit-below-last-token", "A prefix hit is whole blocks and never covers an admitted request's last token; without prefix caching there is none.",
+              "kv_cache_manager.py:301-302, assert scheduler.py:1220", ("I-16", "PREFIX-LAST"), prefix_hit_below_last_token),
+    Invariant("cached-blocks-match-tokens", "A request's first num_cached_blocks blocks are cached under the hashes of its own tokens, and none of its later blocks is cached.",
+              "kv_cache_manager.py:477-541 (cache_blocks), block_pool.py:226-300, :742-790 (evict on reuse)", ("PREFIX",),
+              cached_blocks_match_tokens, state=True),
 )
 
 BY_NAME = {inv.name: inv for inv in INVARIANTS}

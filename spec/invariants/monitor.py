@@ -42,12 +42,18 @@ def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, his
     for view, rec in zip(views_from_trace(trace), trace.steps):
         for inv in _names(invariants):
             if inv.name not in found and not inv.holds(view):
-                detail = inv.sentence if not (inv.name == "block-conservation" and view.ids_problem) else view.ids_problem
+                detail = problem_detail(inv.name, view) or inv.sentence
                 found[inv.name] = Violation(inv.name, rec.step, detail)
     if history:
         for v in _history(trace):
             found.setdefault(v.invariant, v)
     return sorted(found.values(), key=lambda v: v.step)
+
+
+def problem_detail(name: str, view) -> str:
+    """The concrete problem behind a violated id-level invariant, which says more than its sentence."""
+    return {"block-conservation": view.ids_problem, "refcounts-match-tables": view.refs_problem,
+            "cached-blocks-match-tokens": view.cache_problem}.get(name, "")
 
 
 def first_violation(trace: Trace, invariants: Iterable[Invariant] | None = None) -> Violation | None:

@@ -9,7 +9,15 @@ int or a bool, so a backend may fill it with Z3 terms instead.
 
 Queues are positions (`-1`: not in that queue), blocks are counts. Block
 *ids* are checked concretely only (`ids_consistent`): Z3 abstracts them to
-counts, as `proofs/` documents.
+counts, as `proofs/` documents. So are ref counts and block hashes
+(`refs_consistent`, `cache_consistent`): a backend that cannot see them
+leaves them True.
+
+The fields that prefix caching, spec decode and async scheduling added all
+default to what they are with the three features off (no drafts, no
+placeholders, no hit, nothing shared), so a backend that does not model a
+feature builds the same views as before, and every invariant over such a
+field holds trivially there.
 
 Field prefixes: `pre_` is the state `schedule()` starts from (arrivals and
 aborts applied), `post_` the state after the step, and the unprefixed step
@@ -57,8 +65,17 @@ class Row:
     post_num_computed_tokens: Int
     post_num_tokens: Int
     post_num_blocks: Int
-    post_num_spec_tokens: Int = 0
-    post_num_output_placeholders: Int = 0
+    post_num_spec_tokens: Int = 0  # S: len(spec_token_ids)
+    post_num_output_placeholders: Int = 0  # P
+    # Before the step, for the features of issue 7 (0 with them off).
+    pre_num_spec_tokens: Int = 0
+    pre_num_output_placeholders: Int = 0
+    # The step's output, for the features of issue 7.
+    num_scheduled_spec: Int = 0  # len(scheduled_spec_decode_tokens[r]): drafts (or padding) scheduled
+    num_hit_tokens: Int = 0  # an admitted request's num_computed_tokens at admission: its prefix-cache hit
+    # After the step: the async counters (always 0 in the synchronous engine, between steps).
+    post_num_in_flight_tokens: Int = 0
+    post_num_stale_output_tokens: Int = 0
     # How this step's sampling ended for the request.
     sampled_stop: Bool = False  # it appended its EOS or one of its stop tokens
     finished_stopped: Bool = False  # it finished as FINISHED_STOPPED in this step
@@ -80,3 +97,15 @@ class StepView:
     # Concrete-only facts about block ids; True when a backend cannot see ids.
     ids_consistent: Bool = True
     ids_problem: str = ""
+    # The features of issue 7, as configured.
+    enable_prefix_caching: bool = False
+    num_speculative_tokens: Int = 0
+    async_scheduling: bool = False
+    # Block-table entries beyond a block's first holder: > 0 only where prefix caching shares blocks.
+    post_num_shared_block_refs: Int = 0
+    # Concrete-only: every held block's ref count is its number of holders and the free queue is exactly
+    # the unreferenced blocks; every cached block is cached under the hash of its holders' tokens.
+    refs_consistent: Bool = True
+    refs_problem: str = ""
+    cache_consistent: Bool = True
+    cache_problem: str = ""

@@ -1,0 +1,153 @@
+"""Views from a trace: what the summary leaves out, rebuilt from the step records.
+
+A trace holds what every engine can expose: per step the arrivals and
+aborts, the `SchedulerOutput`, the model's answer and a state summary (the
+queues, the free-block count, and each request's status, C and T). The
+invariants read more than that, so `TraceReplay` rebuilds it, step by step,
+from the records alone, never from an engine:
+
+* the state `schedule()` started from: the previous step's summary with this
+  step's arrivals added (behind everyone under FCFS, in `Request.__lt__`
+  order under PRIORITY) and its aborts removed;
+* each request's block table, from the block ids in the outputs (new
+  requests list all their blocks, running ones only the new ones,
+  preemption and finishing free them all). Under prefix caching a new
+  request's first `num_computed_tokens // block_size` blocks are its prefix
+  hit and may be held by others too; every other block an engine hands out
+  must be one nobody holds. Free counts and conservation count distinct
+  blocks, because a shared block is one block;
+* the drafts S: emptied when a request is scheduled or preempted; set from
+  the step's `draft_token_ids` (sync spec decode, proposed after the
+  update), or, under async scheduling, to the k placeholder drafts of
+  every scheduled request that sampled (`AsyncScheduler._update_after_schedule`);
+* the async counters, from the steps still in flight after this one
+  (`StepRecord.in_flight`): a scheduled step adds its tokens to
+  `num_in_flight_tokens` until its output is absorbed; if it sampled (it
+  was not a partial prefill chunk) it adds 1 + its drafts to the
+  placeholders P, which its output takes back exactly (rejected drafts,
+  then every returned token), unless the request was preempted meanwhile:
+  preemption zeroes P and turns what is in flight into stale output. In a
+  synchronous trace nothing is in flight after a step, so all three are 0.
+
+The state after an async step is the state after this step's schedule()
+and an update with an older step's output (`updated_step`), so the tokens
+that step sampled, not this step's, are what may have stopped a request.
+"""
+
+from __future__ import annotations
+
+from ..request import RequestStatus
+from ..trace import StateSummary, StepRecord, Trace
+from .build import Blocks, Counts, ids_problem, make_view, shared_refs
+from .views import StepView
+
+
+class TraceReplay:
+    def __init__(self, trace: Trace) -> None:
+        self.config = trace.workload.config
+        self.requests = {r.request_id: r.request for r in trace.workload.requests}
+        self.last = StateSummary(num_free_blocks=self.config.num_usable_blocks)
+        self.blocks: dict[str, tuple[int, ...]] = {}
+        self.spec: dict[str, int] = {}  # S per live request after the last step
+        self.counters: dict[str, tuple[int, int, int]] = {}  # (P, in flight, stale) after the last step
+        self.records: dict[int, StepRecord] = {}
+        self.last_preempted: dict[str, int] = {}
+
+    def _holders(self) -> dict[int, int]:
+        holders: dict[int, int] = {}
+        for blocks in self.blocks.values():
+            for b in blocks:
+                holders[b] = holders.get(b, 0) + 1
+        return holders
+
+    def _arrive(self, waiting: tuple[str, ...], added: tuple[str, ...]) -> tuple[str, ...]:
+        if self.config.policy == "fcfs":
+            return waiting + added
+        rq = self.requests
+        return tuple(sorted(waiting + added, key=lambda rid: (rq[rid].priority, rq[rid].arrival_time, rid)))
+
+    def _counts(self, summary: StateSummary, rid: str) -> Counts:
+        r = summary.requests[rid]
+        p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
+        return Counts(r.status, r.num_computed_tokens, r.num_tokens, len(self.blocks.get(rid, ())),
+                      self.spec.get(rid, 0), p, in_flight, stale)
+
+    def step(self, rec: StepRecord) -> StepView:
+        config, last = self.config, self.last
+        self.records[rec.step] = rec
+        gone = set(rec.aborted)
+        added = tuple(rid for rid in rec.added if rid not in gone)
+        pre = {rid: self._counts(last, rid) for rid in last.requests if rid not in gone}
+        for rid in added:
+            pre[rid] = Counts(RequestStatus.WAITING, 0, self.requests[rid].num_prompt_tokens, 0)
+        pre_queues = (tuple(r for r in last.running if r not in gone),
+                      self._arrive(tuple(r for r in last.waiting if r not in gone), added))
+        # Aborted requests free their blocks before schedule(); a shared block stays held by the others.
+        held_before = len(self._holders())
+        for rid in rec.aborted:
+            self.blocks.pop(rid, None)
+        pre_free = last.num_free_blocks + held_before - len(self._holders())
+        # Victims free their blocks during schedule(), before later requests allocate; finishing frees after it.
+        for rid in rec.output.preempted_req_ids:
+            self.blocks.pop(rid, None)
+            self.last_preempted[rid] = rec.step
+        problem = self._allocate(rec)
+        for rid in rec.finished:
+            self.blocks.pop(rid, None)
+        self._drafts_and_counters(rec)
+        post = {rid: self._counts(rec.state, rid) for rid in rec.state.requests}
+        problem = problem or ids_problem(self.blocks, None, config.num_gpu_blocks, config.enable_prefix_caching)
+        absorbed = self.records.get(rec.updated_step) if rec.updated_step is not None else None
+        view = make_view(config, self.requests, pre, post, pre_queues, (rec.state.running, rec.state.waiting),
+                         rec.output, pre_free, rec.state.num_free_blocks, Blocks(problem, shared_refs(self.blocks)),
+                         absorbed.model_output if absorbed is not None else None, rec.finished)
+        self.last = rec.state
+        self._forget(rec)
+        return view
+
+    def _allocate(self, rec: StepRecord) -> str:
+        """Replay this step's allocations into the block tables; the first block handed out that someone holds."""
+        bs, caching = self.config.block_size, self.config.enable_prefix_caching
+        holders = self._holders()
+        problem = ""
+        for n in rec.output.scheduled_new_reqs:
+            hit = n.num_computed_tokens // bs if caching else 0
+            for b in n.block_ids[hit:]:
+                if holders.get(b) and not problem:
+                    problem = f"block {b} is given to {n.req_id} while another request holds it"
+            self.blocks[n.req_id] = tuple(n.block_ids)
+        for c in rec.output.scheduled_cached_reqs:
+            for b in c.new_block_ids or ():
+                if holders.get(b) and not problem:
+                    problem = f"block {b} is given to {c.req_id} while another request holds it"
+            self.blocks[c.req_id] = self.blocks.get(c.req_id, ()) + tuple(c.new_block_ids or ())
+        return problem
+
+    def _drafts_and_counters(self, rec: StepRecord) -> None:
+        out, k = rec.output, self.config.num_speculative_tokens
+        touched = set(out.num_scheduled_tokens) | set(out.preempted_req_ids)
+        for rid in touched:
+            self.spec[rid] = 0
+        if self.config.async_scheduling:
+            for rid in out.num_scheduled_tokens:
+                if rec.model_output.sampled_token_ids.get(rid):
+                    self.spec[rid] = k
+        for rid, drafts in rec.draft_token_ids.items():
+            self.spec[rid] = len(drafts)
+        self.counters = {}
+        for s in rec.in_flight:
+            old = self.records[s]
+            for rid, n in old.output.num_scheduled_tokens.items():
+                p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
+                if s < self.last_preempted.get(rid, -1):
+                    stale += n
+                elif old.model_output.sampled_token_ids.get(rid):
+                    p += 1 + len(old.output.scheduled_spec_decode_tokens.get(rid, ()))
+                self.counters[rid] = (p, in_flight + n, stale)
+
+    def _forget(self, rec: StepRecord) -> None:
+        """Keep only the records still in flight, and the drafts of live requests."""
+        keep = set(rec.in_flight)
+        self.records = {s: r for s, r in self.records.items() if s in keep}
+        live = set(rec.state.requests)
+        self.spec = {rid: n for rid, n in self.spec.items() if rid in live}
