@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..spec.engine import drained_after
-from ..spec.output import ModelRunnerOutput
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StepRecord, Trace
 from ..spec.workload import Workload
@@ -34,7 +34,8 @@ from .materialize import STATUS, outputs, summaries
 from .state import BatchState
 from .step import StepOut, schedule
 from .update import abort, update_from_output
-from .fake_model import fake_model
+from .batch_queue import BatchQueue
+from .fake_model import fake_model, propose, update_draft_token_ids
 
 ENGINE_NAME = "torch"
 
@@ -47,7 +48,8 @@ def build_state(workloads: Sequence[Workload], device: torch.device) -> BatchSta
     for b, w in enumerate(workloads):
         add_order = sorted(range(len(w.requests)), key=lambda i: (w.requests[i].arrival_step, i))
         rank = {slot: r for r, slot in enumerate(add_order)}
-        entries += [Entry(b, i, r.request, rank[i], r.arrival_step, r.output_token_ids) for i, r in enumerate(w.requests)]
+        entries += [Entry(b, i, r.request, rank[i], r.arrival_step, r.output_token_ids, r.spec_proposals)
+                    for i, r in enumerate(w.requests)]
     load(st, entries)
     if st.any_priority:
         ranks = torch.zeros((st.B, st.R), dtype=torch.int64)
@@ -59,30 +61,42 @@ def build_state(workloads: Sequence[Workload], device: torch.device) -> BatchSta
 
 
 def advance(st: BatchState) -> tuple[StepOut, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One engine step for every instance, tensors only: schedule, the fake model, update_from_output.
+    """One synchronous engine step for every instance, tensors only: schedule, the fake model,
+    update_from_output (and the drafter under spec decode).
 
-    Returns the step's `StepOut`, the sampled tokens and mask, and the stopped mask. This is the hot
-    path the benchmarks time; `run_batch` makes the same three calls, with arrivals and aborts before
-    them and the step records built in between (the output must be read before the update frees blocks).
+    Returns the step's `StepOut`, the sampled tokens and their counts, and the stopped mask. This is
+    the hot path the benchmarks time; `run_batch` makes the same calls, with arrivals and aborts
+    before them and the step records built in between (the output must be read before the update
+    frees blocks).
     """
     out = schedule(st)
-    token, sampled = fake_model(st, out.n_sched)
-    return out, token, sampled, update_from_output(st, out.sched_key, token, sampled)
-
-
-def _outputs_of(w: Workload, rid: str, count: int) -> tuple[int, ...]:
-    return tuple(w.sampled_token(rid, i) for i in range(count))
+    gen, num_gen = fake_model(st, out.n_sched, out.n_spec, out.spec_vals)
+    stopped = update_from_output(st, out.n_sched, out.sched_key, out.n_spec, gen, num_gen)
+    if st.any_spec:
+        update_draft_token_ids(st, *propose(st, out.n_sched, num_gen))
+    return out, gen, num_gen, stopped
 
 
 def run_batch(workloads: Sequence[Workload], device: str | torch.device | None = None,
               engine_name: str = ENGINE_NAME) -> list[Trace]:
-    """Run every workload as one instance of a single batch; the traces `spec.engine.run` would give, in order."""
+    """Run every workload as one instance of a single batch; the traces `spec.engine.run` would give, in order.
+
+    Workloads with prefix caching run in a batch of their own: they need the keyed free queue and the
+    walking waiting pass (`freelist.py`, `waiting_cached.py`), which the others need not pay for.
+    """
     workloads = list(workloads)
     if not workloads:
         return []
     dev = pick_device(device)
+    groups: dict[bool, list[int]] = defaultdict(list)
+    for i, w in enumerate(workloads):
+        groups[w.config.enable_prefix_caching].append(i)
+    traces: list[Trace | None] = [None] * len(workloads)
     with cpu_threads(dev):
-        return _run(workloads, dev, engine_name)
+        for members in groups.values():
+            for i, t in zip(members, _run([workloads[i] for i in members], dev, engine_name)):
+                traces[i] = t
+    return traces  # type: ignore[return-value]
 
 
 def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list[Trace]:
@@ -99,64 +113,131 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
     ends: list[str | None] = [None] * len(workloads)
     inst = list(range(len(workloads)))  # batch row -> workload index
     row_ids = [[r.request_id for r in w.requests] for w in workloads]
+    is_async = st.async_.clone()
+    queue = BatchQueue(st.B, st.R, 1 + st.kmax, dev) if st.any_async else None
+    in_flight: list[list[int]] = [[] for _ in workloads]  # per workload: queued steps, oldest first
     ended = 0
     for step in range(max(w.max_steps for w in workloads)):
         if not inst:
             break
         st.arrive(st.arrival_step == step)
         aborted_hits = _apply_aborts(st, aborts_at.get(step, ()), inst)
+        # Async: schedule only if there is something to schedule or report (Scheduler.has_requests()).
+        has_requests = st.live_mask().any(1) | st.fin_pending.any(1)
         out = schedule(st)
         ids = [row_ids[i] for i in inst]
         live_rows = [r for r, i in enumerate(inst) if ends[i] is None]
         outs = outputs(st, out, ids, live_rows)  # before the update frees the blocks it lists
-        token, sampled = fake_model(st, out.n_sched)
-        stopped = update_from_output(st, out.sched_key, token, sampled)
+        gen, num_gen = fake_model(st, out.n_sched, out.n_spec, out.spec_vals)
+        model_rows = _model_outputs(st, out, gen, num_gen, ids, live_rows)
+        if queue is None:
+            key = out.sched_key
+            stopped = update_from_output(st, out.n_sched, key, out.n_spec, gen, num_gen)
+            decisions = None
+        else:
+            # step_with_batch_queue: queue what was scheduled; absorb the oldest output unless the queue
+            # still has room and there is (or was) work to overlap with.
+            push = is_async & has_requests
+            queue.push(push, out.n_sched, out.sched_key, out.n_spec, gen, num_gen)
+            busy = (out.n_sched.sum(1) > 0) | st.live_mask().any(1)
+            hold = push & (queue.size < 2) & busy
+            absorb = ~is_async | (~hold & (queue.size > 0))
+            old = queue.pop(absorb & is_async)
+            sync = (~is_async)[:, None]
+            n, key, nspec, g, ng = (torch.where(sync.reshape(sync.shape + (1,) * (x.dim() - 2)), x, y)
+                                    for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old))
+            stopped = update_from_output(st, n, key, nspec, g, ng)
+            decisions = torch.stack([push, hold, absorb, is_async]).tolist()
+        drafts = None
+        if st.any_spec:
+            draft_ids, draft_count = propose(st, out.n_sched, num_gen)
+            update_draft_token_ids(st, draft_ids, draft_count)
+            drafts = _drafts(draft_ids, draft_count, ids)
 
         sums = summaries(st, ids, live_rows)
-        sb, ss = sampled.nonzero(as_tuple=True)
-        tok = token[sb, ss].tolist()
-        samples: dict[int, dict[int, int]] = defaultdict(dict)
-        for b, s, t in zip(sb.tolist(), ss.tolist(), tok):
-            samples[b][s] = t
         stb, sts = stopped.nonzero(as_tuple=True)
-        stop_status = st.status[stb, sts].tolist()
         num_out = st.num_out
-        stop_out = num_out[stb, sts].tolist()
-        stops: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        for b, s, status, n in zip(stb.tolist(), sts.tolist(), stop_status, stop_out):
-            stops[b].append((s, status, n))
-        abort_out = {b: [(s, int(num_out[b, s])) for s in slots] for b, slots in aborted_hits.items()}
+        stop_cols = torch.stack([stb, sts, st.status[stb, sts], num_out[stb, sts], key[stb, sts]]).tolist()
+        stop_toks = st.out_tok[stb, sts].tolist()
+        stops: dict[int, list[tuple[int, int, int, tuple[int, ...]]]] = defaultdict(list)
+        for b, s, status, n_out, k, toks in zip(*stop_cols, stop_toks):
+            stops[b].append((k, s, status, tuple(toks[:n_out])))
+        abort_out = {b: [(s, tuple(st.out_tok[b, s, : int(num_out[b, s])].tolist())) for s in slots]
+                     for b, slots in aborted_hits.items()}
+        fin_left = st.fin_pending.any(1).tolist() if queue is not None else None
 
         for r in live_rows:
             i = inst[r]
-            w, names, output = workloads[i], ids[r], outs[r]
-            slot = slot_of[i]
-            model_output = ModelRunnerOutput({rid: ((samples[r][slot[rid]],) if slot[rid] in samples[r] else ())
-                                              for rid in output.num_scheduled_tokens})
+            w, names = workloads[i], ids[r]
+            scheduled, updated, flight = True, step, ()
+            output, model_output = outs[r], model_rows[r]
+            row_async = decisions is not None and decisions[3][r]
+            if row_async:
+                pushed, absorbed = decisions[0][r], decisions[2][r]
+                scheduled = pushed
+                if pushed:
+                    in_flight[i].append(step)
+                else:
+                    output, model_output = SchedulerOutput(), ModelRunnerOutput()
+                updated = in_flight[i].pop(0) if absorbed else None
+                flight = tuple(in_flight[i])
             finished: dict[str, FinishedRequest] = {}
-            for s, n in abort_out.get(r, ()):
-                finished[names[s]] = FinishedRequest(RequestStatus.FINISHED_ABORTED, _outputs_of(w, names[s], n))
-            in_update = stops.get(r, ())
-            position = {rid: k for k, rid in enumerate(output.num_scheduled_tokens)} if len(in_update) > 1 else {}
-            for s, status, n in sorted(in_update, key=lambda e: position.get(names[e[0]], 0)):
-                finished[names[s]] = FinishedRequest(STATUS[status], _outputs_of(w, names[s], n))
-            state = sums[r]
+            for s, toks in abort_out.get(r, ()):
+                finished[names[s]] = FinishedRequest(RequestStatus.FINISHED_ABORTED, toks)
+            # In the order update_from_output's loop finds them: the absorbed step's grant order.
+            for _, s, status, toks in sorted(stops.get(r, ())):
+                finished[names[s]] = FinishedRequest(STATUS[status], toks)
             record = StepRecord(step, tuple(q.request_id for q in w.arrivals_at(step)),
-                                tuple(w.aborts_at(step)), output, model_output, state, finished)
+                                tuple(w.aborts_at(step)), output, model_output, sums[r], finished,
+                                updated_step=updated, draft_token_ids=(drafts.get(r, {}) if drafts else {}),
+                                scheduled=scheduled, in_flight=flight)
             records[i].append(record)
-            if drained_after(record, w):  # the engine loop's own stopping rule (spec/engine.py)
+            if row_async and decisions[1][r]:
+                pass  # the step ended with its output queued: nothing can have drained
+            elif (not flight and not (row_async and fin_left[r])
+                  and drained_after(record, w)):  # the engine loop's own stopping rule (spec/engine.py)
                 ends[i] = "drained"
-            elif step + 1 >= w.max_steps:
+            if ends[i] is None and step + 1 >= w.max_steps:
                 ends[i] = "max_steps"
             if ends[i] is not None:
                 ended += 1
         if ended * 8 >= len(inst) or ended == len(inst):
             keep = [r for r, i in enumerate(inst) if ends[i] is None]
             if len(keep) < len(inst):
-                st.select(torch.tensor(keep, dtype=torch.int64, device=dev))
+                index = torch.tensor(keep, dtype=torch.int64, device=dev)
+                st.select(index)
+                is_async = is_async.index_select(0, index)
+                if queue is not None:
+                    queue.select(index)
                 inst = [inst[r] for r in keep]
             ended = 0
     return [Trace(w, tuple(records[i]), engine_name, ends[i] or "max_steps") for i, w in enumerate(workloads)]
+
+
+def _model_outputs(st: BatchState, out: StepOut, gen: torch.Tensor, num_gen: torch.Tensor,
+                   ids: Sequence[Sequence[str]], rows: Sequence[int]) -> list[ModelRunnerOutput | None]:
+    """The fake model's answer per instance: the sampled tokens of every scheduled request (() if none)."""
+    sb, ss = (out.n_sched > 0).nonzero(as_tuple=True)
+    cols = torch.stack([sb, ss, num_gen[sb, ss]]).tolist()
+    tokens = gen[sb, ss].tolist()
+    per: dict[int, dict[str, tuple[int, ...]]] = defaultdict(dict)
+    for b, s, g, t in zip(*cols, tokens):
+        per[b][ids[b][s]] = tuple(t[:g])
+    result: list[ModelRunnerOutput | None] = [None] * st.B
+    for r in rows:
+        result[r] = ModelRunnerOutput(per.get(r, {}))
+    return result
+
+
+def _drafts(drafts: torch.Tensor, count: torch.Tensor, ids: Sequence[Sequence[str]]) -> dict[int, dict[str, tuple[int, ...]]]:
+    """The drafter's proposals per instance row: request id -> drafts."""
+    db, ds = (count > 0).nonzero(as_tuple=True)
+    cols = torch.stack([db, ds, count[db, ds]]).tolist()
+    rows = drafts[db, ds].tolist()
+    per: dict[int, dict[str, tuple[int, ...]]] = defaultdict(dict)
+    for b, s, c, d in zip(*cols, rows):
+        per[b][ids[b][s]] = tuple(d[:c])
+    return per
 
 
 def _apply_aborts(st: BatchState, planned: Sequence[tuple[int, list[int]]], inst: list[int]) -> dict[int, list[int]]:

@@ -15,7 +15,8 @@ doubles as requests are added (`BatchState.grow_slots`).
 from __future__ import annotations
 
 import functools
-from typing import Iterable
+from collections import deque
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -28,6 +29,7 @@ from .load import Entry, load, priority_ranks
 from .materialize import STATUS, outputs, summaries
 from .state import BIG, BatchState
 from .step import StepOut, schedule
+from .fake_model import update_draft_token_ids
 from .update import abort, update_from_output
 
 ENGINE_NAME = "torch"
@@ -54,8 +56,7 @@ class TorchEngine:
         self.slot: dict[str, int] = {}
         self.outputs: dict[str, list[int]] = {}
         self.live: set[str] = set()
-        self._last: StepOut | None = None
-        self._last_ids: list[str] = []
+        self._pending: deque[tuple[StepOut, list[str]]] = deque()
 
     # ---- requests in and out ----------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -94,13 +95,13 @@ class TorchEngine:
         self.live.discard(request_id)
         return FinishedRequest(RequestStatus.FINISHED_ABORTED, tuple(self.outputs[request_id]))
 
-    # ---- the step -------------------------------------------------------------
+    # ---- the step ----------------------------------------------------------------
     @_threads
     def schedule(self) -> SchedulerOutput:
         out = schedule(self.st)
-        self._last = out
         result = outputs(self.st, out, [self.ids])[0]
-        self._last_ids = list(result.num_scheduled_tokens)
+        # Async scheduling schedules again before absorbing: outputs are absorbed oldest first.
+        self._pending.append((out, list(result.num_scheduled_tokens)))
         return result
 
     @_threads
@@ -109,25 +110,30 @@ class TorchEngine:
 
     @_threads
     def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
-        out, self._last = self._last, None
-        if out is None:
+        if not self._pending:
             raise RuntimeError("update_from_output without a preceding schedule")
-        if list(output.num_scheduled_tokens) != self._last_ids:
-            raise RuntimeError("update_from_output: the output is not the one the last schedule() returned")
+        out, ids = self._pending.popleft()
+        if list(output.num_scheduled_tokens) != ids:
+            raise RuntimeError("update_from_output: the output is not the oldest one schedule() returned")
         got = model_output.sampled_token_ids
-        sampled = [got.get(rid, ()) for rid in self._last_ids]
-        if any(len(t) > 1 for t in sampled):  # no drafts are ever scheduled: at most one token each
-            raise ValueError("more than one sampled token for a request in a step without drafts")
-        pairs = [(rid, t[0]) for rid, t in zip(self._last_ids, sampled) if t]
-        for rid, t in pairs:
-            self.outputs[rid].append(t)
-        token = torch.zeros_like(self.st.num_out)
-        sampled_mask = torch.zeros_like(self.st.fin_pending)
-        if pairs:
-            index = torch.tensor([self.slot[rid] for rid, _ in pairs], dtype=torch.int64, device=self.device)
-            token[0, index] = torch.tensor([t for _, t in pairs], dtype=torch.int64, device=self.device)
-            sampled_mask[0, index] = True
-        stopped = update_from_output(self.st, out.sched_key, token, sampled_mask)
+        sampled = [tuple(got.get(rid, ())) for rid in ids]
+        G = 1 + self.st.kmax
+        if any(len(t) > G for t in sampled):
+            raise ValueError(f"more than 1 + num_speculative_tokens = {G} sampled tokens for a request")
+        gen = torch.zeros((1, self.st.R, G), dtype=torch.int64)
+        num_gen = torch.zeros((1, self.st.R), dtype=torch.int64)
+        rows = [(self.slot[rid], t) for rid, t in zip(ids, sampled) if t]
+        for slot, t in rows:  # glue: the model's answer into tensors
+            gen[0, slot, : len(t)] = torch.tensor(t, dtype=torch.int64)
+            num_gen[0, slot] = len(t)
+        stopped = update_from_output(self.st, out.n_sched, out.sched_key, out.n_spec, gen.to(self.device),
+                                     num_gen.to(self.device))
+        # The outputs each request kept: a stop trims what follows it.
+        counts = self.st.num_out[0].tolist()
+        for slot, t in rows:
+            rid = self.ids[slot]
+            have = self.outputs[rid]
+            have.extend(t[: max(counts[slot] - len(have), 0)])
         count = int(stopped.sum())
         if count == 0:
             return {}
@@ -140,3 +146,19 @@ class TorchEngine:
             self.live.discard(rid)
             finished[rid] = FinishedRequest(STATUS[status], tuple(self.outputs[rid]))
         return finished
+
+    @_threads
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        """The drafter's proposals after a sync step (scheduler.py:2862-2881)."""
+        known = [(self.slot[rid], tuple(d)) for rid, d in draft_token_ids.items() if rid in self.slot]
+        if not known:
+            return
+        K = self.st.kmax
+        if any(len(d) > K for _, d in known):
+            raise ValueError(f"more than num_speculative_tokens = {K} drafts for a request")
+        drafts = torch.zeros((1, self.st.R, K), dtype=torch.int64)
+        count = torch.zeros((1, self.st.R), dtype=torch.int64)
+        for slot, d in known:
+            drafts[0, slot, : len(d)] = torch.tensor(d, dtype=torch.int64)
+            count[0, slot] = len(d)
+        update_draft_token_ids(self.st, drafts.to(self.device), count.to(self.device))

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import torch
 
+from .freelist import keyed_free, keyed_pop
 from .state import BatchState
 
 Tensor = torch.Tensor
@@ -61,20 +62,23 @@ def pop_alloc(st: BatchState, slots: Tensor, asks: Tensor, also: Tensor | None =
     held = st.held.gather(1, slots)
     per_inst = asks.sum(1)
     extra = [] if also is None else [also.long()]
-    values = torch.stack([per_inst.sum(), (held + asks).max(), *extra]).tolist()
-    total, widest = values[0], values[1]
-    result = values[2] if also is not None else None
+    values = torch.stack([per_inst.sum(), (held + asks).max(), per_inst.max(), *extra]).tolist()
+    total, widest, most = values[0], values[1], values[2]
+    result = values[3] if also is not None else None
     if total == 0:
         return result
     st.grow_width(widest)
     owner, q = _expand(asks.reshape(-1), total)
     b = torch.div(owner, N, rounding_mode="floor")
     offset = (asks.cumsum(1) - asks).reshape(-1)[owner] + q
-    pos = (st.head[b] + offset) % st.capsafe[b]
     slot = slots.reshape(-1)[owner]
-    st.table[b, slot, held.reshape(-1)[owner] + q] = st.ring[b, pos]
+    if st.keyed:  # prefix caching somewhere in the batch: the keyed queue (freelist.py)
+        ids = keyed_pop(st, b, offset, most).to(st.table.dtype)
+    else:
+        ids = st.ring[b, (st.head[b] + offset) % st.capsafe[b]]
+        st.head = (st.head + per_inst) % st.capsafe
+    st.table[b, slot, held.reshape(-1)[owner] + q] = ids
     st.held.scatter_add_(1, slots, asks)
-    st.head = (st.head + per_inst) % st.capsafe
     st.free = st.free - per_inst
     return result
 
@@ -88,7 +92,10 @@ def push_free(st: BatchState, slots: Tensor, mask: Tensor) -> None:
     counts = torch.where(mask, st.held.gather(1, slots), torch.zeros_like(slots))
     per_inst = counts.sum(1)
     total = int(per_inst.sum())
-    if total:
+    if total and st.keyed:
+        owner, q = _expand(counts.reshape(-1), total)
+        keyed_free(st, slots, mask, owner, q, counts)
+    elif total:
         owner, q = _expand(counts.reshape(-1), total)
         b = torch.div(owner, N, rounding_mode="floor")
         z = (counts.cumsum(1) - counts).reshape(-1)[owner] + q
@@ -98,3 +105,4 @@ def push_free(st: BatchState, slots: Tensor, mask: Tensor) -> None:
         st.free = st.free + per_inst
     bi, ji = mask.nonzero(as_tuple=True)
     st.held[bi, slots[bi, ji]] = 0
+    st.ncached[bi, slots[bi, ji]] = 0

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from ..spec.request import Request
+from .prefix_cache import prompt_hashes
 from .state import BatchState
 
 
@@ -27,6 +28,7 @@ class Entry:
     add_rank: int  # the order it joins `scheduler.requests`, for the summary
     arrival_step: int = -1
     planted: tuple[int, ...] = ()
+    spec_proposals: tuple[tuple[int, int], ...] = ()
 
 
 def priority_order_key(request: Request) -> tuple[int, float, str]:
@@ -43,6 +45,8 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     st.grow_wide("stop_tok", stops)
     st.grow_wide("stop_valid", stops)
     st.grow_wide("planted", planted)
+    # Outputs stop at max_tokens and at L; a step appends at most 1 + k before the check trims.
+    st.grow_wide("out_tok", max(min(e.request.max_tokens, int(st.L.max())) for e in entries) + st.kmax + 1)
     dev = st.device
     b = torch.tensor([e.instance for e in entries], dtype=torch.int64)
     s = torch.tensor([e.slot for e in entries], dtype=torch.int64)
@@ -70,6 +74,40 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     if planted:
         rows = [list(e.planted) + [0] * (planted - len(e.planted)) for e in entries]
         st.planted[bd, sd, :planted] = torch.tensor(rows, dtype=torch.int64).to(dev)
+    proposals = max(len(e.spec_proposals) for e in entries)
+    if proposals:
+        st.grow_wide("prop_nd", proposals)
+        st.grow_wide("prop_na", proposals)
+        for name, part in (("prop_nd", 0), ("prop_na", 1)):
+            rows = [[p[part] for p in e.spec_proposals] + [0] * (proposals - len(e.spec_proposals)) for e in entries]
+            getattr(st, name)[bd, sd, :proposals] = torch.tensor(rows, dtype=torch.int64).to(dev)
+    if st.keyed:
+        _load_hashes(st, entries)
+
+
+def _load_hashes(st: BatchState, entries: Sequence[Entry]) -> None:
+    """The prompt's block hashes and running hash residues, for requests of instances that cache."""
+    caching = st.caching.tolist()
+    bs = st.bs.tolist()
+    L = st.L.tolist()
+    mine = [e for e in entries if caching[e.instance]]
+    if not mine:
+        return
+    dev = st.device
+    X = max(e.request.num_prompt_tokens for e in mine)
+    # T never passes L, so a table of L // bs hashes holds every full block a request will have.
+    width = max(L[e.instance] // bs[e.instance] for e in mine)
+    st.grow_wide("bhash", width)
+    tokens = torch.tensor([list(e.request.prompt_token_ids) + [0] * (X - e.request.num_prompt_tokens) for e in mine],
+                          dtype=torch.int64).to(dev)
+    lengths = torch.tensor([e.request.num_prompt_tokens for e in mine], dtype=torch.int64).to(dev)
+    sizes = torch.tensor([bs[e.instance] for e in mine], dtype=torch.int64).to(dev)
+    hashes, h0, h1 = prompt_hashes(tokens, lengths, sizes, width)
+    b = torch.tensor([e.instance for e in mine], dtype=torch.int64).to(dev)
+    s = torch.tensor([e.slot for e in mine], dtype=torch.int64).to(dev)
+    st.bhash[b, s, :width] = hashes
+    st.nhash[b, s] = torch.div(lengths, sizes, rounding_mode="floor")
+    st.h0[b, s], st.h1[b, s] = h0, h1
 
 
 def priority_ranks(requests_by_slot: Sequence[Request]) -> list[int]:

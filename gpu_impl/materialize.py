@@ -12,7 +12,8 @@ in running order, then admissions in order); `scheduled_new_reqs` = new
 admissions then resumed ones, each with all its blocks and C before the
 advance (the V2 runner lists resumed requests as new, scheduler.py:1642-1644);
 `scheduled_cached_reqs` = the RUNNING pass's grants with only the blocks
-allocated in this step, None if none.
+allocated in this step, None if none; `scheduled_spec_decode_tokens` = the
+drafts among each grant, in grant order (-1 for padding and placeholders).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
         blocks = st.table[bi[owner], si[owner], lo[owner] + q].tolist()
     else:
         blocks = []
-    cols = torch.stack([bi, si, out.n_sched[bi, si], out.kind[bi, si], out.c_before[bi, si], count]).tolist()
+    cols = torch.stack([bi, si, out.n_sched[bi, si], out.kind[bi, si], out.c_before[bi, si], count,
+                        out.n_spec[bi, si]]).tolist()
+    spec_rows = out.spec_vals[bi, si].tolist() if out.spec_vals.shape[2] and any(cols[6]) else None
     pb, ps = out.preempted.nonzero(as_tuple=True)
     fb, fs = out.finished.nonzero(as_tuple=True)
     preempted: list[set[str]] = [set() for _ in range(B)]
@@ -105,6 +108,11 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
         rids = [names[s] for s in cols[1][lo:hi]]
         tokens = dict(zip(rids, cols[2][lo:hi]))
         new, resumed, cached = [], [], []
+        spec: dict[str, tuple[int, ...]] = {}
+        if spec_rows is not None:
+            for i in range(lo, hi):
+                if cols[6][i]:
+                    spec[names[cols[1][i]]] = tuple(spec_rows[i][: cols[6][i]])
         pos = first_block[lo]
         for rid, kind, computed, count in zip(rids, cols[3][lo:hi], cols[4][lo:hi], cols[5][lo:hi]):
             blk = tuple(blocks[pos:pos + count]) if count else ()
@@ -116,7 +124,7 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
             elif kind == RESUMED:
                 resumed.append(NewRequestData(rid, computed, blk, True))
         result[b] = SchedulerOutput(num_scheduled_tokens=tokens, scheduled_new_reqs=tuple(new + resumed),
-                                    scheduled_cached_reqs=tuple(cached), scheduled_spec_decode_tokens={},
+                                    scheduled_cached_reqs=tuple(cached), scheduled_spec_decode_tokens=spec,
                                     preempted_req_ids=frozenset(preempted[b]), finished_req_ids=frozenset(finished[b]))
     return result
 

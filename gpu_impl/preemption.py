@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 
-from .freequeue import pop_alloc, push_free
+from .freequeue import _expand, pop_alloc, push_free
+from .prefix_cache import register
 from .state import PREEMPTED, BatchState
 
 Tensor = torch.Tensor
@@ -54,7 +55,33 @@ def victim_order(st: BatchState, order: Tensor, alive: Tensor) -> Tensor:
     return torch.where(st.prio_policy[:, None], by_arrival.gather(1, by_prio), fcfs)
 
 
-def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor) -> None:
+def shared_freed(st: BatchState, victim_slots: Tensor, valid: Tensor) -> Tensor:
+    """Under prefix caching: the blocks that victim t of the order frees [B, R] (by victim position).
+
+    A shared (hit) block returns to the queue only with its last holder. Every holder of a block is
+    a running request, so all of them are in the victim order: the block is freed by the holder that
+    comes last in that order.
+    """
+    B, R = victim_slots.shape
+    held = torch.where(valid, st.held.gather(1, victim_slots), torch.zeros_like(victim_slots))
+    total = int(held.sum())
+    freed = torch.zeros((B, R), dtype=torch.int64, device=st.device)
+    if total == 0:
+        return freed
+    owner, q = _expand(held.reshape(-1), total)
+    b = torch.div(owner, R, rounding_mode="floor")
+    pos = owner - b * R
+    block = st.table[b, victim_slots.reshape(-1)[owner], q].long()
+    NB = st.fkey.shape[1]
+    last = torch.full((B * NB,), -1, dtype=torch.int64, device=st.device).scatter_reduce_(
+        0, b * NB + block, pos, reduce="amax")
+    hit = last >= 0
+    cell = torch.arange(B * NB, device=st.device)[hit]
+    return freed.reshape(-1).scatter_add_(0, torch.div(cell, NB, rounding_mode="floor") * R + last[hit],
+                                          torch.ones_like(cell)).reshape(B, R)
+
+
+def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Tensor, T: Tensor) -> None:
     """Handle the allocation failure at position `jf` of every `failing` instance of the pass `p`.
 
     Victims are taken, freed and requeued; if the failing request survives it is granted its fixed
@@ -67,7 +94,10 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor) -> No
     n_j, k_j = n.gather(1, j).squeeze(1), k.gather(1, j).squeeze(1)
     vo = victim_order(st, order, p.alive)
     valid = p.alive.gather(1, vo)
-    freed = torch.where(valid, st.held.gather(1, order.gather(1, vo)), torch.zeros_like(vo))
+    if st.keyed:
+        freed = shared_freed(st, order.gather(1, vo), valid)
+    else:
+        freed = torch.where(valid, st.held.gather(1, order.gather(1, vo)), torch.zeros_like(vo))
     fits = valid & (st.free[:, None] + freed.cumsum(1) >= k_j[:, None])
     big = torch.full_like(idx, R)
     first_fit = torch.where(fits, idx, big).min(1).values
@@ -88,7 +118,12 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor) -> No
     push_free(st, victim_slots, taken)
     in_slots = torch.zeros_like(p.alive).scatter(1, order, victims)
     st.status = torch.where(in_slots, torch.full_like(st.status, PREEMPTED), st.status)
-    st.C = torch.where(in_slots, torch.zeros_like(st.C), st.C)
+    zeros = torch.zeros_like(st.C)
+    st.C = torch.where(in_slots, zeros, st.C)
+    # Drafts are dropped, placeholders reset, and output still in flight becomes stale (:1826-1836).
+    st.nspec = torch.where(in_slots, zeros, st.nspec)
+    st.stale = torch.where(in_slots, st.inflight, st.stale)
+    st.P = torch.where(in_slots, zeros, st.P)
     rank_in_slots = torch.zeros_like(st.wait_pos).scatter(1, victim_slots, idx)
     st.wait_pos = torch.where(in_slots, st.wait_head[:, None] - rank_in_slots, st.wait_pos)
     st.wait_head = st.wait_head - count
@@ -97,6 +132,10 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor) -> No
     survived = failing & ~self_preempted
     asks = torch.zeros_like(k).scatter(1, j, torch.where(survived, k_j, 0)[:, None])
     pop_alloc(st, order, asks)
+    if st.keyed:
+        at_j = (idx == j) & survived[:, None]
+        L = st.L[:, None]
+        register(st, order, torch.minimum(torch.minimum(C, L) + n, T), at_j)
     p.grant = p.grant.scatter_add(1, j, torch.where(survived, n_j, 0)[:, None])
     p.budget = p.budget - torch.where(survived, n_j, 0)
     p.cursor = torch.where(failing, jf + 1, p.cursor)

@@ -57,3 +57,37 @@ def first_index(mask: Tensor, cols: Tensor, default: int) -> Tensor:
     """Per row, the first column where `mask` holds, else `default` (no reliance on argmax tie rules).
     `cols` holds the column positions, broadcastable to `mask`."""
     return torch.where(mask, cols, default).min(1).values
+
+
+# ---- Prefix caching, speculative decoding, async scheduling (issue 7). ----
+
+def max_prefix_hit_blocks(num_tokens: Tensor, block_size: Tensor) -> Tensor:
+    """kv_cache_manager.py:301-302: a hit never covers the last token, which is recomputed for its logits."""
+    return torch.div(num_tokens - 1, block_size, rounding_mode="floor")
+
+
+def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor,
+                     num_computed_tokens: Tensor, max_model_len: Tensor) -> Tensor:
+    """scheduler.py:1309-1328: a decode-like admission (one token left, no prefill chunk in the running
+    pass, and a running request already scheduled or a prefix hit) is padded to 1 + k tokens when
+    1 + k + 1 positions fit under L."""
+    return ((k > 0) & (num_new_tokens == 1) & ~prefill_scheduled
+            & (any_running_scheduled | (num_computed_tokens > 0))
+            & (num_computed_tokens + 1 + k + 1 <= max_model_len))
+
+
+def num_scheduled_spec_tokens(num_new_tokens: Tensor, num_computed_tokens: Tensor, num_tokens: Tensor,
+                              num_output_placeholders: Tensor) -> Tensor:
+    """scheduler.py:1010-1025: the scheduled tokens beyond T + P are drafts (what the clamps left of them)."""
+    return (num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders).clamp(min=0)
+
+
+def num_rejected_drafts(num_scheduled_drafts: Tensor, num_generated: Tensor) -> Tensor:
+    """scheduler.py:2352-2355: each sampled token past the first confirms one draft."""
+    return num_scheduled_drafts - (num_generated - 1).clamp(min=0)
+
+
+def async_max_tokens_reached(P: Tensor, C: Tensor, num_prompt_tokens: Tensor, max_tokens: Tensor) -> Tensor:
+    """scheduler.py:797-806 (async): even if every in-flight draft is rejected, the step in flight
+    reaches max_tokens, so no further step is scheduled."""
+    return (P > 0) & (C + 2 - P >= num_prompt_tokens + max_tokens)

@@ -33,6 +33,7 @@ import torch
 from . import rules
 from .freequeue import pop_alloc
 from .preemption import resolve_failures
+from .prefix_cache import register
 from .state import BIG, BatchState
 
 Tensor = torch.Tensor
@@ -69,7 +70,12 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
     C = st.C.gather(1, order)
     T = st.num_tokens().gather(1, order)
     L, bs = st.L[:, None], st.bs[:, None]
-    ask = torch.minimum(rules.clamp_to_threshold(T - C, threshold[:, None]), L - C - 1).clamp(min=0)
+    owed = st.owed().gather(1, order)  # T + drafts + placeholders - C
+    ask = torch.minimum(rules.clamp_to_threshold(owed, threshold[:, None]), L - C - 1).clamp(min=0)
+    if st.any_async:  # the step in flight already reaches max_tokens: skip (`continue`, :797-806)
+        P = st.P.gather(1, order)
+        done = rules.async_max_tokens_reached(P, C, st.prompt_len.gather(1, order), st.max_tokens.gather(1, order))
+        ask = torch.where(done, torch.zeros_like(ask), ask)
     zeros = torch.zeros_like(C)
     p = RunningPass(st, order, st.cols(), alive, zeros,
                     st.held.gather(1, order), torch.zeros_like(alive), budget.clone(),
@@ -90,6 +96,8 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
         ok = (n > 0) & (p.idx < jf[:, None])
         any_failing = pop_alloc(st, order, torch.where(ok, k, zeros), also=failing.any())
         granted = torch.where(ok, n, zeros)
+        if st.keyed:  # allocate_slots registers the full blocks up to min(C + n, T) at once
+            register(st, order, torch.minimum(torch.minimum(C, L) + granted, T), ok)
         p.grant = p.grant + granted
         p.budget = p.budget - granted.sum(1)
         p.done = p.done | ~failing
@@ -97,4 +105,4 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
             return p
         if p.rounds > R + 1:  # each failure preempts at least one request: this cannot happen
             raise RuntimeError(f"running pass did not converge after {p.rounds} rounds")
-        resolve_failures(p, failing, jf, n, k)
+        resolve_failures(p, failing, jf, n, k, C, T)

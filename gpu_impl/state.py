@@ -51,14 +51,31 @@ SLOT_FIELDS: dict[str, tuple[torch.dtype, float | int | bool]] = {
     "max_tokens": (I64, 0), "run_pos": (I64, 0), "wait_pos": (I64, 0), "prio_rank": (I64, 0),
     "prio": (I64, 0), "arrival": (F64, 0.0), "eos": (I64, 0), "has_eos": (BOOL, False),
     "fin_pending": (BOOL, False), "add_rank": (I64, 0), "arrival_step": (I64, -1), "plen": (I64, 0),
+    # Issue 7. Spec decode: len(spec_token_ids), proposals used. Async: output placeholders (P), in-flight
+    # and stale-output tokens. is_prefill_chunk as the last _update_after_schedule left it.
+    "nspec": (I64, 0), "nprop": (I64, 0), "P": (I64, 0), "inflight": (I64, 0), "stale": (I64, 0),
+    "chunk": (BOOL, False),
+    # Prefix caching: num_cached_blocks, how many block hashes are known, and the running hash residues
+    # of all tokens so far (one per field of `spec.block_hash`), extended as tokens are appended.
+    "ncached": (I64, 0), "nhash": (I64, 0), "h0": (I64, 0), "h1": (I64, 0),
 }
 # Per-slot tensors with a trailing dimension [B, R, X].
 WIDE_FIELDS: dict[str, tuple[torch.dtype, int | bool]] = {
     "table": (I32, 0), "stop_tok": (I64, 0), "stop_valid": (BOOL, False), "planted": (I64, 0),
+    "spec_tok": (I64, 0),  # spec_token_ids, padded to k (-1: a placeholder draft)
+    "prop_nd": (I64, 0), "prop_na": (I64, 0),  # the workload's spec proposals (batched runner)
+    "bhash": (I64, -1),  # block_hashes, one per full block of prompt + outputs
+    "out_tok": (I64, 0),  # output_token_ids (async: a step ahead of what the workload planted at that index)
 }
 # Per-instance tensors [B] (config first, then the dynamic counters).
 INST_FIELDS = ("budget0", "input_budget0", "max_active", "L", "bs", "wm", "thr0", "adaptive", "chunked", "gate",
-               "prio_policy", "cap", "capsafe", "filler", "head", "free", "run_ctr", "wait_tail", "wait_head")
+               "prio_policy", "cap", "capsafe", "filler", "head", "free", "run_ctr", "wait_tail", "wait_head",
+               "k", "async_", "caching")
+# Per-block tensors [B, num_gpu_blocks], used only when some instance caches (see `freelist.py`):
+# free-queue order keys, ref counts, the hash a block is cached under (-1: none) and its insertion order.
+BLOCK_FIELDS = ("fkey", "ref", "blk_hash", "blk_ins")
+# Per-instance counters of the keyed free queue and the cache.
+KEYED_INST_FIELDS = ("front_ctr", "tail_ctr", "ins_ctr")
 
 
 class BatchState:
@@ -90,6 +107,14 @@ class BatchState:
         self.cap = col(x.num_gpu_blocks - 1 for x in c)  # block 0 is the null block, never free
         self.capsafe = self.cap.clamp(min=1)
         self.filler = col(fillers if fillers is not None else [7] * B)
+        self.k = col(x.num_speculative_tokens for x in c)
+        self.async_ = col((x.async_scheduling for x in c), BOOL)
+        self.caching = col((x.enable_prefix_caching for x in c), BOOL)
+        self.kmax = max((x.num_speculative_tokens for x in c), default=0)
+        self.any_spec = self.kmax > 0
+        self.any_async = any(x.async_scheduling for x in c)
+        # The keyed free queue replaces the ring for the whole batch when any instance caches.
+        self.keyed = any(x.enable_prefix_caching for x in c)
         cmax = max(int(self.cap.max()) if B else 1, 1)
         # The free queue starts as [1, 2, ..., num_gpu_blocks - 1] (block_pool.py:191).
         self.ring = torch.arange(1, cmax + 1, dtype=I32, device=dev).repeat(B, 1)
@@ -100,7 +125,20 @@ class BatchState:
         self.wait_head = torch.full((B,), -1, dtype=I64, device=dev)
         for name, (dtype, pad) in SLOT_FIELDS.items():
             setattr(self, name, torch.full((B, self.R), pad, dtype=dtype, device=dev))
-        widths = {"table": max(width, 1), "stop_tok": stops, "stop_valid": stops, "planted": planted}
+        if self.keyed:
+            nb = cmax + 1
+            ids = torch.arange(nb, dtype=I64, device=dev).repeat(B, 1)
+            usable = (ids >= 1) & (ids <= self.cap[:, None])
+            self.fkey = torch.where(usable, ids, torch.full_like(ids, BIG))  # [1, 2, ..., N-1] in that order
+            self.ref = torch.zeros((B, nb), dtype=I64, device=dev)
+            self.blk_hash = torch.full((B, nb), -1, dtype=I64, device=dev)
+            self.blk_ins = torch.zeros((B, nb), dtype=I64, device=dev)
+            self.front_ctr = torch.zeros(B, dtype=I64, device=dev)
+            self.tail_ctr = torch.full((B,), nb, dtype=I64, device=dev)
+            self.ins_ctr = torch.zeros(B, dtype=I64, device=dev)
+        widths = {"table": max(width, 1), "stop_tok": stops, "stop_valid": stops, "planted": planted,
+                  "spec_tok": self.kmax, "prop_nd": 0, "prop_na": 0, "bhash": 0,
+                  "out_tok": 1}
         for name, (dtype, pad) in WIDE_FIELDS.items():
             setattr(self, name, torch.full((B, self.R, widths[name]), pad, dtype=dtype, device=dev))
 
@@ -119,6 +157,10 @@ class BatchState:
     def num_tokens(self) -> torch.Tensor:
         """T = prompt + outputs (request.py:294-304)."""
         return self.prompt_len + self.num_out
+
+    def owed(self) -> torch.Tensor:
+        """num_tokens_with_spec + num_output_placeholders - num_computed_tokens (scheduler.py:839)."""
+        return self.num_tokens() + self.nspec + self.P - self.C
 
     def grow_slots(self, need: int) -> None:
         """Double the slot capacity until `need` slots fit (pads with empty slots)."""
@@ -155,7 +197,8 @@ class BatchState:
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the instances `keep` (a 1-D index tensor), in that order: drops finished ones."""
-        for name in INST_FIELDS + ("ring",) + tuple(SLOT_FIELDS) + tuple(WIDE_FIELDS):
+        extra = BLOCK_FIELDS + KEYED_INST_FIELDS if self.keyed else ()
+        for name in INST_FIELDS + ("ring",) + extra + tuple(SLOT_FIELDS) + tuple(WIDE_FIELDS):
             setattr(self, name, getattr(self, name).index_select(0, keep))
         self.B = int(keep.numel())
 

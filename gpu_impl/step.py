@@ -25,6 +25,7 @@ from . import rules
 from .running import idle_pass, running_pass
 from .state import BIG, BatchState
 from .waiting import waiting_pass
+from .waiting_cached import cached_waiting_pass
 
 Tensor = torch.Tensor
 
@@ -41,6 +42,8 @@ class StepOut:
     preempted: Tensor  # [B, R] preempted in this step
     finished: Tensor  # [B, R] reported in finished_req_ids
     rounds: int  # RUNNING-pass rounds (1 + failures resolved, max over instances)
+    n_spec: Tensor  # [B, R] drafts among the granted tokens (scheduled_spec_decode_tokens)
+    spec_vals: Tensor  # [B, R, k] their ids (-1: padding)
 
 
 def schedule(st: BatchState) -> StepOut:
@@ -64,13 +67,43 @@ def schedule(st: BatchState) -> StepOut:
     preempted = torch.zeros_like(rp.preempted)
     if rp.rounds > 1:  # a single round means no allocation failed, so nothing was preempted
         preempted = preempted.scatter(1, rp.order, rp.preempted)
+    # Drafts the clamps left (:1010-1025); a granted request's spec_token_ids are consumed either way.
+    n_spec = torch.where(n_sched > 0, rules.num_scheduled_spec_tokens(n_sched, st.C, st.num_tokens(), st.P), zeros)
+    n_spec = torch.minimum(n_spec, st.nspec)
+    spec_vals = st.spec_tok.clone()
+    if st.any_spec:
+        st.nspec = torch.where(n_sched > 0, zeros, st.nspec)
     if any_waiting:
         allowed = ~rp.preempted.any(1)  # no admission in a step that preempted (§9.A.6)
-        wp = waiting_pass(st, threshold, rp.budget, rp.alive.long().sum(1), allowed, waiting)
+        running_granted = n_sched > 0
+        prefill_scheduled = (running_granted & st.chunk).any(1)
+        pass_ = cached_waiting_pass if st.keyed else waiting_pass
+        wp = pass_(st, threshold, rp.budget, rp.alive.long().sum(1), allowed, waiting,
+                   prefill_scheduled, running_granted.any(1))
         n_sched = n_sched.scatter_add(1, wp.order, wp.grant)
         sched_key = torch.minimum(sched_key, big.scatter(1, wp.order, torch.where(wp.admitted, st.R + rp.idx, big)))
         kind_wait = torch.where(wp.admitted, torch.where(wp.resumed, RESUMED, NEW), NONE)
         kind = kind + zeros.scatter(1, wp.order, kind_wait)
+        if st.any_spec:  # a padded admission lists k placeholder drafts (:1578-1582)
+            padded = zeros.bool().scatter(1, wp.order, wp.padded)
+            n_spec = torch.where(padded, st.k[:, None].expand_as(n_spec), n_spec)
+            spec_vals = torch.where(padded[..., None], torch.full_like(spec_vals, -1), spec_vals)
     c_before = st.C
+    _update_after_schedule(st, n_sched, n_spec)
+    return StepOut(n_sched, sched_key, kind, c_before, old_held, preempted, finished, rp.rounds, n_spec, spec_vals)
+
+
+def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> None:
+    """C advances by the grants, and so do the in-flight tokens (:1845-1877); is_prefill_chunk is set
+    for the scheduled. AsyncScheduler then owes every scheduled request that is not mid-prefill its
+    sampled token and drafts as placeholders, with k placeholder drafts (async_scheduler.py:24-56)."""
+    sched = n_sched > 0
     st.C = st.C + n_sched
-    return StepOut(n_sched, sched_key, kind, c_before, old_held, preempted, finished, rp.rounds)
+    st.inflight = st.inflight + n_sched
+    st.chunk = torch.where(sched, st.C < st.num_tokens() + st.P, st.chunk)
+    if st.any_async:
+        owe = sched & ~st.chunk & st.async_[:, None]
+        st.P = torch.where(owe, st.P + 1 + n_spec, st.P)
+        if st.kmax:
+            st.nspec = torch.where(owe, st.k[:, None].expand_as(st.nspec), st.nspec)
+            st.spec_tok = torch.where(owe[..., None], torch.full_like(st.spec_tok, -1), st.spec_tok)

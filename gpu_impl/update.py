@@ -21,31 +21,74 @@ Aborts (`finish_requests`, :2964-3029) are applied one id at a time in the
 order given, like the engine loop does: a request not yet added or already
 finished is left alone, and an id named twice is finished once.
 
-Scope: no drafts are ever scheduled (nothing in the Engine protocol sets
-them), no async placeholders, and no output is in flight at a preemption,
-so the spec-decode rollback and the stale-output rules are inert.
+Issue 7 (semantics doc §5, §6). A step may return several tokens per
+request (accepted drafts + 1): rejected drafts roll C and P back, each
+token is appended and checked in turn (a loop over token positions, at most
+1 + k), and a stop trims the rest and keeps C one short of T. Output of a
+request preempted while it was in flight is stale: it is appended, touches
+neither C nor P, and may finish the PREEMPTED request. Under async or spec
+decode the full blocks among the processed tokens (C - in flight) are
+registered in the prefix cache before a stopped request is freed.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import rules
 from .freequeue import push_free
-from .state import BIG, FINISHED_ABORTED, FINISHED_LENGTH_CAPPED, FINISHED_STOPPED, BatchState
+from .prefix_cache import append_token, register
+from .state import BIG, FINISHED_ABORTED, FINISHED_LENGTH_CAPPED, FINISHED_STOPPED, RUNNING, BatchState
 
 Tensor = torch.Tensor
 
 
-def update_from_output(st: BatchState, sched_key: Tensor, token: Tensor, sampled: Tensor) -> Tensor:
-    """Append `token` where `sampled` [B, R]; return the mask of requests that stopped."""
-    st.num_out = st.num_out + sampled.long()
-    eos = sampled & st.has_eos & (token == st.eos)
-    # With no stop tokens anywhere only EOS can stop a request early, so `stop` may alias `eos`.
-    stop = sampled & ((st.stop_tok == token[..., None]) & st.stop_valid).any(-1) if st.stop_tok.shape[2] else eos
-    length = sampled & ((st.num_tokens() >= st.L[:, None]) | (st.num_out >= st.max_tokens))
-    stopped = eos | stop | length
+def update_from_output(st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spec: Tensor, gen: Tensor,
+                       num_gen: Tensor) -> Tensor:
+    """Absorb one step's output: `gen` [B, R, G] sampled tokens, `num_gen` [B, R] how many (0: none).
+    `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts. Returns the
+    mask of requests that stopped."""
+    sched = n_sched > 0
+    live = sched & st.live_mask()  # an aborted request's output is ignored
+    st.inflight = torch.where(live, st.inflight - n_sched, st.inflight)
+    stale = live & (st.stale > 0)
+    st.stale = torch.where(stale, st.stale - n_sched, st.stale)
+    g = torch.where(live, num_gen, torch.zeros_like(num_gen))
+    fresh = live & ~stale
+    if st.any_spec:
+        rejected = torch.where(live & (n_spec > 0) & (g > 0), rules.num_rejected_drafts(n_spec, g), 0)
+        st.C = torch.where(fresh & (st.C > 0), st.C - rejected, st.C)
+        st.P = torch.where(fresh & (st.P > 0), st.P - rejected, st.P)
+    was_running = st.status == RUNNING
+    had_placeholders = st.P > 0
+    stopped = torch.zeros_like(sched)
+    stop_kind = torch.zeros_like(sched)  # True: EOS or stop token; False: a length cap
+    for j in range(gen.shape[2]):
+        act = (j < g) & ~stopped
+        if j > 0 and not bool(act.any()):
+            break
+        token = gen[..., j]
+        st.num_out = st.num_out + act.long()
+        at = (st.num_out - 1).clamp(min=0)[..., None]
+        st.out_tok.scatter_(2, at, torch.where(act, token, st.out_tok.gather(2, at).squeeze(2))[..., None])
+        if st.keyed:
+            append_token(st, act, token)
+        eos = act & st.has_eos & (token == st.eos)
+        # With no stop tokens anywhere only EOS can stop a request early, so `stop` may alias `eos`.
+        stop = act & ((st.stop_tok == token[..., None]) & st.stop_valid).any(-1) if st.stop_tok.shape[2] else eos
+        length = act & ((st.num_tokens() >= st.L[:, None]) | (st.num_out >= st.max_tokens))
+        now = eos | stop | length
+        st.C = torch.where(now & fresh, st.C - (g - 1 - j), st.C)  # computed covers all but the last kept token
+        stop_kind = stop_kind | (now & (eos | stop))
+        stopped = stopped | now
+    if st.any_async:
+        st.P = torch.where(fresh & (st.P > 0), st.P - g, st.P)  # every returned token, trimmed ones too
+    if st.keyed:
+        cache = fresh & was_running & (g > 0) & (had_placeholders | (st.k[:, None] > 0))
+        order = torch.where(sched, sched_key, torch.full_like(sched_key, BIG)).sort(dim=1).indices
+        register(st, order, (st.C - st.inflight).gather(1, order), cache.gather(1, order))
     if bool(stopped.any()):  # one read-back; most decode steps finish nobody
-        status = torch.where(eos | stop, FINISHED_STOPPED, FINISHED_LENGTH_CAPPED)
+        status = torch.where(stop_kind, FINISHED_STOPPED, FINISHED_LENGTH_CAPPED)
         st.status = torch.where(stopped, status, st.status)
         order = torch.where(stopped, sched_key, torch.full_like(sched_key, BIG)).sort(dim=1).indices
         push_free(st, order, stopped.gather(1, order))

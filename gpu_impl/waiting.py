@@ -44,12 +44,19 @@ class WaitingPass:
     admitted: Tensor  # [B, R] admitted (by position): a prefix of each row
     resumed: Tensor  # [B, R] admitted from PREEMPTED (by position)
     count: Tensor  # [B] admitted
+    padded: Tensor  # [B, R] a padded spec-decode admission (by position)
 
 
 def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running: Tensor, allowed: Tensor,
-                 waiting: Tensor) -> WaitingPass:
+                 waiting: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor) -> WaitingPass:
     """`waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
-    the RUNNING pass preempted nothing, so the queue is still exactly that."""
+    the RUNNING pass preempted nothing, so the queue is still exactly that.
+
+    Without a prefix cache (C = 0 for every waiting request) a request's decisions still depend only
+    on what the requests before it took, with two twists of issue 7: a request whose pre-preemption
+    output is in flight is skipped (`continue`: it takes nothing and keeps its place, since skipped
+    requests return to the head in order), and a one-token admission may be padded to 1 + k, which
+    breaks the pass if 1 + k exceeds the budget left."""
     B, R = st.B, st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices
@@ -58,19 +65,26 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     L, bs, bud = st.L[:, None], st.bs[:, None], budget[:, None]
     idx = st.cols()
     zeros = torch.zeros_like(T)
-    ask = torch.where(valid, rules.clamp_to_threshold(T, threshold[:, None]), zeros)
+    skip = (st.stale.gather(1, order) > 0) & valid if st.any_async else torch.zeros_like(valid)
+    take = valid & ~skip
+    k = st.k[:, None]
+    pad = rules.pads_spec_decode(k, T, prefill_scheduled[:, None], any_running_scheduled[:, None], zeros, L) \
+        if st.any_spec else torch.zeros_like(valid)
+    ask = torch.where(take, rules.clamp_to_threshold(torch.where(pad, 1 + k, T), threshold[:, None]), zeros)
     n = rules.grants(ask, bud)
     left = bud - torch.minimum(ask.cumsum(1) - ask, bud)
-    slots = rules.blocks_for(n, L, bs)
+    slots = torch.where(take, rules.blocks_for(n, L, bs), zeros)
     full = torch.where(st.gate[:, None], rules.blocks_for(T, L, bs), zeros)
     before = slots.cumsum(1) - slots
-    watermark = torch.where(num_running[:, None] + idx > 0, st.wm[:, None], zeros)
+    ahead = take.long().cumsum(1) - take.long()  # admitted before this one, if it is admitted at all
+    watermark = torch.where(num_running[:, None] + ahead > 0, st.wm[:, None], zeros)
     ok = (valid & allowed[:, None]
-          & (num_running[:, None] + idx < st.max_active[:, None])
-          & (left > 0)
-          & (st.chunked[:, None] | (ask <= left))
-          & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before))
-    admitted = idx < rules.first_index(~ok, idx, R)[:, None]  # the longest prefix where every condition holds
+          & (num_running[:, None] + ahead < st.max_active[:, None])
+          & (skip | ((left > 0)
+                     & ~(pad & (1 + k > left))  # "prefer to not schedule than schedule un-padded"
+                     & (st.chunked[:, None] | (ask <= left))
+                     & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before))))
+    admitted = (idx < rules.first_index(~ok, idx, R)[:, None]) & take  # the longest prefix where all hold
     count = admitted.long().sum(1)
     grant = torch.where(admitted, n, zeros)
     resumed = admitted & (st.status.gather(1, order) != WAITING)
@@ -78,6 +92,6 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     pop_alloc(st, order, torch.where(admitted, slots, zeros))
     in_slots = torch.zeros_like(admitted).scatter(1, order, admitted)
     st.status = torch.where(in_slots, torch.full_like(st.status, RUNNING), st.status)
-    st.run_pos = st.run_pos.scatter(1, order, torch.where(admitted, st.run_ctr[:, None] + idx, st.run_pos.gather(1, order)))
+    st.run_pos = st.run_pos.scatter(1, order, torch.where(admitted, st.run_ctr[:, None] + ahead, st.run_pos.gather(1, order)))
     st.run_ctr = st.run_ctr + count
-    return WaitingPass(order, grant, admitted, resumed, count)
+    return WaitingPass(order, grant, admitted, resumed, count, admitted & pad)

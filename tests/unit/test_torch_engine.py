@@ -215,9 +215,9 @@ def test_batched_certify_reports_a_divergence_that_only_the_batch_shows(tmp_path
 
     real = batch.fake_model
 
-    def off_by_one(st, n_sched):  # a bug in the batched runner's fake model only; TorchEngine never uses it
-        token, sampled = real(st, n_sched)
-        return token + 1, sampled
+    def off_by_one(st, *args):  # a bug in the batched runner's fake model only; TorchEngine never uses it
+        tokens, count = real(st, *args)
+        return tokens + 1, count
 
     monkeypatch.setattr(batch, "fake_model", off_by_one)
     tasks = plan("torch", "reference", "blocks", ["budget"], 2, 0, (0, 1), str(tmp_path), shrink_budget_s=0.5)
