@@ -115,6 +115,35 @@ def test_the_factory_reuses_one_driver(factory: SharedDriverFactory) -> None:
         b.schedule()
 
 
+@needs_vllm
+def test_async_outputs_are_absorbed_oldest_first(factory: SharedDriverFactory) -> None:
+    """The driver keeps every scheduled output until it is updated; an update must name the oldest, as
+    vLLM's batch queue does (core.py:708-822), and a refused update leaves the driver serving."""
+    from schedspec.spec.output import ModelRunnerOutput
+    from schedspec.spec.request import Request
+
+    with factory(SchedulerConfig(async_scheduling=True)) as engine:
+        engine.add_request(Request(request_id="a", prompt_token_ids=(1,) * 10, max_tokens=4, ignore_eos=True))
+        first, second = engine.schedule(), engine.schedule()
+        assert (dict(first.num_scheduled_tokens), dict(second.num_scheduled_tokens)) == ({"a": 10}, {"a": 1})
+        with pytest.raises(SpecError, match="oldest pending"):
+            engine.update_from_output(second, ModelRunnerOutput({"a": (5,)}))
+        engine.update_from_output(first, ModelRunnerOutput({"a": (5,)}))
+        assert engine.summary().requests["a"].num_tokens == 11
+
+
+@needs_vllm
+def test_the_driver_builds_the_features_the_spec_assumes(factory: SharedDriverFactory) -> None:
+    """init refuses a vLLM that would not honour a knob; here every combination builds (k up to 4)."""
+    for k in (0, 1, 4):
+        for caching in (False, True):
+            for async_scheduling in (False, True):
+                cfg = SchedulerConfig(num_speculative_tokens=k, enable_prefix_caching=caching,
+                                      async_scheduling=async_scheduling)
+                with factory(cfg) as engine:
+                    assert engine.schedule().num_scheduled_tokens == {}
+
+
 # ---- the pipe's failure modes, against fake drivers --------------------------------
 
 
