@@ -1,6 +1,7 @@
 """What two engines must agree on, level by level, and where they first differ.
 
-* `tokens`: `num_scheduled_tokens`, values and order.
+* `tokens`: `num_scheduled_tokens`, values and order, and the drafts
+  scheduled with them (`scheduled_spec_decode_tokens`): both are the grant.
 * `lifecycle`: also the new, resumed, preempted and finished ids, the queue
   orders, the free-block count, each live request's status,
   num_computed_tokens and num_tokens, and how finished requests ended.
@@ -31,6 +32,7 @@ class Difference:
 
 def _tokens(r: StepRecord) -> Iterator[tuple[str, Any]]:
     yield "output.num_scheduled_tokens", list(r.output.num_scheduled_tokens.items())
+    yield "output.scheduled_spec_decode_tokens", sorted((k, list(v)) for k, v in r.output.scheduled_spec_decode_tokens.items())
 
 
 def _lifecycle(r: StepRecord) -> Iterator[tuple[str, Any]]:

@@ -54,6 +54,10 @@ class ToyEngine:
         """Absorb the sampled tokens of the step `output` scheduled; return the requests that finished."""
         return self._inner.update_from_output(output, model_output)
 
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """Speculative decoding only: the drafter's proposals for the next step."""
+        self._inner.update_draft_token_ids(draft_token_ids)
+
     def summary(self) -> StateSummary:
         """The state every engine can expose: queues in order, free blocks, per-request counters."""
         s = self._inner.scheduler
