@@ -116,6 +116,8 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
     is_async = st.async_.clone()
     queue = BatchQueue(st.B, st.R, 1 + st.kmax, dev) if st.any_async else None
     in_flight: list[list[int]] = [[] for _ in workloads]  # per workload: queued steps, oldest first
+    # Per workload, slot -> output tokens kept so far (glue: read back once per appended token).
+    produced: list[dict[int, list[int]]] = [defaultdict(list) for _ in workloads]
     ended = 0
     for step in range(max(w.max_steps for w in workloads)):
         if not inst:
@@ -130,8 +132,9 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         outs = outputs(st, out, ids, live_rows)  # before the update frees the blocks it lists
         gen, num_gen = fake_model(st, out.n_sched, out.n_spec, out.spec_vals)
         model_rows = _model_outputs(st, out, gen, num_gen, ids, live_rows)
+        num_out_before = st.num_out
         if queue is None:
-            key = out.sched_key
+            key, g = out.sched_key, gen
             stopped = update_from_output(st, out.n_sched, key, out.n_spec, gen, num_gen)
             decisions = None
         else:
@@ -156,14 +159,12 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
 
         sums = summaries(st, ids, live_rows)
         stb, sts = stopped.nonzero(as_tuple=True)
-        num_out = st.num_out
-        stop_cols = torch.stack([stb, sts, st.status[stb, sts], num_out[stb, sts], key[stb, sts]]).tolist()
-        stop_toks = st.out_tok[stb, sts].tolist()
+        _record_outputs(produced, inst, g, st.num_out - num_out_before)
+        stop_cols = torch.stack([stb, sts, st.status[stb, sts], key[stb, sts]]).tolist()
         stops: dict[int, list[tuple[int, int, int, tuple[int, ...]]]] = defaultdict(list)
-        for b, s, status, n_out, k, toks in zip(*stop_cols, stop_toks):
-            stops[b].append((k, s, status, tuple(toks[:n_out])))
-        abort_out = {b: [(s, tuple(st.out_tok[b, s, : int(num_out[b, s])].tolist())) for s in slots]
-                     for b, slots in aborted_hits.items()}
+        for b, s, status, k in zip(*stop_cols):
+            stops[b].append((k, s, status, tuple(produced[inst[b]].get(s, ()))))
+        abort_out = {b: [(s, tuple(produced[inst[b]].get(s, ()))) for s in slots] for b, slots in aborted_hits.items()}
         fin_left = st.fin_pending.any(1).tolist() if queue is not None else None
 
         for r in live_rows:
@@ -212,6 +213,18 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 inst = [inst[r] for r in keep]
             ended = 0
     return [Trace(w, tuple(records[i]), engine_name, ends[i] or "max_steps") for i, w in enumerate(workloads)]
+
+
+def _record_outputs(produced: list[dict[int, list[int]]], inst: list[int], gen: torch.Tensor,
+                    appended: torch.Tensor) -> None:
+    """Append the tokens update_from_output kept (`appended` [B, R] leading entries of `gen`)."""
+    ab, asl = (appended > 0).nonzero(as_tuple=True)
+    if not ab.numel():
+        return
+    cols = torch.stack([ab, asl, appended[ab, asl]]).tolist()
+    rows = gen[ab, asl].tolist()
+    for b, s, count, tokens in zip(*cols, rows):
+        produced[inst[b]][s].extend(tokens[:count])
 
 
 def _model_outputs(st: BatchState, out: StepOut, gen: torch.Tensor, num_gen: torch.Tensor,

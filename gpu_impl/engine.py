@@ -123,17 +123,19 @@ class TorchEngine:
         gen = torch.zeros((1, self.st.R, G), dtype=torch.int64)
         num_gen = torch.zeros((1, self.st.R), dtype=torch.int64)
         rows = [(self.slot[rid], t) for rid, t in zip(ids, sampled) if t]
-        for slot, t in rows:  # glue: the model's answer into tensors
-            gen[0, slot, : len(t)] = torch.tensor(t, dtype=torch.int64)
-            num_gen[0, slot] = len(t)
+        if rows:  # glue: the model's answer into tensors, in one write
+            at = [(slot, j, x) for slot, t in rows for j, x in enumerate(t)]
+            s_, j_, x_ = (torch.tensor(c, dtype=torch.int64) for c in zip(*at))
+            gen[0, s_, j_] = x_
+            num_gen[0, torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
         stopped = update_from_output(self.st, out.n_sched, out.sched_key, out.n_spec, gen.to(self.device),
                                      num_gen.to(self.device))
         # The outputs each request kept: a stop trims what follows it.
-        counts = self.st.num_out[0].tolist()
-        for slot, t in rows:
-            rid = self.ids[slot]
-            have = self.outputs[rid]
-            have.extend(t[: max(counts[slot] - len(have), 0)])
+        counts = self.st.num_out[0, torch.tensor([r[0] for r in rows], device=self.device)].tolist() if rows else []
+        for (slot, t), count in zip(rows, counts):
+            have = self.outputs[self.ids[slot]]
+            if count > len(have):
+                have.extend(t[: count - len(have)])
         count = int(stopped.sum())
         if count == 0:
             return {}

@@ -45,8 +45,6 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     st.grow_wide("stop_tok", stops)
     st.grow_wide("stop_valid", stops)
     st.grow_wide("planted", planted)
-    # Outputs stop at max_tokens and at L; a step appends at most 1 + k before the check trims.
-    st.grow_wide("out_tok", max(min(e.request.max_tokens, int(st.L.max())) for e in entries) + st.kmax + 1)
     dev = st.device
     b = torch.tensor([e.instance for e in entries], dtype=torch.int64)
     s = torch.tensor([e.slot for e in entries], dtype=torch.int64)

@@ -65,7 +65,6 @@ WIDE_FIELDS: dict[str, tuple[torch.dtype, int | bool]] = {
     "spec_tok": (I64, 0),  # spec_token_ids, padded to k (-1: a placeholder draft)
     "prop_nd": (I64, 0), "prop_na": (I64, 0),  # the workload's spec proposals (batched runner)
     "bhash": (I64, -1),  # block_hashes, one per full block of prompt + outputs
-    "out_tok": (I64, 0),  # output_token_ids (async: a step ahead of what the workload planted at that index)
 }
 # Per-instance tensors [B] (config first, then the dynamic counters).
 INST_FIELDS = ("budget0", "input_budget0", "max_active", "L", "bs", "wm", "thr0", "adaptive", "chunked", "gate",
@@ -137,8 +136,7 @@ class BatchState:
             self.tail_ctr = torch.full((B,), nb, dtype=I64, device=dev)
             self.ins_ctr = torch.zeros(B, dtype=I64, device=dev)
         widths = {"table": max(width, 1), "stop_tok": stops, "stop_valid": stops, "planted": planted,
-                  "spec_tok": self.kmax, "prop_nd": 0, "prop_na": 0, "bhash": 0,
-                  "out_tok": 1}
+                  "spec_tok": self.kmax, "prop_nd": 0, "prop_na": 0, "bhash": 0}
         for name, (dtype, pad) in WIDE_FIELDS.items():
             setattr(self, name, torch.full((B, self.R, widths[name]), pad, dtype=dtype, device=dev))
 

@@ -68,10 +68,11 @@ def schedule(st: BatchState) -> StepOut:
     if rp.rounds > 1:  # a single round means no allocation failed, so nothing was preempted
         preempted = preempted.scatter(1, rp.order, rp.preempted)
     # Drafts the clamps left (:1010-1025); a granted request's spec_token_ids are consumed either way.
-    n_spec = torch.where(n_sched > 0, rules.num_scheduled_spec_tokens(n_sched, st.C, st.num_tokens(), st.P), zeros)
-    n_spec = torch.minimum(n_spec, st.nspec)
-    spec_vals = st.spec_tok.clone()
+    n_spec, spec_vals = zeros, st.spec_tok
     if st.any_spec:
+        n_spec = torch.where(n_sched > 0, rules.num_scheduled_spec_tokens(n_sched, st.C, st.num_tokens(), st.P), zeros)
+        n_spec = torch.minimum(n_spec, st.nspec)
+        spec_vals = st.spec_tok.clone()
         st.nspec = torch.where(n_sched > 0, zeros, st.nspec)
     if any_waiting:
         allowed = ~rp.preempted.any(1)  # no admission in a step that preempted (§9.A.6)
@@ -97,9 +98,12 @@ def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> N
     """C advances by the grants, and so do the in-flight tokens (:1845-1877); is_prefill_chunk is set
     for the scheduled. AsyncScheduler then owes every scheduled request that is not mid-prefill its
     sampled token and drafts as placeholders, with k placeholder drafts (async_scheduler.py:24-56)."""
-    sched = n_sched > 0
     st.C = st.C + n_sched
-    st.inflight = st.inflight + n_sched
+    if not (st.any_spec or st.any_async):  # nothing reads the in-flight count or is_prefill_chunk
+        return
+    sched = n_sched > 0
+    if st.any_async:  # a synchronous update absorbs the step at once, so nothing stays in flight
+        st.inflight = st.inflight + n_sched
     st.chunk = torch.where(sched, st.C < st.num_tokens() + st.P, st.chunk)
     if st.any_async:
         owe = sched & ~st.chunk & st.async_[:, None]

@@ -49,28 +49,30 @@ def update_from_output(st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spe
     `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts. Returns the
     mask of requests that stopped."""
     sched = n_sched > 0
-    live = sched & st.live_mask()  # an aborted request's output is ignored
-    st.inflight = torch.where(live, st.inflight - n_sched, st.inflight)
-    stale = live & (st.stale > 0)
-    st.stale = torch.where(stale, st.stale - n_sched, st.stale)
-    g = torch.where(live, num_gen, torch.zeros_like(num_gen))
-    fresh = live & ~stale
+    g, live, fresh = num_gen, sched, sched
+    if st.any_async:  # in a synchronous step every scheduled request is live and nothing is stale
+        live = sched & st.live_mask()  # an aborted request's output is ignored
+        st.inflight = torch.where(live, st.inflight - n_sched, st.inflight)
+        stale = live & (st.stale > 0)
+        st.stale = torch.where(stale, st.stale - n_sched, st.stale)
+        g = torch.where(live, num_gen, torch.zeros_like(num_gen))
+        fresh = live & ~stale
     if st.any_spec:
         rejected = torch.where(live & (n_spec > 0) & (g > 0), rules.num_rejected_drafts(n_spec, g), 0)
         st.C = torch.where(fresh & (st.C > 0), st.C - rejected, st.C)
         st.P = torch.where(fresh & (st.P > 0), st.P - rejected, st.P)
-    was_running = st.status == RUNNING
-    had_placeholders = st.P > 0
+    if st.keyed:
+        was_running = st.status == RUNNING
+        had_placeholders = st.P > 0
     stopped = torch.zeros_like(sched)
     stop_kind = torch.zeros_like(sched)  # True: EOS or stop token; False: a length cap
-    for j in range(gen.shape[2]):
-        act = (j < g) & ~stopped
+    G = gen.shape[2]
+    for j in range(G):
+        act = (j < g) & ~stopped if j else g > 0
         if j > 0 and not bool(act.any()):
             break
         token = gen[..., j]
         st.num_out = st.num_out + act.long()
-        at = (st.num_out - 1).clamp(min=0)[..., None]
-        st.out_tok.scatter_(2, at, torch.where(act, token, st.out_tok.gather(2, at).squeeze(2))[..., None])
         if st.keyed:
             append_token(st, act, token)
         eos = act & st.has_eos & (token == st.eos)
@@ -78,7 +80,8 @@ def update_from_output(st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spe
         stop = act & ((st.stop_tok == token[..., None]) & st.stop_valid).any(-1) if st.stop_tok.shape[2] else eos
         length = act & ((st.num_tokens() >= st.L[:, None]) | (st.num_out >= st.max_tokens))
         now = eos | stop | length
-        st.C = torch.where(now & fresh, st.C - (g - 1 - j), st.C)  # computed covers all but the last kept token
+        if G > 1:  # computed covers all but the last kept token
+            st.C = torch.where(now & fresh, st.C - (g - 1 - j), st.C)
         stop_kind = stop_kind | (now & (eos | stop))
         stopped = stopped | now
     if st.any_async:

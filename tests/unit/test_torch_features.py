@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from schedspec.conformance import batched
+from schedspec.conformance.families import generate
 from schedspec.gpu_impl.batch import run_batch
 from schedspec.gpu_impl.engine import TorchEngine
 from schedspec.reference_impl import simulate
@@ -191,6 +192,14 @@ def test_every_feature_together_in_one_batch():
         drafts += sum(bool(s.output.scheduled_spec_decode_tokens) for s in ref.steps)
         stale += sum(bool(s.output.preempted_req_ids) and bool(s.in_flight) for s in ref.steps)
     assert preempted > 20 and hits > 20 and drafts > 20 and stale > 5  # the batch exercised every feature
+
+
+@pytest.mark.parametrize("family", ["prefix-caching", "spec-decode", "async"])
+def test_feature_families_in_one_batch(family):
+    """The certify families of issue 7 (sync spec decode with preemption under caching among them)."""
+    workloads = [generate(family, 0, i) for i in range(40)]
+    for w, t in zip(workloads, run_batch(workloads, "cpu")):
+        assert_same(simulate(w), t)
 
 
 def test_every_feature_together_in_lock_step():
