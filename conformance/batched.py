@@ -12,7 +12,9 @@ and kept). The results are the same `WorkloadResult` records, so the
 certificate, its Markdown and the JUnit XML do not change format:
 
 * the fake model's answers are compared too: in a batch they come from the
-  engine's own tensor version of `spec.engine.fake_model`;
+  engine's own tensor version of `spec.engine.fake_model` (and the drafter's
+  proposals from its tensor version of `spec.engine.Drafter`; async
+  instances run their own batch queue), so the whole record must agree;
 * coverage is counted on the oracle's steps up to the first divergence;
 * the invariant monitors judge the torch trace up to the same point, with
   the same end label the lock-step path gives it;

@@ -13,9 +13,26 @@ How one step maps onto vLLM (semantics doc §3-§5, §9):
 * `preemption.py` FCFS tail victims and PRIORITY victims by a search over the
                   cumulative blocks they free, with refunds and requeueing;
 * `waiting.py`    the WAITING pass as a longest admissible prefix;
+* `waiting_cached.py` the WAITING pass under prefix caching, one queue position
+                  per round (hits depend on what the requests before took);
 * `freequeue.py`  the free-block queue as a ring: exact ids for pops and frees;
-* `update.py`     update_from_output with the stop checks, and aborts;
-* `fake_model.py` the fake model runner's rule, for the batched runner.
+* `freelist.py`   the free queue under prefix caching: an order key per block
+                  (front pushes, LRU tail appends, touches from the middle),
+                  ref counts;
+* `prefix_cache.py` block hashes as int64 tensor programs, the cache map,
+                  hits and registration;
+* `update.py`     update_from_output with the stop checks, draft rollback,
+                  stale async output, and aborts;
+* `fake_model.py` the fake model runner (with draft verification) and the
+                  drafter, for the batched runner;
+* `batch_queue.py` async scheduling's queue of steps in flight.
+
+Issue 7's features, in tensors: spec decode keeps `spec_token_ids` as a
+padded `[B, R, k]` tensor and its length; async scheduling keeps the
+placeholder, in-flight and stale counters per slot and the steps in
+flight in `BatchQueue`; prefix caching keeps the block hashes `[B, R, W]`,
+and per block its ref count, free-queue key, cached hash and insertion
+order `[B, N]`.
 
 Around it, Python glue that makes no decisions: `load.py` (requests into
 slots), `materialize.py` (tensors to `SchedulerOutput` / `StateSummary`),

@@ -9,6 +9,15 @@ where `steps()` would stop it: once nothing is running or waiting, nothing
 finished in the update, and no arrival or abort is still to come; or after
 its workload's `max_steps` (a livelock, semantics doc D1).
 
+Spec decode: after the update the drafter's proposals (the tensor rule of
+`fake_model.propose`) are set as `update_draft_token_ids` would. Async
+instances follow `_async_steps` instead: they schedule only when there is
+something to schedule or report, queue the step in a `BatchQueue`, and
+absorb the oldest queued step when the queue is full or there is nothing
+to overlap; sync and async instances share a batch. Workloads with prefix
+caching form a batch of their own (`run_batch`). The output tokens each
+request keeps are collected by the glue from the absorbed tokens.
+
 Instances that ended are dropped from the batch (`BatchState.select`) once
 they are an eighth of it, so a few long workloads do not keep the rest of
 the batch on the device. Step records are built by `materialize.py`; the

@@ -7,6 +7,11 @@ Ids, each request's output tokens and the finished records live in Python
 glue; every decision is made by `step.schedule`, `update.update_from_output`
 and `update.abort`.
 
+Under async scheduling `schedule()` runs again before the previous output
+is absorbed, so scheduled steps wait in a FIFO and `update_from_output`
+takes the oldest (and checks that the caller names it). Drafts come in
+through `update_draft_token_ids`.
+
 The device is `device`, else `$SCHEDSPEC_TORCH_DEVICE`, else CUDA when
 available, else the CPU (`device.py`). Slots are never reused: capacity
 doubles as requests are added (`BatchState.grow_slots`).

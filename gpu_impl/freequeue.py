@@ -31,6 +31,10 @@ ordered list of slots) and do all of their ids in one gather or scatter:
 
 The sizes of the flattened index lists are data-dependent, so each call
 reads one scalar back from the device (one synchronisation).
+
+With prefix caching the queue also takes tail appends and removals from
+the middle, which a ring cannot do: a batch where any instance caches uses
+the keyed queue of `freelist.py` instead, behind the same two calls.
 """
 
 from __future__ import annotations

@@ -21,8 +21,12 @@ a search over the cumulative blocks the victims free:
   here is implicit because positions are fixed keys, not list indices.
   After self-preemption the pass continues with the next request.
 
-Each victim is freed in that order (its table reversed to the queue front),
-becomes PREEMPTED with C = 0, and is prepended to the FCFS waiting queue
+Under prefix caching a shared block is freed only by its last holder, so
+the cumulative freed count is counted per block (`shared_freed`).
+
+Each victim is freed in that order (its table reversed to the queue front;
+under caching, hashed blocks to the tail), becomes PREEMPTED with C = 0,
+no drafts, no placeholders and its in-flight tokens stale, and is prepended to the FCFS waiting queue
 (`appendleft`, so the last victim ends up first) or pushed into the
 PRIORITY heap (whose order `prio_rank` already gives).
 """

@@ -1,7 +1,8 @@
 """The RUNNING pass (scheduler.py:793-1037), for all instances at once.
 
 vLLM walks `running` in order. Each request asks
-`min(clamp_thr(T - C), L - C - 1)` tokens (the threshold clamp, then the
+`min(clamp_thr(T + S + P - C), L - C - 1)` tokens (S drafts, P async
+placeholders; 0 under the async max-tokens skip rule) (the threshold clamp, then the
 max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1) and
 gets `min(ask, budget left)`; an ask of 0 is skipped with `continue`, not
 `break` (:891-906); the pass stops when the budget is spent. With
@@ -21,7 +22,8 @@ after it. Each round past the first preempts at least one request, so an
 instance takes at most 1 + (requests preempted in the step) rounds, and the
 loop runs max over instances of that: almost always 1, since a step that
 preempts is rare. Rounds are a loop in Python over tensor programs that
-each cover every request of every instance.
+each cover every request of every instance. Under prefix caching each
+allocation also registers the request's full blocks up to min(C + n, T).
 """
 
 from __future__ import annotations

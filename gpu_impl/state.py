@@ -21,6 +21,14 @@ PRIORITY `waiting` is ordered by `prio_rank`, the rank of
 (priority, arrival_time, request_id) (`Request.__lt__`, request.py:357-367),
 because a heap's every observable use depends only on that order.
 
+Issue 7 adds per slot: drafts (`spec_tok` [B, R, k] and `nspec`), the
+async counters (`P`, `inflight`, `stale`), `chunk` (is_prefill_chunk),
+`nprop` (drafter proposals used), and for prefix caching `ncached`, the
+block hashes `bhash` [B, R, W] with `nhash`, and the running hash residues
+`h0`, `h1`. A batch where any instance caches also has per-block tensors
+[B, num_gpu_blocks]: `fkey` (free-queue order, `freelist.py`), `ref`,
+`blk_hash` and `blk_ins` (the cache map, `prefix_cache.py`).
+
 Capacities grow by doubling: slots (`grow_slots`), block-table width
 (`grow_width`), stop tokens and planted tokens.
 """

@@ -12,7 +12,11 @@ needs: grants and their order in `num_scheduled_tokens` (the RUNNING pass's
 grants in running order, then admissions in order), the kind of each
 scheduled request (cached, new, resumed), its C before the advance, where
 its new blocks start in its table, the preempted and the finished-reported
-slots. `materialize.py` turns it into `SchedulerOutput`s.
+slots, and the scheduled drafts. `materialize.py` turns it into
+`SchedulerOutput`s. Spec decode: the drafts the clamps left are scheduled
+and a granted request's drafts are consumed; async: placeholders grow in
+`_update_after_schedule`. Feature work runs only in batches that have the
+feature, so the plain decode step costs what it did before issue 7.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ order (§9.A.11):
    so it never decides anything here (T32, T33).
 
 EOS and stop tokens finish as FINISHED_STOPPED, the caps as
-FINISHED_LENGTH_CAPPED. With one sampled token per step there is nothing
-to trim. The stopped are freed in `num_scheduled_tokens` order (the order
-of the loop at :2311), each prepending its reversed table, and their ids are
+FINISHED_LENGTH_CAPPED. The stopped are freed in `num_scheduled_tokens`
+order (the order of the loop at :2311), each prepending its reversed table, and their ids are
 reported by the next `schedule()`. Outputs survive preemption, so the
 output count is never reset.
 

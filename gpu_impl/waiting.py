@@ -2,15 +2,19 @@
 
 It runs only in instances that preempted nothing in this step (§9.A.6).
 vLLM pops the waiting queue in order and stops at the first request that
-cannot be admitted; nothing is ever skipped in our scope (the skip rules
-concern stale async output, LoRA, grammars, connectors and streaming, all
-inert here), so what is admitted is a prefix of the queue, and every
-condition of request i depends only on what the requests before it took:
+cannot be admitted. The one skip rule in scope is stale async output
+(LoRA, grammars, connectors and streaming are inert here); a skipped
+request takes nothing and keeps its place. So what is admitted is a prefix
+of the queue minus the skipped, and without a prefix cache every condition
+of request i depends only on what the requests before it took (with
+caching it does not: `waiting_cached.py`):
 
 * `len(running) < max_num_active_reqs` (:1062-1074): i < limit - running;
 * budget left > 0 (:1050), with grants by prefix sums as in the RUNNING pass;
   a waiting request asks `clamp_thr(T)`: T, not the prompt, because a
   resumed request recomputes its outputs too, and C = 0 (no prefix cache);
+  a one-token ask under spec decode is padded to 1 + k (and breaks the
+  pass if 1 + k exceeds the budget left);
 * chunked prefill off and the ask above the budget left: break (:1361-1368);
 * the full-sequence gate `cdiv(min(T, L), bs)` when
   `scheduler_reserve_full_isl`, and the slot check `cdiv(min(n, L), bs)`,
