@@ -9,9 +9,9 @@
 #      jsonschema (which spec/jsonio.py imports) is not in that image: it is installed from the
 #      wheels in ./.whl when they are there (see PREPARE below).                       -> env.txt
 #   2. `schedspec certify --engine torch --level blocks` with SCHEDSPEC_TORCH_DEVICE=cuda on
-#      $WORKLOADS workloads (default 900, every family; the batched path), then 45 workloads in
+#      $WORKLOADS workloads (default 900, every family, prefix caching, spec decode and async included; the batched path), then 45 workloads in
 #      lock-step mode (TorchEngine, B = 1, on CUDA).                                    -> cert/, certify.txt
-#   3. the unit tests of the torch engine, including the CUDA-vs-CPU trace check.        -> tests.txt
+#   3. the unit tests of the torch engine and its issue-7 features, with the CUDA-vs-CPU checks. -> tests.txt
 #   4. benchmarks/bench_torch.py on cpu and cuda (the reference and torch-cpu run on this machine's
 #      CPU, so the ratios are within one run; vLLM has no venv there and is skipped).     -> bench.md, bench.json
 # 7 files come back (the device tool returns at most 8; junit.xml is dropped), plus counterexamples if any.
@@ -22,7 +22,7 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
 #
-# RUN (device tool; about 5 of the 15 minutes a task gets, at most 180 + 90 + 90 + 220 s by the stage
+# RUN (device tool; about 5 of the 15 minutes a task gets, at most 180 + 90 + 120 + 220 s by the stage
 # timeouts below; carry the wheels):
 #   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600)
 # On any other CUDA machine: `OUT=/tmp/out bash benchmarks/gpu_check.sh`.
@@ -93,7 +93,7 @@ rm -f "$OUT/cert/junit.xml"  # the device tool returns 8 files at most
 
 # ---- 3. the torch engine's unit tests (CUDA vs CPU included) -----------------------------------------
 unset SCHEDSPEC_TORCH_DEVICE
-timeout 90 $PY -m pytest -q -p no:cacheprovider tests/unit/test_torch_engine.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
+timeout 120 $PY -m pytest -q -p no:cacheprovider tests/unit/test_torch_engine.py tests/unit/test_torch_features.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
 
 # ---- 4. the benchmark ----------------------------------------------------------------------------
 # shellcheck disable=SC2086
