@@ -52,11 +52,3 @@ class BatchQueue:
     def select(self, keep: Tensor) -> None:
         for name in self.FIELDS + ("size",):
             setattr(self, name, getattr(self, name).index_select(0, keep))
-
-    def grow_slots(self, R: int) -> None:
-        for name in self.FIELDS:
-            cur = getattr(self, name)
-            if cur.shape[2] < R:
-                pad = list(cur.shape)
-                pad[2] = R - cur.shape[2]
-                setattr(self, name, torch.cat([cur, torch.zeros(pad, dtype=cur.dtype, device=cur.device)], 2))
