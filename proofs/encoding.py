@@ -31,7 +31,7 @@ priority key, so FCFS and PRIORITY share the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..reference_impl import rules
 from ..spec.arith import and_, implies, ite, min_, not_, or_
@@ -105,6 +105,7 @@ class Post:
     num_tokens: list[Int] = field(default_factory=list)
     num_blocks: list[Int] = field(default_factory=list)
     num_free_blocks: Int = 0
+    assume: list[Bool] = field(default_factory=list)  # facts that select the case of a split step (see `step`)
 
 
 def _count(flags) -> Int:
@@ -128,7 +129,18 @@ def heap_before(a: Slot, b: Slot) -> Bool:
     return or_(_key_gt(b, a), and_(_key_eq(a, b), a.id_rank < b.id_rank))
 
 
-def step(pre: Pre) -> Post:
+STATE = ("in_run", "sched", "n", "preempted", "pop_seq", "C", "blocks", "free", "budget", "pops", "active")
+
+
+def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None) -> Post:
+    """The step; `preempts` selects one case of it, `cut` lets `proofs/cuts.py` cut the running pass.
+
+    `preempts=False` is the case where the running pass pops nobody: one round per slot, assumed not to
+    pop (then no later round would either). `preempts=True` is the case where it pops somebody: the waiting
+    pass is dropped when `rules.waiting_pass_allowed` forbids it for every count of victims. Each case adds
+    its assumption to `Post.assume`; the two cases cover every step, and each is exact within its case.
+    `cut(i, state)`, called before running slot i (i = N: after the pass), may replace the pass's state.
+    """
     c, slots, N = pre.config, pre.slots, len(pre.slots)
     L, bs = c.max_model_len, c.block_size
     in_run = [pre.running(i) for i in range(N)]
@@ -152,13 +164,20 @@ def step(pre: Pre) -> Post:
     victim_rank = [_count([and_(pre.running(k), or_(_key_gt(slots[k], slots[j]), and_(_key_eq(slots[k], slots[j]), k < j)))
                            for k in range(N) if k != j]) for j in range(N)]
     active = True
-    for i in range(N):
+    assume: list[Any] = []
+    for i in range(N + 1):
+        if cut is not None and i > 0:
+            state = cut(i, dict(zip(STATE, (in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active)),
+                                victim_rank=victim_rank))
+            in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active = (state[k] for k in STATE)
+        if i == N:
+            break
         active = and_(active, budget > 0)
         s = slots[i]
         n_i = rules.running_num_new_tokens(s.num_tokens - C[i], thr, budget, L, C[i])
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
-        for _ in range(N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
+        for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
             want = and_(trying, in_run[i], not_(rules.allocation_fits(need, 0, free)))
             if c.fcfs and not victim_is_tail:
                 position = [_count(in_run[:j]) for j in range(N)]
@@ -171,6 +190,9 @@ def step(pre: Pre) -> Post:
             else:
                 victim = [and_(in_run[j], position[j] == victim_index) for j in range(N)]
             popped_now = and_(want, or_(*victim))
+            if preempts is False:  # the case where nothing is preempted: the first round pops nobody, nor would the rest
+                assume.append(not_(popped_now))
+                break
             for j in range(N):
                 pop = and_(want, victim[j])
                 free = free + ite(pop, blocks[j], 0)
@@ -206,7 +228,10 @@ def step(pre: Pre) -> Post:
     adm_pos = [0] * N
     num_run = _count(in_run)
     go = rules.waiting_pass_allowed(victims)
-    for p in range(N):
+    skip_waiting = preempts is True and not any(rules.waiting_pass_allowed(k) for k in range(1, N + 1))
+    if preempts is True:
+        assume.append(victims >= 1)
+    for p in range(0 if skip_waiting else N):
         sel = [and_(in_wait[j], wpos[j] == p) for j in range(N)]
         T = sum(ite(sel[j], slots[j].num_tokens, 0) for j in range(N))
         Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
@@ -234,7 +259,7 @@ def step(pre: Pre) -> Post:
         num_run = num_run + ite(go, 1, 0)
 
     # ---- _update_after_schedule, then update_from_output with the fake model ----
-    post = Post(admitted=admitted, preempted=preempted)
+    post = Post(admitted=admitted, preempted=preempted, assume=assume)
     for j, s in enumerate(slots):
         C[j] = C[j] + ite(sched[j], n[j], 0)
         sampled = and_(sched[j], C[j] >= s.num_tokens)  # not a partial prefill chunk

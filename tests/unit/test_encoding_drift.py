@@ -4,7 +4,9 @@ Every state the reference reaches on generated workloads (at most 10 live
 requests, to keep the O(N^3) evaluation on ints quick) is stepped by both,
 with the fake model's sampled tokens, and compared through the encoding's
 abstraction. Under each mutant of a shared rule the two must still agree:
-that is what "a planted bug is written once" means.
+that is what "a planted bug is written once" means. The encoding covers the
+core scope only, so the families of prefix caching, spec decode and async
+scheduling (issue 7) are not drawn from.
 """
 
 import pytest
@@ -18,10 +20,16 @@ from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import fake_model
 
 MAX_LIVE = 10
+CORE = [f for f in FAMILIES if f not in ("prefix-caching", "spec-decode", "async")]
+
+
+def core_scope(config) -> bool:
+    return not (config.enable_prefix_caching or config.num_speculative_tokens or config.async_scheduling)
 
 
 def states(workload, max_steps=60):
     """Each state the reference starts a step from, with the tokens the fake model would sample."""
+    assert core_scope(workload.config), workload.name
     engine = ReferenceEngine(workload.config)
     for step in range(min(workload.max_steps, max_steps)):
         for r in workload.arrivals_at(step):
@@ -37,7 +45,7 @@ def states(workload, max_steps=60):
 
 def test_no_drift_on_thousands_of_reached_states():
     checked = 0
-    for family in FAMILIES:
+    for family in CORE:
         for index in range(25):
             for state, sampled in states(generate(family, 21, index)):
                 assert compare(state, sampled) == [], (family, index, state.current_step)
@@ -47,7 +55,7 @@ def test_no_drift_on_thousands_of_reached_states():
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(workloads(), st.integers(0, 40))
+@given(st.one_of([workloads(f) for f in CORE]), st.integers(0, 40))
 def test_no_drift_hypothesis(workload, k):
     for i, (state, sampled) in enumerate(states(workload, max_steps=k + 1)):
         assert compare(state, sampled) == []
