@@ -13,6 +13,11 @@ Two checkers live here, both driven by the seeded families:
 
 Each finding is shrunk with the same checker as predicate, so the reported
 workload is minimal for that checker and still shows the same problem.
+
+A mutant is hunted on the families that exercise it (`Mutant.families`),
+by default the nine of the core scope: a mutant of prefix caching is
+invisible on workloads that never cache, and the core mutants keep the
+search order, and so the findings, they had before the feature families.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from .compare import first_difference
 from .families import FAMILIES, generate
 from .mutants import Mutant, applied
 from .shrink import shrink, size
+
+
+CORE_FAMILIES = ("budget", "threshold", "no-chunking", "kv-pressure", "priority", "max-model-len", "stops", "aborts",
+                 "big-batch")
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,10 @@ def _diff_problem(pristine: Callable[[Workload], Trace]) -> Callable[[Workload],
 def hunt(mutant: Mutant, checker: str = "monitors", seed: int = 0, budget_s: float = 30.0,
          families: list[str] | None = None, shrink_budget_s: float = 30.0) -> Finding | None:
     """Search the families round-robin until the checker sees a problem; shrink it; None if the budget ran out."""
-    families = families or list(FAMILIES)
+    families = families or list(mutant.families or CORE_FAMILIES)
+    for f in families:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}")
     pristine_cache: dict[str, Trace] = {}
 
     def pristine(w: Workload) -> Trace:

@@ -34,6 +34,8 @@ class Mutant:
     find: str
     replace: str
     expect: tuple[str, ...]  # invariants (or checks) expected to trip
+    # The workload families that exercise it; () for the core scope's nine (`hunt.CORE_FAMILIES`).
+    families: tuple[str, ...] = ()
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -102,14 +104,27 @@ MUTANTS: tuple[Mutant, ...] = (
            ("diff",)),
 )
 
+from .feature_mutants import FEATURE_MUTANTS  # noqa: E402 - they are Mutants too
+
+MUTANTS += FEATURE_MUTANTS
+
 EQUIVALENT: dict[str, str] = {
     "clamp-L-off-by-one": "The running-pass clamp n <= L - C - 1 never binds without drafts: a prefill chunk stops at "
                           "T <= L - 1 and a decode has C = T - 1 < L - 1, so L - C instead of L - C - 1 is unobservable "
                           "in the core scope (semantics doc D4 shows it binding once drafts exist).",
     "Z3": "0.33.0 already caps every running chunk at L - C - 1 and rejects a prompt of L tokens upstream "
           "(workload validation does the same), so 'keep the -1 for prefill chunks' is the pinned code itself.",
-    "Z5": "Without connectors, grammars, LoRA, streaming or async stale output, no waiting request is ever skipped, "
-          "so the re-queue order of skipped requests is unobservable in the core scope; it becomes live with async.",
+    "Z5": "The skip that Z5 re-queues in reverse needs a schedule() while a preempted request's output is still in "
+          "flight. vLLM's step_with_batch_queue never does that with a queue of 2 (async, PP = 1): the schedule that "
+          "preempts fills the queue, so the same step absorbs the victim's output. So Z5-skipped-reversed survives "
+          "every checker that drives the engine loop (monitors, diff) and is live only where a deeper pipeline "
+          "(PP > 1, or vLLM's own T16, which schedules twice before updating) leaves two steps in flight: the "
+          "state machine's async runs do.",
+    "Z8": "vLLM 0.33.0's guard `if scheduled_spec_token_ids and generated_token_ids` is Z8's behaviour: an empty "
+          "row for a request with drafts skips the refund. It is unobservable here: drafts are scheduled only on top "
+          "of everything else a request is owed (never for a prefill chunk), so the model always samples for such a "
+          "request, and a stale row leaves C and P alone either way. The fake model, like vLLM's runner without "
+          "failed KV loads, never returns an empty row for it, so neither the guard nor its removal can be told apart.",
     "Z9": "'prepend is a heap push' is vLLM 0.33.0's own PRIORITY queue: the pinned semantics, documented as a "
           "deliberate difference from FCFS, not a mutant.",
 }

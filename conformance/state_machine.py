@@ -20,17 +20,24 @@ arrives, a live or finished request is aborted, or the engine steps.
   apart by exception type and raise site, so it never shrinks one invariant's
   failure into another's. An `AssertionError` from inside the reference
   (vLLM's own asserts) is the kind "assertion".
-* A run is a workload that `simulate()` replays. Sizes and times travel
+* With `Bounds(features=True)` a run may turn on prefix caching, spec
+  decode (the engine loop's `Drafter` plays the drawn proposals) and async
+  scheduling with a batch queue of 2 (vLLM with PP = 1, as the engine loop)
+  or 3 (a two-stage pipeline, where a preempted request's output can still
+  be in flight at the next schedule()).
+* A run is a workload that `simulate()` replays (an async run with a queue
+  of 3 replays only as its program: the engine loop's queue is 2). Sizes and times travel
   through a side channel (`RunLog`): each machine instance logs itself there,
   and the last one Hypothesis builds replays the shrunk failing example.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings, target
 from hypothesis import seed as hypothesis_seed
@@ -38,43 +45,24 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from ..reference_impl import api
-from ..spec.arith import cdiv
 from ..spec.config import SchedulerConfig
-from ..spec.engine import fake_model
+from ..spec.engine import Drafter, fake_model
 from ..spec.invariants import monitor
 from ..spec.invariants.build import view_from_states
 from ..spec.invariants.catalogue import INVARIANTS, Invariant
-from ..spec.request import Request, RequestStatus
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
 from ..spec.workload import Abort, Workload, WorkloadRequest
 from .hunt import Finding
 from .mutants import Mutant, applied
-
-EOS, STOP_TOKENS, FILLER = 2, (5, 6), 7
-# Plain tokens first (Hypothesis shrinks towards the front), five of them to three that may stop:
-# stops are common, yet requests live long enough to crowd the cache.
-VOCAB = (FILLER, 8, 9, 10, 11, EOS, *STOP_TOKENS)
+from .state_machine_draws import (  # noqa: F401 - re-exported: the tests and the long runs draw through here
+    EOS, FILLER, STOP_TOKENS, VOCAB, Bounds, _raw, _scaled, batch_queue_size, make_config, make_request,
+)
 TRACE_CHECKS = ("finished-reported-once", "stop-is-final")  # monitor.py's checks over the whole trace
+STALE_COVERAGE = "stale outputs waiting, squared"
 COVERAGE = ("preemptions among several running", "victims ahead of a scheduled request",
             "KV blocks in use, summed over steps")
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """How big a drawn world may get. Small on purpose: a few blocks make preemption routine."""
-
-    max_model_len: tuple[int, int] = (4, 16)
-    block_sizes: tuple[int, ...] = (2, 1, 4, 8)
-    # Usable blocks hold between one and this many max_model_len sequences. vLLM refuses to start unless
-    # one fits (kv_cache_planning.py:151-183); with fewer, a long request only livelocks.
-    max_sequences_in_cache: int = 2
-    max_num_seqs: int = 5
-    max_tokens: int = 40
-    max_planted: int = 12  # planted samples per request; the filler token follows
-    max_priority: int = 3
-    # Arrivals and aborts between two steps. Hypothesis's swarm testing disables `step` in about half of all
-    # runs; the cap turns such a run into a short invalid one instead of thirty arrivals nobody schedules.
-    max_events_between_steps: int = 4
 
 
 class Counterexample(AssertionError):
@@ -122,57 +110,6 @@ class RunLog:
     expect: frozenset[str] | None = None  # when set, other invariants are not failures (vLLM's asserts always are)
 
 
-def _scaled(value: int, n_max: int, n: int) -> int:
-    """`value`, drawn in 0..n_max, scaled to 0..n: a drawn range never depends on an earlier draw."""
-    return value * n // max(n_max, 1)
-
-
-@lru_cache(maxsize=None)
-def _raw(b: Bounds) -> tuple[st.SearchStrategy, st.SearchStrategy]:
-    """Fixed-shape strategies, built once per bounds (building them per draw cost more than the reference)."""
-    l_hi, big = b.max_model_len[1], 4 * b.max_model_len[1]
-    config = st.tuples(st.integers(*b.max_model_len), st.sampled_from(b.block_sizes), st.integers(1, b.max_num_seqs),
-                       st.booleans(), st.integers(0, big), st.integers(0, big), st.booleans(), st.integers(0, l_hi),
-                       st.booleans(), st.integers(1, b.max_num_seqs), st.booleans(),
-                       st.sampled_from(("fcfs", "priority")), st.sampled_from((0.0, 0.1, 0.3)), st.booleans())
-    request = st.tuples(st.integers(0, l_hi), st.integers(1, b.max_tokens), st.integers(0, b.max_tokens),
-                        st.integers(0, b.max_priority), st.integers(0, 2 * b.max_priority),
-                        st.sampled_from((EOS, None)), st.booleans(), st.sampled_from(((), STOP_TOKENS, STOP_TOKENS[:1])),
-                        st.lists(st.sampled_from(VOCAB), max_size=b.max_planted))
-    return config, request
-
-
-def make_config(raw: tuple, b: Bounds) -> SchedulerConfig:
-    """A config vLLM 0.33.0 accepts (`SchedulerConfig` validates as vLLM does), tilted towards tight KV."""
-    L, bs, seqs, unchunked, budget, blocks, thr_on, thr, adaptive, active, active_on, policy, watermark, no_isl = raw
-    big = 4 * b.max_model_len[1]
-    lo = max(seqs, L if unchunked else 1)  # verify_max_model_len: budget >= max_num_seqs, and >= L unchunked
-    need = cdiv(L, bs)
-    threshold = 1 + _scaled(thr, b.max_model_len[1], L - 1) if thr_on else 0
-    return SchedulerConfig(
-        max_num_batched_tokens=lo + _scaled(budget, big, 2 * L), max_num_seqs=seqs, max_model_len=L, block_size=bs,
-        num_gpu_blocks=1 + need + _scaled(blocks, big, (b.max_sequences_in_cache - 1) * need),
-        long_prefill_token_threshold=threshold, long_prefill_token_threshold_adaptive=threshold > 0 and adaptive,
-        enable_chunked_prefill=not unchunked, policy=policy, watermark=watermark, scheduler_reserve_full_isl=not no_isl,
-        max_num_active_seqs=min(active, seqs) if active_on else None,
-    )
-
-
-def make_request(raw: tuple, config: SchedulerConfig, b: Bounds, index: int, step: int) -> WorkloadRequest:
-    """A request vLLM's input processing admits (1 <= prompt < L, min_tokens <= max_tokens), with its samples."""
-    prompt, max_tokens, min_tokens, priority, arrival, eos, ignore_eos, stops, planted = raw
-    fcfs = config.policy == "fcfs"  # vLLM rejects a nonzero priority unless the policy is PRIORITY
-    request = Request(
-        request_id=f"r{index}", prompt_token_ids=(10,) * (1 + _scaled(prompt, b.max_model_len[1], config.max_model_len - 2)),
-        # max_tokens may exceed L - prompt: the max_model_len cap must then win, whatever min_tokens says (Z4).
-        max_tokens=max_tokens, min_tokens=min(min_tokens, max_tokens), eos_token_id=eos, ignore_eos=ignore_eos,
-        stop_token_ids=stops, priority=0 if fcfs else priority,
-        # vLLM stamps arrival on receipt; under PRIORITY, ties and reorderings reach the (priority, arrival) tie-break.
-        arrival_time=float(index if fcfs else arrival),
-    )
-    return WorkloadRequest(request, step, tuple(planted))
-
-
 class SchedulerMachine(RuleBasedStateMachine):
     bounds = Bounds()
     log = RunLog()
@@ -188,6 +125,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.records: list[StepRecord] = []
         self.pending: tuple[list[str], list[str], dict[str, FinishedRequest]] = ([], [], {})
         self.trace_violations: list[monitor.Violation] | None = None
+        self.queue_size = 1  # the batch queue: 1 for the synchronous engine, where nothing stays in flight
+        self.in_flight: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
+        self.drafter: Drafter | None = None
         self.coverage: dict[str, float] = dict.fromkeys(COVERAGE, 0.0)
 
     def _fail(self, kind: str, detail: str, cause: BaseException | None = None) -> None:
@@ -209,7 +149,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     @initialize(data=st.data(), initial=st.integers(0, 3))
     def configure(self, data: st.DataObject, initial: int) -> None:
         """A config, and a few requests already waiting (for runs where swarm testing disables add_request)."""
-        self.run.config = make_config(data.draw(_raw(self.bounds)[0], label="config"), self.bounds)
+        raw = data.draw(_raw(self.bounds)[0], label="config")
+        self.run.config = make_config(raw, self.bounds)
+        self.queue_size = batch_queue_size(raw, self.bounds)
+        self.drafter = Drafter(self.run.workload())
         self.state = api.initial_state(self.run.config)
         self.run.program.append(repr(self.run.config))
         for _ in range(initial):
@@ -244,28 +187,62 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule()
     def step(self) -> None:
-        pre = self.state
+        """One engine step: `spec.engine.steps`'s synchronous loop (drafts proposed after the update), or under
+        async scheduling vLLM's `step_with_batch_queue` with the drawn queue size: schedule if there is anything
+        to, and absorb the oldest output once the queue is full, or once nothing more is coming."""
+        pre, step = self.state, self.run.steps
         self.run.steps += 1
-        out, mid = self._call(api.schedule, pre)
-        model_output = fake_model(self.run.workload(), out, StateSummary.of(mid))
-        self.run.program.append(f"step {self.run.steps - 1}: scheduled {dict(out.num_scheduled_tokens)}, "
-                                f"preempted {sorted(out.preempted_req_ids)}, sampled {dict(model_output.sampled_token_ids)}")
-        post, finished = self._call(api.update_from_output, mid, out, model_output)
+        out, model_output, mid, scheduled = SchedulerOutput(), ModelRunnerOutput(), pre, False
+        if self.queue_size == 1 or pre.running or pre.waiting or pre.finished_req_ids:  # Scheduler.has_requests()
+            out, mid = self._call(api.schedule, pre)
+            model_output, scheduled = fake_model(self.run.workload(), out, StateSummary.of(mid)), True
+            self.note_coverage(pre, out, mid)
+        post, finished, updated, absorbed, drafts = mid, {}, None, None, {}
+        if self.queue_size == 1:
+            updated, absorbed = step, model_output
+            post, finished = self._call(api.update_from_output, mid, out, model_output)
+            post, drafts = self._drafts(out, model_output, post)
+        else:
+            if scheduled:
+                self.in_flight.appendleft((step, out, model_output))
+            more = out.total_num_scheduled_tokens > 0 or mid.running or mid.waiting
+            if self.in_flight and (len(self.in_flight) >= self.queue_size or not (scheduled and more)):
+                updated, old_out, absorbed = self.in_flight.pop()
+                post, finished = self._call(api.update_from_output, mid, old_out, absorbed)
+        self.run.program.append(f"step {step}: scheduled {dict(out.num_scheduled_tokens)}, preempted "
+                                f"{sorted(out.preempted_req_ids)}, sampled {dict(model_output.sampled_token_ids)}"
+                                + (f", absorbed step {updated}" if updated not in (None, step) else "")
+                                + (f", drafts {drafts}" if drafts else ""))
         self.state = post
-        self.view = view_from_states(pre, out, post, model_output=model_output, finished=finished)
-        self.note_coverage(pre, out, mid)
+        self.view = view_from_states(pre, out, post, model_output=absorbed, finished=finished)
         added, aborted, finished_by_abort = self.pending
-        self.records.append(StepRecord(self.run.steps - 1, tuple(added), tuple(aborted), out, model_output,
-                                       StateSummary.of(post), {**finished_by_abort, **finished}))
+        self.records.append(StepRecord(step, tuple(added), tuple(aborted), out, model_output, StateSummary.of(post),
+                                       {**finished_by_abort, **finished}, updated_step=updated, draft_token_ids=drafts,
+                                       scheduled=scheduled, in_flight=tuple(s for s, _, _ in reversed(self.in_flight))))
         self.pending = ([], [], {})
         self.trace_violations = None
+
+    def _drafts(self, out: SchedulerOutput, model_output: ModelRunnerOutput, post):
+        """Sync spec decode: the drafter's proposals, set after the update (core.py:699-706)."""
+        if self.run.config.num_speculative_tokens == 0 or out.total_num_scheduled_tokens == 0:
+            return post, {}
+        self.drafter.workload = self.run.workload()  # the drafter reads the requests that have arrived so far
+        drafts = self.drafter.propose(out, model_output, StateSummary.of(post))
+        if not drafts:
+            return post, {}
+
+        def update_draft_token_ids(state):
+            scheduler = api.thaw(state)
+            scheduler.update_draft_token_ids(drafts)
+            return api.freeze(scheduler)
+        return self._call(update_draft_token_ids, post), drafts
 
     def check_trace(self, name: str) -> None:
         if self.view is None:
             return
         if self.trace_violations is None:  # the monitors' own trace-level code
             s = self.state  # drained as the engine loop means it: nothing queued, no report outstanding
-            end = "max_steps" if s.running or s.waiting or s.finished_req_ids else "drained"
+            end = "max_steps" if s.running or s.waiting or s.finished_req_ids or self.in_flight else "drained"
             self.trace_violations = list(monitor.trace_violations(Trace(self.run.workload(), tuple(self.records), "reference", end)))
         for v in self.trace_violations:
             if v.invariant == name:
@@ -280,6 +257,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.coverage["victims ahead of a scheduled request"] += sum(
             pre.running.index(rid) < last for rid in out.preempted_req_ids if rid in pre.running)
         self.coverage["KV blocks in use, summed over steps"] += 1 - mid.num_free_blocks / self.run.config.num_usable_blocks
+        if self.bounds.features:  # waiting requests whose output is still in flight: the stale skip, in pairs (Z5)
+            stale = sum(pre.requests[rid].num_stale_output_tokens > 0 for rid in pre.waiting)
+            self.coverage[STALE_COVERAGE] = self.coverage.get(STALE_COVERAGE, 0.0) + stale * stale
 
     def teardown(self) -> None:
         if self.run.config is not None:
@@ -332,6 +312,13 @@ def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_exampl
     rules, and Hypothesis shrinks towards whichever breaks in the smallest run.
     The budget bounds the search, not the shrinking that follows a find.
     """
+    if mutant is not None and mutant.families and not bounds.features:
+        bounds = dataclasses.replace(bounds, features=True)  # a feature's mutant needs the feature drawn
+        if "async" in mutant.families:
+            # The engine loop and the monitors cover a queue of 2; the machine covers the deeper pipeline, where
+            # a victim's output is still in flight at the next schedule() (the stale skip, bug-zoo Z5).
+            bounds = dataclasses.replace(bounds, batch_queue_sizes=(3,))
+            step_count = max(step_count, 40)
     machine = machine_for(bounds)
     hypothesis_seed(seed)(machine)  # a fixed seed, independent of this file's source (derandomize hashes it)
     cfg = profile(max_examples, step_count, phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),

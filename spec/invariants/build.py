@@ -85,6 +85,7 @@ def make_view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Map
             post_num_blocks=s1.num_blocks,
             post_num_spec_tokens=s1.num_spec_tokens, post_num_output_placeholders=s1.num_output_placeholders,
             pre_num_spec_tokens=s0.num_spec_tokens, pre_num_output_placeholders=s0.num_output_placeholders,
+            pre_num_stale_output_tokens=s0.num_stale_output_tokens,
             num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())), num_hit_tokens=hits.get(rid, 0),
             post_num_in_flight_tokens=s1.num_in_flight_tokens, post_num_stale_output_tokens=s1.num_stale_output_tokens,
             sampled_stop=_sampled_stop(q, model_output, rid, s0.num_tokens, config.max_model_len),

@@ -77,9 +77,11 @@ def no_starvation_after_prepend(v: StepView) -> Any:
             rules.append(implies(and_(r.preempted, r.post_live), and_(r.post_waiting, _all([
                 implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
                 for q in v.rows if q is not r]))))
-        # Nobody behind a waiting preempted request is admitted before it.
+        # Nobody behind a waiting preempted request is admitted before it, unless its output from before the
+        # preemption is still in flight (async): then it is skipped until that drains (scheduler.py:1076-1090).
         rules.append(_all([
-            implies(and_(r.pre_preempted, q.pre_waiting, r.pre_wait_pos < q.pre_wait_pos, q.admitted), r.admitted)
+            implies(and_(r.pre_preempted, r.pre_num_stale_output_tokens == 0, q.pre_waiting,
+                         r.pre_wait_pos < q.pre_wait_pos, q.admitted), r.admitted)
             for q in v.rows if q is not r]))
     return _all(rules)
 
@@ -189,7 +191,9 @@ def progress_when_idle(v: StepView) -> Any:
     k = v.num_speculative_tokens
     nothing_running = _all([not_(r.pre_running) for r in v.rows])
     need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
-    fits = or_(*[and_(r.pre_wait_pos == 0, n <= v.pre_num_free_blocks) for r, n in zip(v.rows, need)]) if v.rows else False
+    # A preempted head whose output is still in flight (stale) is skipped until it drains (scheduler.py:1076-1090).
+    fits = or_(*[and_(r.pre_wait_pos == 0, r.pre_num_stale_output_tokens == 0, n <= v.pre_num_free_blocks)
+                 for r, n in zip(v.rows, need)]) if v.rows else False
     return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), _sum([r.num_scheduled for r in v.rows]) > 0)
 
 

@@ -70,6 +70,7 @@ class Row:
     # Before the step, for the features of issue 7 (0 with them off).
     pre_num_spec_tokens: Int = 0
     pre_num_output_placeholders: Int = 0
+    pre_num_stale_output_tokens: Int = 0  # a waiting request with stale output still in flight is skipped
     # The step's output, for the features of issue 7.
     num_scheduled_spec: Int = 0  # len(scheduled_spec_decode_tokens[r]): drafts (or padding) scheduled
     num_hit_tokens: Int = 0  # an admitted request's num_computed_tokens at admission: its prefix-cache hit

@@ -19,6 +19,11 @@ time, so a slower machine finds the same example, later.
 
 `priority-self-preempt-breaks` is the control: it makes a legal but wrong
 decision, which no invariant states, so the machine must not catch it.
+
+The mutants of issue 7's features run the machine with those features drawn
+(`Bounds(features=True)`), async ones with a batch queue of 3: that is where
+`Z5-skipped-reversed` lives (mutants.EQUIVALENT["Z5"]). `INVARIANT_PINS`
+shows each new invariant, on its own, catching a planted bug.
 """
 
 import pytest
@@ -40,6 +45,31 @@ PINNED = {
     "wrong-victim": ("fcfs-victim-is-latest", (2, 2)),
     "append-not-prepend": ("no-starvation-after-prepend", (3, 2)),
     "missing-free": ("waiting-holds-nothing", (2, 5)),
+    # Issue 7's features.
+    "Z2-no-async-max-tokens-skip": ("no-decode-past-max-tokens", (1, 2)),
+    "Z5-skipped-reversed": ("skipped-keep-order", (3, 5)),
+    "Z6-touch-before-check": ("block-conservation", (3, 1)),
+    "Z7-full-hit-lookup": ("assertion", (2, 3)),
+    "Z7-recompute-one-token": ("prefix-hit-below-last-token", (4, 5)),
+    "no-touch-on-hit": ("block-conservation", (2, 1)),
+    "no-evict-on-reuse": ("cached-blocks-match-tokens", (3, 5)),
+    "cache-wrong-hash": ("cached-blocks-match-tokens", (1, 1)),
+    "no-rejection-rollback": ("computed-behind-known-tokens", (1, 3)),
+    "spec-tokens-off-by-one": ("drafts-within-held", (3, 2)),
+    "padding-ignores-L": ("chunk-bounds", (3, 2)),
+    "rejection-ignores-placeholder-guard": ("placeholder-counters", (2, 1)),
+    "placeholders-kept-on-preempt": ("waiting-holds-nothing", (2, 2)),
+}
+
+# Each invariant of issue 7, alone, against the planted bug it is for: (mutant, shrunk size).
+INVARIANT_PINS = {
+    "placeholder-counters": ("rejection-ignores-placeholder-guard", (2, 1)),
+    "computed-behind-known-tokens": ("no-rejection-rollback", (1, 3)),
+    "drafts-within-held": ("spec-tokens-off-by-one", (3, 2)),
+    "no-decode-past-max-tokens": ("Z2-no-async-max-tokens-skip", (1, 2)),
+    "refcounts-match-tables": ("Z6-touch-before-check", (3, 1)),
+    "prefix-hit-below-last-token": ("Z7-recompute-one-token", (4, 5)),
+    "cached-blocks-match-tokens": ("cache-wrong-hash", (1, 1)),
 }
 
 
@@ -56,3 +86,11 @@ def test_state_machine_catches_and_shrinks(name):
 def test_state_machine_misses_a_legal_but_wrong_decision():
     finding = hunt_state_machine(BY_NAME["priority-self-preempt-breaks"], budget_s=60, max_examples=500)
     assert finding is None, finding.original
+
+
+@pytest.mark.parametrize("invariant", list(INVARIANT_PINS))
+def test_each_new_invariant_catches_its_planted_bug(invariant):
+    name, size = INVARIANT_PINS[invariant]
+    finding = hunt_state_machine(BY_NAME[name], budget_s=600, expect=(invariant,))
+    assert finding is not None, f"{invariant} missed {name}"
+    assert (finding.what, finding.size) == (invariant, size), finding.original
