@@ -139,7 +139,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     pop (then no later round would either). `preempts=True` is the case where it pops somebody: the waiting
     pass is dropped when `rules.waiting_pass_allowed` forbids it for every count of victims. Each case adds
     its assumption to `Post.assume`; the two cases cover every step, and each is exact within its case.
-    `cut(i, state)`, called before running slot i (i = N: after the pass), may replace the pass's state.
+    `cut(i, state)` may replace the running pass's state (`STATE`): it is called before slot i (i = N: after
+    the pass), and before and after each of slot i's preemption rounds, then with its `n_i` and `trying`.
     """
     c, slots, N = pre.config, pre.slots, len(pre.slots)
     L, bs = c.max_model_len, c.block_size
@@ -165,11 +166,17 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                            for k in range(N) if k != j]) for j in range(N)]
     active = True
     assume: list[Any] = []
-    for i in range(N + 1):
-        if cut is not None and i > 0:
+
+    def at_cut(i: int, **local: Any) -> None:
+        nonlocal in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active
+        if cut is not None:
             state = cut(i, dict(zip(STATE, (in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active)),
-                                victim_rank=victim_rank))
+                                victim_rank=victim_rank, **local))
             in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active = (state[k] for k in STATE)
+
+    for i in range(N + 1):
+        if i > 0:
+            at_cut(i)
         if i == N:
             break
         active = and_(active, budget > 0)
@@ -178,6 +185,7 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
         for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
+            at_cut(i, n_i=n_i, trying=trying)
             want = and_(trying, in_run[i], not_(rules.allocation_fits(need, 0, free)))
             if c.fcfs and not victim_is_tail:
                 position = [_count(in_run[:j]) for j in range(N)]
@@ -205,6 +213,7 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                 preempted[j] = or_(preempted[j], pop)
                 blocks[j], C[j] = ite(pop, 0, blocks[j]), ite(pop, 0, C[j])
             pops = pops + ite(popped_now, 1, 0)
+        at_cut(i, n_i=n_i, trying=trying)
         ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))
         if c.fcfs:
             active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
