@@ -46,6 +46,7 @@ class Result:
     counterexample: dict[str, Any] | None = None
     state: Any = None  # the concrete pre-state of a counterexample
     sampled: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # this process's CPU time for the check: wall time is noisy on a shared machine
 
 
 def _solver(timeout_s: float) -> z3.Solver:
@@ -88,18 +89,42 @@ def _by_cuts(invariant: Invariant, pre: Pre, context: list[Any], deadline: float
     return all(_solve((context if needs else []) + q, deadline)[0] == z3.unsat for needs, q in queries)
 
 
-def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 30.0) -> Result:
+_LAST: dict[tuple[int, bool, bool], tuple[Pre, list[Any], Any]] = {}
+
+
+def _encoded(n: int, fcfs: bool, preempts: bool, reuse: bool) -> tuple[Pre, list[Any], Any]:
+    """The pre-state, the context and one case of the step. `reuse` keeps the last ones (one N and policy):
+    the jobs of a run come in (policy, N) order, so a worker builds each encoding once, not once per invariant.
+    Never reused under a mutant, which changes the rules the encoding is built from."""
+    key = (n, fcfs, preempts)
+    if reuse and key in _LAST:
+        return _LAST[key]
+    pre = fresh(n, fcfs, BLOCK_SIZE)
+    built = (pre, well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state], step(pre, preempts))
+    if reuse:
+        if not any(k[:2] == key[:2] for k in _LAST):
+            _LAST.clear()
+        _LAST[key] = built
+    return built
+
+
+def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 30.0, reuse: bool = False) -> Result:
     """Both cases of the step (pops nobody, pops somebody) must be unsat; each case's model is a real step."""
+    cpu0 = time.process_time()
+    r = _check(invariant, n, fcfs, timeout_s, reuse)
+    r.cpu_seconds = time.process_time() - cpu0
+    return r
+
+
+def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bool) -> Result:
     policy = "fcfs" if fcfs else "priority"
     t0 = time.perf_counter()
     deadline = t0 + timeout_s
     for preempts in (False, True):
-        pre = fresh(n, fcfs, BLOCK_SIZE)
-        context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
+        pre, context, post = _encoded(n, fcfs, preempts, reuse)
         cut = preempts and (invariant.name in LOOP_INVARIANTS) and not (fcfs and invariant.name in PRIORITY_ONLY)
         if cut and _by_cuts(invariant, pre, context, deadline):
             continue
-        post = step(pre, preempts)
         facts = context + post.assume + [z3.Not(_goal(invariant, pre, post))]
         verdict, solver = _solve(facts, deadline)
         if verdict == z3.unsat:
@@ -128,7 +153,7 @@ class Job:
 
 def run_job(job: Job) -> Result:
     if job.mutant is None:
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True)
     from ..conformance.mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):

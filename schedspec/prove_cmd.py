@@ -51,6 +51,9 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         for name in names:
             row = {r.n: r for r in results if r.policy == policy and r.invariant == name}
             table.add_row(name, *[f"{MARK[row[n].verdict]} {row[n].seconds:.2f}s" for n in ns])
+        mine = [r for r in results if r.policy == policy]
+        table.add_row("[bold]sum (CPU)", *[f"{sum(r.seconds for r in mine if r.n == n):.1f}s "
+                                             f"({sum(r.cpu_seconds for r in mine if r.n == n):.1f}s)" for n in ns])
         console.print(table)
     bad = [r for r in results if r.verdict in ("violated", "unconfirmed")]
     for r in bad:
@@ -58,13 +61,14 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         write_state_counterexample(path, r.invariant, r.n, r.policy, r.state, r.sampled, args.mutant)
         console.print(f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; written to {path}")
     counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
-    console.print(f"{len(results)} checks in {elapsed:.1f} s: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    console.print(f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "
+                  + ", ".join(f"{n} {v}" for v, n in counts.items()))
     return 1 if bad else 0
 
 
 def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prove", help="prove the invariants inductive with Z3 for up to N requests")
-    p.add_argument("--max-requests", type=int, default=4, help="prove for every N from 1 to this")
+    p.add_argument("--max-requests", type=int, default=8, help="prove for every N from 1 to this")
     p.add_argument("--invariant", action="append", help="only this invariant (repeatable)")
     p.add_argument("--policy", action="append", choices=["fcfs", "priority"], help="only this policy (repeatable)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per check; past it the verdict is unknown")
