@@ -75,3 +75,26 @@ def test_a_mutant_of_a_rule_moves_the_encoding_with_the_reference(mutant):
             except AssertionError:  # the mutated reference tripped one of vLLM's own asserts: nothing to compare
                 continue
             assert diffs == [], (mutant.name, state.current_step, diffs[:3])
+
+
+def test_the_two_cases_of_the_step_cover_it_exactly():
+    """`step(pre, False)` (pops nobody) and `step(pre, True)` (pops somebody): on every reached state exactly
+    one case's assumptions hold, and that case computes the full step. This is what lets `prove` split."""
+    from dataclasses import replace
+
+    from schedspec.proofs.drift import from_state
+    from schedspec.proofs.encoding import step
+
+    checked, seen = 0, set()
+    for family in ("kv-pressure", "priority", "budget", "max-model-len", "aborts"):
+        for index in range(8):
+            for state, sampled in states(generate(family, 23, index)):
+                pre, _ = from_state(state, sampled)
+                full = step(pre)
+                cases = [step(pre, preempts) for preempts in (False, True)]
+                holds = [all(case.assume) for case in cases]
+                assert holds.count(True) == 1, (family, index, state.current_step)
+                assert replace(cases[holds.index(True)], assume=[]) == full
+                checked += 1
+                seen.add(holds.index(True))
+    assert checked > 500 and seen == {0, 1}

@@ -58,3 +58,36 @@ def test_prove_cli(tmp_path, capsys):
     assert main(["prove", "--max-requests", "1", "--policy", "fcfs", "--mutant", "budget-off-by-one",
                  "--invariant", "budget-conservation", "--out", str(tmp_path)]) == 1
     assert list(tmp_path.glob("proof-fcfs-budget-conservation-N1.json"))
+
+
+@pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
+def test_the_cut_proofs_go_through_without_falling_back(fcfs):
+    """Induction over the running pass (proofs/cuts.py): every lemma unsat, so the case that preempts is proved by
+    the cut proof itself, not by the monolithic query it falls back to."""
+    import time
+
+    from schedspec.proofs.cuts import LOOP_INVARIANTS
+    from schedspec.proofs.prove import PRIORITY_ONLY, _by_cuts, _encoded
+    from schedspec.spec.invariants import BY_NAME
+
+    pre, context, _ = _encoded(4, fcfs, True, reuse=False)
+    for name in LOOP_INVARIANTS:
+        if fcfs and name in PRIORITY_ONLY:
+            continue
+        assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 60), name
+
+
+def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
+    """Under budget-off-by-one the budget lemma fails, which proves nothing: the verdict comes from the monolithic
+    query, a counterexample the mutated reference breaks when replayed."""
+    import time
+
+    from schedspec.conformance.mutants import BY_NAME as MUTANTS, applied
+    from schedspec.proofs.prove import _by_cuts, _encoded
+    from schedspec.spec.invariants import BY_NAME
+
+    with applied(MUTANTS["budget-off-by-one"]):
+        pre, context, _ = _encoded(2, False, True, reuse=False)
+        assert not _by_cuts(BY_NAME["budget-conservation"], pre, context, time.perf_counter() + 60)
+    r = run_job(Job("budget-conservation", 2, False, 60, "budget-off-by-one"))
+    assert r.verdict == "violated" and r.state is not None
