@@ -63,3 +63,20 @@ def test_a_hunt_stops_at_its_budget():
     t0 = time.perf_counter()
     assert hunt_state_machine(None, budget_s=1.0, max_examples=10**6) is None
     assert time.perf_counter() - t0 < 5
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_drawn_feature_configs_are_what_vllm_accepts(data):
+    b = Bounds(features=True)
+    config = make_config(data.draw(_raw(b)[0]), b)  # would raise on the exp1 crash config, among others
+    k, thr = config.num_speculative_tokens, config.long_prefill_token_threshold
+    assert not (k > 0 and 1 <= thr < 1 + k)
+    w = make_request(data.draw(_raw(b)[1]), config, b, 0, 0)
+    assert all(0 <= a <= d <= k for d, a in w.spec_proposals) and (k > 0 or not w.spec_proposals)
+
+
+def test_the_feature_machine_holds_on_the_reference():
+    """Prefix caching, spec decode and async scheduling (batch queues of 2 and 3) drawn: every check holds."""
+    finding = hunt_state_machine(None, budget_s=120, max_examples=150, bounds=Bounds(features=True))
+    assert finding is None, finding.original
