@@ -55,8 +55,10 @@ def results():
 
 
 def test_every_core_scope_mutant_is_pinned():
-    # Every bug-zoo mutant and every classic except the control that only the differential checker sees.
-    assert set(PINNED) == {m.name for m in MUTANTS} - {"priority-self-preempt-breaks"}
+    # Every core-scope bug-zoo mutant and classic except the control that only the differential checker sees.
+    # The mutants of prefix caching, spec decode and async (those with families) are out of CrossHair's bounds:
+    # its scenarios do not draw those features yet.
+    assert set(PINNED) == {m.name for m in MUTANTS if not m.families} - {"priority-self-preempt-breaks"}
 
 
 @pytest.mark.parametrize("name", list(PINNED))
