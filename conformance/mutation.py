@@ -91,7 +91,7 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
     from .state_machine import hunt_state_machine
 
     t0 = time.perf_counter()
-    f = hunt_state_machine(m, budget_s=budget_s)
+    f = hunt_state_machine(m, budget_s=max(budget_s, m.min_search_s))
     if f is None:
         return Kill(m.name, "hypothesis", False, "survived", time.perf_counter() - t0, None)
     return Kill(m.name, "hypothesis", True, f.what, f.seconds_to_find, tuple(f.size[:2]))
