@@ -7,6 +7,12 @@ ids (running requests take ids from 1 upward in running order; the rest form
 the free queue), the abstract "samples EOS / a stop token" flags become the
 EOS id 2 and the stop token 5, and request ids are chosen so that their
 string order is the model's `id_rank` order.
+
+With spec decode a request holds `S` drafts (token 13), keeps the model's
+`is_prefill_chunk` flag, and what it samples is a list: 1 + accepted
+tokens, the EOS or stop token at `stop_at` if the model put one there;
+`drafts` is the drafter's next proposal, applied after the update as
+`update_draft_token_ids` does. Such a `sampled` entry is a dict.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from ..spec.request import Request, RequestStatus
 from ..spec.state import RequestState, SchedulerState
 from .encoding import Pre
 
-EOS, STOP, PLAIN = 2, 5, 7
+EOS, STOP, PLAIN, DRAFT = 2, 5, 7, 13
 
 
 def _val(model: z3.ModelRef, term: Any) -> Any:
@@ -46,6 +52,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         long_prefill_token_threshold_adaptive=v(c.adaptive), enable_chunked_prefill=v(c.enable_chunked_prefill),
         policy="fcfs" if c.fcfs else "priority", watermark=(wm + 0.5) / (usable + 1),
         scheduler_reserve_full_isl=v(c.scheduler_reserve_full_isl),
+        num_speculative_tokens=v(c.num_speculative_tokens),
     )
     num_running = v(pre.num_running)
     requests: dict[str, RequestState] = {}
@@ -60,13 +67,33 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
                           eos_token_id=EOS, stop_token_ids=(STOP,), priority=v(s.priority), arrival_time=float(v(s.arrival)))
         status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
         requests[rid] = RequestState(request, status, output_token_ids=(11,) * v(s.num_output_tokens),
-                                     num_computed_tokens=v(s.num_computed_tokens), block_ids=blocks)
+                                     num_computed_tokens=v(s.num_computed_tokens), block_ids=blocks,
+                                     spec_token_ids=(DRAFT,) * v(s.num_spec_tokens), is_prefill_chunk=v(s.is_prefill_chunk))
         sampled[rid] = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
+        if c.spec_decode:
+            tokens = [PLAIN] * (1 + v(s.num_accepted))
+            if sampled[rid] != PLAIN and 1 <= v(s.stop_at) <= len(tokens):
+                tokens[v(s.stop_at) - 1] = sampled[rid]
+            sampled[rid] = {"tokens": tokens, "drafts": v(s.num_new_drafts)}
         order.append(rid)
     free = tuple(range(next_block, usable + 1))
     state = SchedulerState(config=config, requests=requests, running=tuple(order[:num_running]),
                            waiting=tuple(order[num_running:]), free_block_queue=free)
     return state, sampled
+
+
+def _draft(post: SchedulerState, output: SchedulerOutput, model_output: ModelRunnerOutput,
+           sampled: dict[str, Any]) -> SchedulerState:
+    """The sync drafter: a proposal for each request that sampled and still runs (spec/engine.py `Drafter`)."""
+    proposals = {rid: (DRAFT,) * sampled[rid]["drafts"] for rid in output.num_scheduled_tokens
+                 if isinstance(sampled[rid], dict) and model_output.sampled_token_ids.get(rid)
+                 and rid in post.requests and post.requests[rid].status == RequestStatus.RUNNING
+                 and sampled[rid]["drafts"] > 0}
+    if not proposals:
+        return post
+    scheduler = api.thaw(post)
+    scheduler.update_draft_token_ids(proposals)
+    return api.freeze(scheduler)
 
 
 def replay(state: SchedulerState, sampled: dict[str, int], invariant: Invariant) -> tuple[bool, dict[str, Any]]:
@@ -78,9 +105,12 @@ def replay(state: SchedulerState, sampled: dict[str, int], invariant: Invariant)
     tokens = {}
     for rid in output.num_scheduled_tokens:
         r = after_schedule.requests[rid]
-        tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (sampled[rid],)
+        planted = sampled[rid]
+        tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (
+            tuple(planted["tokens"]) if isinstance(planted, dict) else (planted,))
     model_output = ModelRunnerOutput(tokens)
     post, finished = api.update_from_output(after_schedule, output, model_output)
+    post = _draft(post, output, model_output, sampled)
     broken = not invariant.holds(view_from_states(state, output, post, model_output, finished))
     if invariant.state:
         broken = broken or not invariant.holds(view_from_states(post, SchedulerOutput(), post))

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from ..reference_impl import rules
 from ..spec.arith import and_, implies, ite, min_, not_, or_
+from .encoding_spec import sample
 
 Int = Any
 Bool = Any
@@ -54,6 +55,12 @@ class Slot:
     preempted: Bool  # status PREEMPTED (waiting after an earlier preemption)
     samples_eos: Bool  # this step's sampled token, if any, is the EOS
     samples_stop: Bool  # ... or one of the stop tokens
+    # Sync spec decode (`Config.spec_decode`; the defaults are the core scope), see encoding_spec.py.
+    num_spec_tokens: Int = 0  # S: drafts held
+    is_prefill_chunk: Bool = False  # as the last schedule() left it: the padding gate reads it
+    num_accepted: Int = 0  # the verifier accepts this many of the scheduled drafts
+    stop_at: Int = 1  # position of the EOS / stop token among the appended tokens
+    num_new_drafts: Int = 0  # the drafter's next proposal
 
     @property
     def num_tokens(self) -> Int:
@@ -73,6 +80,8 @@ class Config:
     scheduler_reserve_full_isl: Bool
     adaptive: Bool
     fcfs: bool
+    spec_decode: bool = False  # concrete: the core formula is built without a trace of the feature
+    num_speculative_tokens: Int = 0
 
 
 @dataclass
@@ -106,6 +115,9 @@ class Post:
     num_blocks: list[Int] = field(default_factory=list)
     num_free_blocks: Int = 0
     assume: list[Bool] = field(default_factory=list)  # facts that select the case of a split step (see `step`)
+    num_scheduled_spec: list[Int] = field(default_factory=list)  # spec decode: drafts (or padding) scheduled
+    num_spec_tokens: list[Int] = field(default_factory=list)  # spec decode: S after the drafter
+    inputs: list[Bool] = field(default_factory=list)  # spec decode: bounds on what the model and drafter return
 
 
 def _count(flags) -> Int:
@@ -151,6 +163,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     C = [s.num_computed_tokens for s in slots]
     blocks = [s.num_blocks for s in slots]
     free, budget, pops = pre.num_free_blocks, c.token_budget, 0
+    spec, k = c.spec_decode, c.num_speculative_tokens
+    S, drafts, prefill_scheduled = [s.num_spec_tokens for s in slots], [0] * N, False
     eligible = N  # every slot is a live request, running or waiting
     thr = ite(c.adaptive, rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
               rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget))
@@ -181,7 +195,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             break
         active = and_(active, budget > 0)
         s = slots[i]
-        n_i = rules.running_num_new_tokens(s.num_tokens - C[i], thr, budget, L, C[i])
+        owed = s.num_tokens + S[i] - C[i] if spec else s.num_tokens - C[i]
+        n_i = rules.running_num_new_tokens(owed, thr, budget, L, C[i])
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
         for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
@@ -208,6 +223,10 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                     budget = budget + ite(and_(pop, sched[j]), n[j], 0)
                     sched[j] = and_(sched[j], not_(pop))
                     n[j] = ite(pop, 0, n[j])
+                    if spec:
+                        drafts[j] = ite(pop, 0, drafts[j])
+                if spec:  # _preempt_request drops the drafts
+                    S[j] = ite(pop, 0, S[j])
                 in_run[j] = and_(in_run[j], not_(pop))
                 pop_seq[j] = ite(pop, pops, pop_seq[j])
                 preempted[j] = or_(preempted[j], pop)
@@ -217,6 +236,11 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))
         if c.fcfs:
             active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
+        if spec:  # scheduler.py:1010-1025: what the clamps left of the drafts; the drafts are consumed
+            left = rules.num_scheduled_spec_tokens(n_i, C[i], s.num_tokens, 0)
+            drafts[i] = ite(and_(ok, S[i] > 0, left > 0), min_(left, S[i]), drafts[i])  # spec_token_ids[:left]
+            S[i] = ite(and_(ok, S[i] > 0), 0, S[i])
+            prefill_scheduled = or_(prefill_scheduled, and_(ok, s.is_prefill_chunk))
         sched[i] = or_(sched[i], ok)
         n[i] = ite(ok, n_i, n[i])
         free = free - ite(ok, need, 0)
@@ -237,7 +261,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     adm_pos = [0] * N
     num_run = _count(in_run)
     go = rules.waiting_pass_allowed(victims)
-    skip_waiting = preempts is True and not any(rules.waiting_pass_allowed(k) for k in range(1, N + 1))
+    skip_waiting = preempts is True and not any(rules.waiting_pass_allowed(v) for v in range(1, N + 1))
+    any_running_scheduled = or_(*sched) if spec else False  # only the running pass has scheduled so far
     if preempts is True:
         assume.append(victims >= 1)
     for p in range(0 if skip_waiting else N):
@@ -246,7 +271,12 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
         held = sum(ite(sel[j], blocks[j], 0) for j in range(N))
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
-        n_p = rules.waiting_num_new_tokens(T, 0, thr)
+        if spec:  # a decode-like admission is padded to 1 + k, or the pass breaks (scheduler.py:1309-1328)
+            pad = rules.pads_spec_decode(k, T, prefill_scheduled, any_running_scheduled, 0, L)
+            go = and_(go, not_(and_(pad, 1 + k > budget)))
+            n_p = rules.waiting_num_new_tokens(T, 0, thr, ite(pad, 1 + k, 0))
+        else:
+            n_p = rules.waiting_num_new_tokens(T, 0, thr)
         hol = and_(not_(c.enable_chunked_prefill), n_p > budget)
         n_p = min_(n_p, budget)
         wm = ite(num_run > 0, c.watermark_blocks, 0)
@@ -261,6 +291,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             in_run[j], in_wait[j] = or_(in_run[j], a), and_(in_wait[j], not_(a))
             sched[j] = or_(sched[j], a)
             n[j] = ite(a, n_p, n[j])
+            if spec:
+                drafts[j] = ite(and_(a, pad), k, drafts[j])
             blocks[j] = blocks[j] + ite(a, need, 0)
             C[j] = ite(a, 0, C[j])
         free = free - ite(go, need, 0)
@@ -272,15 +304,24 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     for j, s in enumerate(slots):
         C[j] = C[j] + ite(sched[j], n[j], 0)
         sampled = and_(sched[j], C[j] >= s.num_tokens)  # not a partial prefill chunk
-        T = s.num_tokens + ite(sampled, 1, 0)
-        kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
-                               L, s.max_tokens, s.min_tokens)
-        done = and_(sampled, kind != rules.NOT_STOPPED)
+        if spec:
+            got = sample(s, C[j], drafts[j], sampled, L, k)
+            C[j], T, done, kind = got["C"], got["T"], got["done"], got["kind"]
+            post.inputs += got["inputs"]
+            post.num_scheduled_spec.append(drafts[j])
+            # update_draft_token_ids: a new proposal for who sampled and runs; a scheduled request's were consumed
+            post.num_spec_tokens.append(ite(and_(sampled, in_run[j], not_(done)), s.num_new_drafts,
+                                            ite(sched[j], 0, S[j])))
+        else:
+            T = s.num_tokens + ite(sampled, 1, 0)
+            kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
+                                   L, s.max_tokens, s.min_tokens)
+            done = and_(sampled, kind != rules.NOT_STOPPED)
         free = free + ite(done, blocks[j], 0)
         post.scheduled.append(sched[j])
         post.num_scheduled.append(ite(sched[j], n[j], 0))
         post.finished.append(done)
-        post.sampled_stop.append(and_(sampled, or_(s.samples_eos, s.samples_stop)))
+        post.sampled_stop.append(got["stop_seen"] if spec else and_(sampled, or_(s.samples_eos, s.samples_stop)))
         post.finished_stopped.append(and_(done, kind == rules.STOPPED))
         post.running.append(and_(in_run[j], not_(done)))
         post.waiting.append(and_(in_wait[j], not_(done)))

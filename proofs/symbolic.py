@@ -23,7 +23,8 @@ from ..spec.invariants.views import Row, StepView
 from .encoding import Config, Post, Pre, Slot, heap_before
 
 
-def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, prefix: str = "") -> Pre:
+def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, prefix: str = "",
+          spec_decode: bool = False) -> Pre:
     I, B = (lambda name: z3.Int(prefix + name)), (lambda name: z3.Bool(prefix + name))
     config = Config(
         token_budget=I("token_budget"), max_num_seqs=I("max_num_seqs"), max_model_len=I("max_model_len"),
@@ -36,6 +37,11 @@ def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, p
                                                     "priority", "arrival", "id_rank")),
                   preempted=B(f"preempted_{i}"), samples_eos=B(f"samples_eos_{i}"), samples_stop=B(f"samples_stop_{i}"))
              for i in range(n)]
+    if spec_decode:  # k, each slot's drafts and prefill flag, and what its model and drafter return: all free
+        config.spec_decode, config.num_speculative_tokens = True, I("num_speculative_tokens")
+        for i, s in enumerate(slots):
+            s.num_spec_tokens, s.is_prefill_chunk = I(f"spec_tokens_{i}"), B(f"is_prefill_chunk_{i}")
+            s.num_accepted, s.stop_at, s.num_new_drafts = I(f"accepted_{i}"), I(f"stop_at_{i}"), I(f"new_drafts_{i}")
     return Pre(config, slots, I("num_running") if num_running is None else num_running, I("num_free_blocks"))
 
 
@@ -56,7 +62,19 @@ def well_formed(pre: Pre) -> list[Any]:
         facts += [s.id_rank != t.id_rank for t in slots[i + 1:]]
         if not c.fcfs and i + 1 < n:  # the heap pops in Request.__lt__ order
             facts.append(implies(not_(pre.running(i)), heap_before(s, slots[i + 1])))
+    if c.spec_decode:  # spec/config.py: k >= 1 here, and exp1's threshold (1 <= thr < 1 + k) is refused
+        k = c.num_speculative_tokens
+        facts += [k >= 1, z3.Or(c.long_prefill_token_threshold == 0, c.long_prefill_token_threshold >= 1 + k)]
+        facts += [z3.And(s.num_spec_tokens >= 0, s.num_spec_tokens <= k) for s in slots]
     return facts
+
+
+def _spec(pre: Pre, pre_s: list[Any], scheduled: list[Any], post_s: list[Any]) -> list[dict[str, Any]]:
+    """The spec-decode fields of each row (none in the core scope, so its views are what they were)."""
+    if not pre.config.spec_decode:
+        return [{} for _ in pre.slots]
+    return [dict(pre_num_spec_tokens=a, num_scheduled_spec=b, post_num_spec_tokens=c)
+            for a, b, c in zip(pre_s, scheduled, post_s)]
 
 
 def _globals(pre: Pre) -> dict[str, Any]:
@@ -64,11 +82,12 @@ def _globals(pre: Pre) -> dict[str, Any]:
     return dict(token_budget=c.token_budget, max_num_seqs=c.max_num_seqs, max_model_len=c.max_model_len,
                 block_size=c.block_size, num_usable_blocks=c.num_usable_blocks,
                 long_prefill_token_threshold=c.long_prefill_token_threshold, threshold_adaptive=c.adaptive,
-                fcfs=c.fcfs)
+                fcfs=c.fcfs, **({"num_speculative_tokens": c.num_speculative_tokens} if c.spec_decode else {}))
 
 
 def step_view(pre: Pre, post: Post) -> StepView:
     rows = []
+    spec = _spec(pre, [s.num_spec_tokens for s in pre.slots], post.num_scheduled_spec, post.num_spec_tokens)
     for i, s in enumerate(pre.slots):
         run = pre.running(i)
         rows.append(Row(
@@ -82,7 +101,7 @@ def step_view(pre: Pre, post: Post) -> StepView:
             post_waiting=post.waiting[i], post_run_pos=post.run_pos[i], post_wait_pos=post.wait_pos[i],
             post_num_computed_tokens=post.num_computed_tokens[i], post_num_tokens=post.num_tokens[i],
             post_num_blocks=post.num_blocks[i], sampled_stop=post.sampled_stop[i],
-            finished_stopped=post.finished_stopped[i],
+            finished_stopped=post.finished_stopped[i], **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
                     post_num_free_blocks=post.num_free_blocks, **_globals(pre))
@@ -91,6 +110,8 @@ def step_view(pre: Pre, post: Post) -> StepView:
 def state_view(pre: Pre) -> StepView:
     """The pre-state on its own: nothing scheduled, before and after the same."""
     rows = []
+    held = [s.num_spec_tokens for s in pre.slots]
+    spec = _spec(pre, held, [0] * len(held), held)
     for i, s in enumerate(pre.slots):
         run = pre.running(i)
         waiting_pos = ite(run, -1, i - pre.num_running)
@@ -101,7 +122,7 @@ def state_view(pre: Pre) -> StepView:
             pre_preempted=and_(not_(run), s.preempted), pre_run_pos=ite(run, i, -1), pre_wait_pos=waiting_pos,
             scheduled=False, num_scheduled=0, admitted=False, preempted=False, post_live=True, post_running=run,
             post_waiting=not_(run), post_run_pos=ite(run, i, -1), post_wait_pos=waiting_pos,
-            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()},
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
                     post_num_free_blocks=pre.num_free_blocks, **_globals(pre))
@@ -110,6 +131,7 @@ def state_view(pre: Pre) -> StepView:
 def post_state_view(pre: Pre, post: Post) -> StepView:
     """The state after the step on its own, as the next step's pre-state would see it."""
     rows = []
+    spec = _spec(pre, post.num_spec_tokens, [0] * len(pre.slots), post.num_spec_tokens)
     for i, s in enumerate(pre.slots):
         common = dict(num_computed_tokens=post.num_computed_tokens[i], num_tokens=post.num_tokens[i],
                       num_blocks=post.num_blocks[i])
@@ -121,7 +143,7 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
             pre_wait_pos=post.wait_pos[i], scheduled=False, num_scheduled=0, admitted=False, preempted=False,
             post_live=live, post_running=run, post_waiting=wait, post_run_pos=post.run_pos[i],
             post_wait_pos=post.wait_pos[i],
-            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()},
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=post.num_free_blocks,
                     post_num_free_blocks=post.num_free_blocks, **_globals(pre))

@@ -14,12 +14,19 @@ from .spec.errors import SpecError
 from .spec.invariants import BY_NAME, INVARIANTS
 
 MARK = {"proved": "[green]proved", "violated": "[red]VIOLATED", "unknown": "[yellow]unknown",
-        "unconfirmed": "[magenta]unconfirmed"}
+        "unconfirmed": "[magenta]unconfirmed", "n/a": "[dim]n/a"}
 
 
 def cmd_prove(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.prove import jobs, run_job
     from .proofs.report import write_state_counterexample
+
+    if args.feature:  # feature mode (proofs/features.py): its own encoding, N <= 4 by default
+        from .proofs.features import jobs as feature_jobs, run_job
+        jobs = lambda *a: feature_jobs(*a, features=tuple(dict.fromkeys(args.feature)))  # noqa: E731
+    else:
+        from .proofs.prove import jobs, run_job
+    if args.max_requests is None:
+        args.max_requests = 4 if args.feature else 8
 
     names = args.invariant or [i.name for i in INVARIANTS]
     for name in names:
@@ -43,6 +50,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
 
     for policy in dict.fromkeys(r.policy for r in results):
         table = Table(title=f"{policy.upper()}: each invariant inductive for N live requests"
+                            + (f" with {', '.join(args.feature)}" if args.feature else "")
                             + (f" (mutant {args.mutant})" if args.mutant else ""))
         table.add_column("invariant")
         ns = sorted({r.n for r in results})
@@ -68,11 +76,14 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
 
 def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prove", help="prove the invariants inductive with Z3 for up to N requests")
-    p.add_argument("--max-requests", type=int, default=8, help="prove for every N from 1 to this")
+    p.add_argument("--max-requests", type=int, default=None,
+                   help="prove for every N from 1 to this (default 8; 4 with --feature)")
     p.add_argument("--invariant", action="append", help="only this invariant (repeatable)")
     p.add_argument("--policy", action="append", choices=["fcfs", "priority"], help="only this policy (repeatable)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per check; past it the verdict is unknown")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--mutant", help="plant this mutant (conformance/mutants.py) in the reference and the encoding")
+    p.add_argument("--feature", action="append", choices=["spec-decode"],
+                   help="put this feature of issue 7 in the step (proofs/features.py); repeatable")
     p.add_argument("--out", default="proof-counterexamples", help="folder for counterexample files")
     p.set_defaults(func=cmd_prove)

@@ -1,0 +1,95 @@
+"""No drift under sync spec decode: the encoding takes the reference's step, drafts and all.
+
+The core drift test (`drift.py`) plants one sampled token per request. With
+drafts the model returns 1 + accepted tokens and the drafter a proposal
+after the update, and those are the encoding's free inputs. So this check
+runs the reference's own engine loop (schedule, `fake_model`, update, the
+`Drafter`), reads from the step what the model and drafter returned
+(accepted count, where the first EOS or stop token sits, the proposal), sets
+them as the slots' inputs, evaluates `encoding.step` on ints and compares
+field by field through the abstraction, now including the drafts scheduled
+and the drafts held after the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterator
+
+from ..reference_impl import ReferenceEngine
+from ..spec.engine import Drafter, fake_model
+from ..spec.state import SchedulerState
+from .drift import from_state
+from .encoding import step
+
+
+def _inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
+            ) -> dict[str, dict[str, Any]]:
+    out = {}
+    for rid, r in state.requests.items():
+        q = r.request
+        gen = generated.get(rid, ())
+        special = [j for j, t in enumerate(gen, 1) if t == q.effective_eos_token_id or t in q.stop_token_ids]
+        first = gen[special[0] - 1] if special else None
+        out[rid] = dict(num_spec_tokens=len(r.spec_token_ids), is_prefill_chunk=r.is_prefill_chunk,
+                        num_accepted=max(len(gen) - 1, 0), stop_at=special[0] if special else 1,
+                        samples_eos=first is not None and first == q.effective_eos_token_id,
+                        samples_stop=first is not None and first in q.stop_token_ids,
+                        num_new_drafts=len(proposals.get(rid, ())))
+    return out
+
+
+def spec_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict]]:
+    """(pre, output, model output, post after the drafter, finished, proposals) for each step of a sync spec run."""
+    engine = ReferenceEngine(workload.config)
+    drafter = Drafter(workload)
+    for k in range(min(workload.max_steps, max_steps)):
+        for r in workload.arrivals_at(k):
+            engine.add_request(r)
+        for rid in workload.aborts_at(k):
+            engine.abort_request(rid)
+        pre = engine.state()
+        output = engine.schedule()
+        model_output = fake_model(workload, output, engine.summary())
+        finished = engine.update_from_output(output, model_output)
+        proposals = drafter.propose(output, model_output, engine.summary()) if output.total_num_scheduled_tokens else {}
+        if proposals:
+            engine.update_draft_token_ids(proposals)
+        if 0 < len(pre.requests) <= max_live:
+            yield pre, output, model_output, engine.state(), finished, proposals
+
+
+def compare_spec(pre_state: SchedulerState, output, model_output, post, finished, proposals) -> list[tuple[str, Any, Any]]:
+    """(field, encoding's value, reference's value) for every disagreement of one spec-decode step."""
+    pre, order = from_state(pre_state, {})
+    pre.config.spec_decode, pre.config.num_speculative_tokens = True, pre_state.config.num_speculative_tokens
+    inputs = _inputs(pre_state, dict(model_output.sampled_token_ids), proposals)
+    pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(pre.slots, order)]
+    enc = step(pre)
+    admitted = {n.req_id for n in output.scheduled_new_reqs}
+    diffs: list[tuple[str, Any, Any]] = []
+
+    def same(field: str, a: Any, b: Any) -> None:
+        if a != b:
+            diffs.append((field, a, b))
+
+    if not all(enc.inputs):
+        diffs.append(("inputs within bounds", False, True))
+    same("num_free_blocks", enc.num_free_blocks, post.num_free_blocks)
+    for j, rid in enumerate(order):
+        live = post.requests.get(rid)
+        same(f"{rid}.num_scheduled", enc.num_scheduled[j], output.num_scheduled_tokens.get(rid, 0))
+        same(f"{rid}.num_scheduled_spec", enc.num_scheduled_spec[j], len(output.scheduled_spec_decode_tokens.get(rid, ())))
+        same(f"{rid}.admitted", enc.admitted[j], rid in admitted)
+        same(f"{rid}.preempted", enc.preempted[j], rid in output.preempted_req_ids)
+        same(f"{rid}.finished", enc.finished[j], rid in finished)
+        same(f"{rid}.run_pos", enc.run_pos[j], post.running.index(rid) if rid in post.running else -1)
+        same(f"{rid}.wait_pos", enc.wait_pos[j], post.waiting.index(rid) if rid in post.waiting else -1)
+        if live is not None:
+            same(f"{rid}.num_computed_tokens", enc.num_computed_tokens[j], live.num_computed_tokens)
+            same(f"{rid}.num_tokens", enc.num_tokens[j], live.num_tokens)
+            same(f"{rid}.num_blocks", enc.num_blocks[j], len(live.block_ids))
+            same(f"{rid}.num_spec_tokens", enc.num_spec_tokens[j], len(live.spec_token_ids))
+        else:
+            same(f"{rid}.finished_stopped", enc.finished_stopped[j], finished[rid].status.name == "FINISHED_STOPPED")
+    return diffs

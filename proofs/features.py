@@ -1,0 +1,100 @@
+"""Feature-mode proofs: the catalogue proved inductive with the features of issue 7 in the step.
+
+`schedspec prove --feature spec-decode` runs this instead of the core run of
+`prove.py`, and reuses its machinery (the solver, the goal, the Optimize
+minimisation, the replay on the reference); only the encoding it builds
+differs: `symbolic.fresh(..., spec_decode=True)` makes k, every slot's
+drafts and prefill flag, and what its model and drafter return symbolic,
+and the step's `inputs` (0 <= accepted <= drafts scheduled, the stop token
+among the appended ones, 0 <= proposal <= k) join the facts.
+
+The step is split into the same two exact cases as the core run (pops
+nobody, pops somebody), each checked monolithically: the cut proofs of
+`cuts.py` carry the core pass's state only, and N <= 4 does not need them.
+The core path (no feature) is untouched: its formula is built exactly as
+before, so `schedspec prove` without `--feature` proves what it proved.
+
+Two invariants of the catalogue read only concrete facts (block ref counts
+and cache hashes), which every abstraction here leaves True; they are
+reported `n/a`, not proved, and are checked by the monitors, the state
+machine and the diff.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import z3
+
+from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
+from . import prove
+from .concrete import replay, to_state
+from .encoding import step
+from .symbolic import fresh, state_view, well_formed
+
+FEATURES = ("spec-decode",)  # encoded so far; prefix caching and async are not (docs/proofs.md)
+CONCRETE_ONLY = ("refcounts-match-tables", "cached-blocks-match-tokens")
+
+
+@dataclass(frozen=True)
+class Job:
+    invariant: str
+    n: int
+    fcfs: bool
+    timeout_s: float
+    mutant: str | None = None
+    features: tuple[str, ...] = FEATURES
+
+
+def _encoded(n: int, fcfs: bool, preempts: bool):
+    pre = fresh(n, fcfs, prove.BLOCK_SIZE, spec_decode=True)
+    context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
+    return pre, context, step(pre, preempts)
+
+
+def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0) -> prove.Result:
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    policy = "fcfs" if fcfs else "priority"
+    result = prove.Result(invariant.name, n, policy, "proved", 0.0)
+    if invariant.name in CONCRETE_ONLY:
+        result.verdict = "n/a"
+    else:
+        deadline = t0 + timeout_s
+        for preempts in (False, True):
+            pre, context, post = _encoded(n, fcfs, preempts)
+            facts = context + post.assume + post.inputs + [z3.Not(prove._goal(invariant, pre, post))]
+            verdict, solver = prove._solve(facts, deadline)
+            if verdict == z3.unsat:
+                continue
+            if verdict == z3.unknown:
+                result.verdict = "unknown"
+                break
+            model = prove._minimise(pre, facts, timeout_s) or solver.model()
+            state, sampled = to_state(model, pre)
+            confirmed, what = replay(state, sampled, invariant)
+            result.verdict = "violated" if confirmed else "unconfirmed"
+            result.state, result.sampled = state, sampled
+            result.counterexample = {"error": what["error"]} if "error" in what else {
+                "num_scheduled_tokens": dict(what["output"].num_scheduled_tokens),
+                "scheduled_spec_decode_tokens": {r: len(t) for r, t in what["output"].scheduled_spec_decode_tokens.items()},
+                "preempted": sorted(what["output"].preempted_req_ids)}
+            break
+    result.seconds, result.cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
+    return result
+
+
+def run_job(job: Job) -> prove.Result:
+    if job.mutant is None:
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+    from ..conformance.mutants import BY_NAME as MUTANTS, applied
+
+    with applied(MUTANTS[job.mutant]):
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+
+
+def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,
+         mutant: str | None = None, features: tuple[str, ...] = FEATURES) -> list[Job]:
+    return [Job(name, n, policy == "fcfs", timeout_s, mutant, features)
+            for policy in policies for n in range(1, max_requests + 1) for name in invariants]
