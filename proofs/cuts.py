@@ -37,11 +37,13 @@ The loop invariants, one per invariant (`LOOP_INVARIANTS`):
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import z3
 
-from ..spec.arith import and_, implies, ite, or_
+from ..reference_impl import rules
+from ..spec.arith import and_, implies, ite, not_, or_
 from .encoding import STATE, Pre, _key_eq, _key_gt
 
 _ids = itertools.count()
@@ -80,6 +82,64 @@ def _victims(pre: Pre, i: int, st: dict[str, Any]) -> Any:
                               for q in range(len(pre.slots))]])
 
 
+def _eq(a: Any, b: Any) -> Any:
+    return _b(a) == _b(b) if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+class Rows:
+    """The per-row loop invariant, with what it remembers of earlier cuts (a fresh one per obligation build).
+
+    For every slot j, at a cut before slot i (or within slot i's rounds):
+
+    * a popped slot ran before the step and now is out of `running`, unscheduled, with C = 0 and no blocks;
+    * a slot not popped is in `running` iff it ran before, and its C is the pre-state's;
+    * a slot neither popped nor scheduled holds its pre-state blocks;
+    * under FCFS, the victims so far are the tail of the running order: `pops` of them, the rest still run;
+    * a slot j >= i is not scheduled; a scheduled slot j < i is running, was `trying` at its turn, and was
+      given exactly that turn's `n_j` (`running_num_new_tokens` over the budget it saw: the ghost, which is
+      the budget symbol of the cut before slot j) and the blocks `num_blocks_to_allocate` adds for it.
+
+    What it remembers of slot j's turn (its `n_j`, `trying`, and the C, blocks and membership the cut before
+    slot j gave it) are symbols of earlier cuts; the fact that ties them to the pre-state (running then means
+    C and blocks as in the pre-state) is carried along, proved at the first cut of slot j's rounds.
+    """
+
+    def __init__(self) -> None:
+        self.turn: dict[int, dict[str, Any]] = {}  # slot j: its n_j, trying and the state of the cut before it
+
+    def __call__(self, pre: Pre, i: int, st: dict[str, Any]) -> Any:
+        N, L, bs = len(pre.slots), pre.config.max_model_len, pre.config.block_size
+        facts: list[Any] = []
+        if pre.config.fcfs:  # the victims are the tail of the running order: running is [0, num_running - pops)
+            facts.append(and_(st["pops"] >= 0, st["pops"] <= pre.num_running))
+            facts += [and_(_eq(st["preempted"][j], and_(pre.running(j), j >= pre.num_running - st["pops"])),
+                           _eq(st["in_run"][j], and_(pre.running(j), j < pre.num_running - st["pops"]))) for j in range(N)]
+        for j, s in enumerate(pre.slots):
+            Cp, Bp = s.num_computed_tokens, s.num_blocks
+            pj, rj, sj = st["preempted"][j], st["in_run"][j], st["sched"][j]
+            facts += [implies(pj, and_(pre.running(j), not_(rj), not_(sj), _eq(st["C"][j], 0), _eq(st["blocks"][j], 0))),
+                      implies(not_(pj), and_(_eq(rj, pre.running(j)), _eq(st["C"][j], Cp))),
+                      implies(and_(not_(pj), not_(sj)), _eq(st["blocks"][j], Bp))]
+            t = self.turn.get(j)
+            if j >= i or t is None or "n_i" not in t:
+                facts.append(not_(sj))
+            else:
+                need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, st["n"][j], 0, L), Bp, bs)
+                facts.append(implies(sj, and_(rj, t["trying"], _eq(st["n"][j], t["n_i"]), _eq(st["blocks"][j], Bp + need))))
+            if t is not None and "n_i" in t and "C" in t:  # carried: what the cut before slot j knew of it
+                facts.append(implies(t["in_run"], and_(_eq(t["C"], Cp), _eq(t["blocks"], Bp))))
+        return _all(facts)
+
+    def saw(self, i: int, st: dict[str, Any]) -> None:
+        """Record slot i's turn: called with the state a cut hands on (the havocked one)."""
+        if i < len(st["C"]):
+            t = self.turn.setdefault(i, {})
+            if "n_i" not in st:  # the cut before slot i
+                t.update(C=st["C"][i], blocks=st["blocks"][i], in_run=st["in_run"][i])
+            else:
+                t.update(n_i=st["n_i"], trying=st["trying"])
+
+
 def key_ge(a, b) -> Any:
     return or_(_key_gt(a, b), _key_eq(a, b))
 
@@ -98,6 +158,8 @@ LOOP_INVARIANTS: dict[str, tuple[LoopInvariant, bool]] = {  # name: (J, whether 
     "budget-conservation": (_budget, False),
     "priority-victim-is-least-important": (_victims, True),
 }
+ROWS = "rows"  # the per-row loop invariant (`Rows`), shared by the invariants of ROW_INVARIANTS
+ROW_INVARIANTS: tuple[str, ...] = ()
 
 
 def havoc(st: dict[str, Any]) -> dict[str, Any]:
@@ -111,14 +173,34 @@ def havoc(st: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def obligations(pre: Pre, name: str, step: Callable[..., Any], goal_of: Callable[[Any], Any]) -> list[tuple[bool, list[Any]]]:
-    """The lemma queries of the cut proof, each to be unsat, final query last; with the rank lemma, its own first.
+def loop_invariant_of(name: str) -> str:
+    """The loop invariant an invariant's cut proof uses: its own, or the per-row one (`ROWS`) for all the others."""
+    return name if name in LOOP_INVARIANTS else ROWS
 
-    Each comes with whether it needs the context Ctx: the first (from the pre-state itself) and the last
-    do; a lemma between two cuts is proved for every state satisfying J, with no context at all, which is
-    a stronger statement and a much smaller query.
+
+@dataclass
+class CutProof:
+    """The lemmas of one cut proof (each to be unsat), and what the final query assumes of the state after the pass."""
+
+    lemmas: list[tuple[bool, list[Any]]]  # (needs the context Ctx, query); the rank lemma first where there is one
+    hyp: list[Any]  # the rank lemma and J at the last cut, over that cut's fresh symbols
+    post: Any  # the rest of the step, from that cut's state
+
+    def final(self, goal: Any) -> list[Any]:
+        """Ctx and this and Case and not Goal: to be unsat (with Ctx added by the caller)."""
+        return self.hyp + list(self.post.assume) + [z3.Not(goal)]
+
+
+def obligations(pre: Pre, name: str, step: Callable[..., Any]) -> CutProof:
+    """The lemma queries of the cut proof with loop invariant `name` (a LOOP_INVARIANTS key or ROWS), and its final query.
+
+    Each lemma comes with whether it needs the context Ctx: the first (from the pre-state itself) does;
+    a lemma between two cuts is proved for every state satisfying J, with no context at all, which is
+    a stronger statement and a much smaller query. The lemmas do not depend on the goal, so one proof of
+    them serves every invariant that uses the same loop invariant on the same encoding.
     """
-    J, needs_rank = LOOP_INVARIANTS[name]
+    rows = Rows() if name == ROWS else None
+    J, needs_rank = (rows, False) if rows is not None else LOOP_INVARIANTS[name]
     queries: list[tuple[bool, list[Any]]] = []
     hyp: list[Any] = []
     facts: list[Any] = []
@@ -128,11 +210,14 @@ def obligations(pre: Pre, name: str, step: Callable[..., Any], goal_of: Callable
         if needs_rank and not facts:
             facts.append(rank_lemma(pre, st["victim_rank"]))
             queries.append((True, [z3.Not(facts[0])]))
+        if rows is not None and "n_i" in st:
+            rows.saw(i, st)
         queries.append((not hyp, facts + hyp + [z3.Not(J(pre, i, st))]))
         nxt = havoc(st)
+        if rows is not None and "n_i" not in st:
+            rows.saw(i, nxt)
         hyp = [J(pre, i, nxt)]
         return nxt
 
     post = step(pre, True, cut)
-    queries.append((True, facts + hyp + list(post.assume) + [z3.Not(goal_of(post))]))
-    return queries
+    return CutProof(queries, facts + hyp, post)

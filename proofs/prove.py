@@ -28,7 +28,7 @@ import z3
 
 from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
 from .concrete import replay, to_state
-from .cuts import LOOP_INVARIANTS, obligations
+from .cuts import LOOP_INVARIANTS, CutProof, loop_invariant_of, obligations
 from .encoding import Pre, step
 from .symbolic import fresh, post_state_view, state_view, step_view, well_formed
 
@@ -83,13 +83,24 @@ def _solve(facts: list[Any], deadline: float) -> Any:
     return solver.check(), solver
 
 
-def _by_cuts(invariant: Invariant, pre: Pre, context: list[Any], deadline: float) -> bool:
-    """True if every lemma of the cut proof (cuts.py) is unsat; False if one is not (fall back, never `proved`)."""
-    queries = obligations(pre, invariant.name, step, lambda post: _goal(invariant, pre, post))
-    return all(_solve((context if needs else []) + q, deadline)[0] == z3.unsat for needs, q in queries)
+def _by_cuts(invariant: Invariant, pre: Pre, context: list[Any], deadline: float,
+             proofs: dict[str, tuple[CutProof, bool]] | None = None) -> bool:
+    """True if every lemma of the cut proof (cuts.py) and its final query are unsat; False otherwise (fall back,
+    never `proved`). `proofs` keeps, per loop invariant, the built cut proof and whether its lemmas were all unsat:
+    the lemmas do not depend on the invariant, so they are solved once per encoding, and only the final query is
+    solved per invariant."""
+    name = loop_invariant_of(invariant.name)
+    if proofs is None or name not in proofs:
+        proof = obligations(pre, name, step)
+        lemmas_hold = all(_solve((context if needs else []) + q, deadline)[0] == z3.unsat for needs, q in proof.lemmas)
+        if proofs is not None:
+            proofs[name] = (proof, lemmas_hold)
+    proof, lemmas_hold = proofs[name] if proofs is not None else (proof, lemmas_hold)
+    return lemmas_hold and _solve(context + proof.final(_goal(invariant, pre, proof.post)), deadline)[0] == z3.unsat
 
 
 _LAST: dict[tuple[int, bool, bool], tuple[Pre, list[Any], Any]] = {}
+_CUTS: dict[tuple[int, bool], dict[str, tuple[CutProof, bool]]] = {}  # per encoding of the case that preempts
 
 
 def _encoded(n: int, fcfs: bool, preempts: bool, reuse: bool) -> tuple[Pre, list[Any], Any]:
@@ -104,6 +115,7 @@ def _encoded(n: int, fcfs: bool, preempts: bool, reuse: bool) -> tuple[Pre, list
     if reuse:
         if not any(k[:2] == key[:2] for k in _LAST):
             _LAST.clear()
+            _CUTS.clear()
         _LAST[key] = built
     return built
 
@@ -122,8 +134,9 @@ def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bo
     deadline = t0 + timeout_s
     for preempts in (False, True):
         pre, context, post = _encoded(n, fcfs, preempts, reuse)
-        cut = preempts and (invariant.name in LOOP_INVARIANTS) and not (fcfs and invariant.name in PRIORITY_ONLY)
-        if cut and _by_cuts(invariant, pre, context, deadline):
+        cut = preempts and not (fcfs and invariant.name in PRIORITY_ONLY)
+        proofs = _CUTS.setdefault((n, fcfs), {}) if reuse else None
+        if cut and _by_cuts(invariant, pre, context, deadline, proofs):
             continue
         facts = context + post.assume + [z3.Not(_goal(invariant, pre, post))]
         verdict, solver = _solve(facts, deadline)
