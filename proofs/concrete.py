@@ -13,15 +13,27 @@ With spec decode a request holds `S` drafts (token 13), keeps the model's
 tokens, the EOS or stop token at `stop_at` if the model put one there;
 `drafts` is the drafter's next proposal, applied after the update as
 `update_draft_token_ids` does. Such a `sampled` entry is a dict.
+
+With prefix caching every request gets its own prompt token (100 + its
+id rank), so no two hash chains meet, and a waiting request's modelled hit
+of h blocks becomes h blocks at the tail of the free queue (ref count 0,
+evictable), cached under the hashes of its own first h blocks: the
+reference's lookup then finds exactly those. A hit on blocks that another
+request holds, or shared blocks in the pre-state, would need twins with a
+common prefix; `features.py` asks Z3 first for a counterexample without
+them, and one that needs them is built without the sharing, so its replay
+may not confirm it (`unconfirmed`, never `violated` unchecked).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import z3
 
 from ..reference_impl import api
+from ..spec.block_hash import block_hashes
 from ..spec.config import SchedulerConfig
 from ..spec.invariants import Invariant
 from ..spec.invariants.build import view_from_states
@@ -52,7 +64,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         long_prefill_token_threshold_adaptive=v(c.adaptive), enable_chunked_prefill=v(c.enable_chunked_prefill),
         policy="fcfs" if c.fcfs else "priority", watermark=(wm + 0.5) / (usable + 1),
         scheduler_reserve_full_isl=v(c.scheduler_reserve_full_isl),
-        num_speculative_tokens=v(c.num_speculative_tokens),
+        num_speculative_tokens=v(c.num_speculative_tokens), enable_prefix_caching=c.prefix_caching,
     )
     num_running = v(pre.num_running)
     requests: dict[str, RequestState] = {}
@@ -63,7 +75,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         running = i < num_running
         blocks = tuple(range(next_block, next_block + v(s.num_blocks)))
         next_block += len(blocks)
-        request = Request(rid, (10,) * v(s.num_prompt_tokens), max_tokens=v(s.max_tokens), min_tokens=v(s.min_tokens),
+        request = Request(rid, (100 + v(s.id_rank) if c.prefix_caching else 10,) * v(s.num_prompt_tokens), max_tokens=v(s.max_tokens), min_tokens=v(s.min_tokens),
                           eos_token_id=EOS, stop_token_ids=(STOP,), priority=v(s.priority), arrival_time=float(v(s.arrival)))
         status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
         requests[rid] = RequestState(request, status, output_token_ids=(11,) * v(s.num_output_tokens),
@@ -79,7 +91,26 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
     free = tuple(range(next_block, usable + 1))
     state = SchedulerState(config=config, requests=requests, running=tuple(order[:num_running]),
                            waiting=tuple(order[num_running:]), free_block_queue=free)
+    if c.prefix_caching:
+        state = _with_cache(state, [v(s.hit_blocks) for s in pre.slots], order)
     return state, sampled
+
+
+def _with_cache(state: SchedulerState, hits: list[int], order: list[str]) -> SchedulerState:
+    """Each waiting request's hit as evictable cached blocks at the tail of the free queue."""
+    free, cached, bs = list(state.free_block_queue), {}, state.config.block_size
+    tail: list[int] = []
+    for rid, h in zip(order, hits):
+        r = state.requests[rid]
+        if rid in state.running or h <= 0:
+            continue
+        for block_hash in block_hashes(r.request.prompt_token_ids + r.output_token_ids, bs)[:h]:
+            if free:
+                tail.insert(0, free.pop())
+                cached[block_hash] = (tail[0],)
+    ref_cnt = {b: 1 for r in state.requests.values() for b in r.block_ids}
+    return replace(state, free_block_queue=tuple(free + tail), block_ref_cnt=ref_cnt,
+                   cached_block_hash_to_block=cached)
 
 
 def _draft(post: SchedulerState, output: SchedulerOutput, model_output: ModelRunnerOutput,

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from ..reference_impl import rules
 from ..spec.arith import and_, implies, ite, min_, not_, or_
+from .encoding_caching import lookup_bounds, release
 from .encoding_spec import sample
 
 Int = Any
@@ -61,6 +62,10 @@ class Slot:
     num_accepted: Int = 0  # the verifier accepts this many of the scheduled drafts
     stop_at: Int = 1  # position of the EOS / stop token among the appended tokens
     num_new_drafts: Int = 0  # the drafter's next proposal
+    # Prefix caching (`Config.prefix_caching`), see encoding_caching.py.
+    hit_blocks: Int = 0  # blocks of its hash chain found cached when it is looked up in the waiting pass
+    evictable: Int = 0  # ... of which this many sit, unreferenced, in the free queue
+    shared_freed: Int = 0  # when it frees its blocks, this many are still held by another request
 
     @property
     def num_tokens(self) -> Int:
@@ -82,6 +87,7 @@ class Config:
     fcfs: bool
     spec_decode: bool = False  # concrete: the core formula is built without a trace of the feature
     num_speculative_tokens: Int = 0
+    prefix_caching: bool = False
 
 
 @dataclass
@@ -90,6 +96,7 @@ class Pre:
     slots: list[Slot]
     num_running: Int  # slots [0, num_running) run, in order; the rest wait, in order
     num_free_blocks: Int
+    num_shared_refs: Int = 0  # prefix caching: block-table entries beyond each block's first holder
 
     def running(self, i: int) -> Bool:
         return i < self.num_running
@@ -117,7 +124,9 @@ class Post:
     assume: list[Bool] = field(default_factory=list)  # facts that select the case of a split step (see `step`)
     num_scheduled_spec: list[Int] = field(default_factory=list)  # spec decode: drafts (or padding) scheduled
     num_spec_tokens: list[Int] = field(default_factory=list)  # spec decode: S after the drafter
-    inputs: list[Bool] = field(default_factory=list)  # spec decode: bounds on what the model and drafter return
+    inputs: list[Bool] = field(default_factory=list)  # bounds on the step's free inputs (model, drafter, cache)
+    num_hit_tokens: list[Int] = field(default_factory=list)  # prefix caching: C at admission
+    num_shared_refs: Int = 0
 
 
 def _count(flags) -> Int:
@@ -163,7 +172,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     C = [s.num_computed_tokens for s in slots]
     blocks = [s.num_blocks for s in slots]
     free, budget, pops = pre.num_free_blocks, c.token_budget, 0
-    spec, k = c.spec_decode, c.num_speculative_tokens
+    spec, k, cache = c.spec_decode, c.num_speculative_tokens, c.prefix_caching
+    shared, inputs = pre.num_shared_refs, []
     S, drafts, prefill_scheduled = [s.num_spec_tokens for s in slots], [0] * N, False
     eligible = N  # every slot is a live request, running or waiting
     thr = ite(c.adaptive, rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
@@ -218,7 +228,10 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                 break
             for j in range(N):
                 pop = and_(want, victim[j])
-                free = free + ite(pop, blocks[j], 0)
+                if cache:  # only the blocks nobody else holds return to the free queue
+                    free, shared = release(free, shared, pop, blocks[j], slots[j].shared_freed, inputs)
+                else:
+                    free = free + ite(pop, blocks[j], 0)
                 if not c.fcfs:  # PRIORITY refunds a victim already scheduled this step (Z1)
                     budget = budget + ite(and_(pop, sched[j]), n[j], 0)
                     sched[j] = and_(sched[j], not_(pop))
@@ -271,17 +284,26 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
         held = sum(ite(sel[j], blocks[j], 0) for j in range(N))
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
+        if cache:  # get_computed_blocks: the hit becomes C (a waiting request holds nothing: Cp == held == 0)
+            h, ev = (sum(ite(sel[j], getattr(slots[j], f), 0) for j in range(N)) for f in ("hit_blocks", "evictable"))
+            hit = h * bs
+            inputs += lookup_bounds(or_(*sel), T, h, ev, free, bs)
         if spec:  # a decode-like admission is padded to 1 + k, or the pass breaks (scheduler.py:1309-1328)
-            pad = rules.pads_spec_decode(k, T, prefill_scheduled, any_running_scheduled, 0, L)
+            pad = rules.pads_spec_decode(k, T - hit if cache else T, prefill_scheduled, any_running_scheduled,
+                                         hit if cache else 0, L)
             go = and_(go, not_(and_(pad, 1 + k > budget)))
-            n_p = rules.waiting_num_new_tokens(T, 0, thr, ite(pad, 1 + k, 0))
+            n_p = rules.waiting_num_new_tokens(T, hit if cache else 0, thr, ite(pad, 1 + k, 0))
         else:
-            n_p = rules.waiting_num_new_tokens(T, 0, thr)
+            n_p = rules.waiting_num_new_tokens(T, hit if cache else 0, thr)
         hol = and_(not_(c.enable_chunked_prefill), n_p > budget)
         n_p = min_(n_p, budget)
         wm = ite(num_run > 0, c.watermark_blocks, 0)
-        full = rules.num_blocks_to_allocate(min_(T, L), held, bs)
-        need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, n_p, 0, L), held, bs)
+        if cache:  # allocate_slots: the hit blocks count as held; an evictable one costs a free block too
+            full = rules.num_blocks_to_allocate(min_(T, L), held + h, bs) + ev
+            need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp + hit, n_p, 0, L), held + h, bs) + ev
+        else:
+            full = rules.num_blocks_to_allocate(min_(T, L), held, bs)
+            need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, n_p, 0, L), held, bs)
         go = and_(go, not_(hol), implies(c.scheduler_reserve_full_isl, rules.allocation_fits(full, wm, free)),
                   rules.allocation_fits(need, wm, free))
         for j in range(N):
@@ -293,10 +315,16 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             n[j] = ite(a, n_p, n[j])
             if spec:
                 drafts[j] = ite(and_(a, pad), k, drafts[j])
-            blocks[j] = blocks[j] + ite(a, need, 0)
-            C[j] = ite(a, 0, C[j])
+            if cache:  # the table gains the hits and the new blocks; the free queue loses the new and evictable
+                blocks[j] = blocks[j] + ite(a, need - ev + h, 0)
+                C[j] = ite(a, hit, C[j])
+            else:
+                blocks[j] = blocks[j] + ite(a, need, 0)
+                C[j] = ite(a, 0, C[j])
         free = free - ite(go, need, 0)
         budget = budget - ite(go, n_p, 0)
+        if cache:  # hits on blocks another request holds are shared table entries
+            shared = shared + ite(go, h - ev, 0)
         num_run = num_run + ite(go, 1, 0)
 
     # ---- _update_after_schedule, then update_from_output with the fake model ----
@@ -317,7 +345,11 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
                                    L, s.max_tokens, s.min_tokens)
             done = and_(sampled, kind != rules.NOT_STOPPED)
-        free = free + ite(done, blocks[j], 0)
+        if cache:
+            free, shared = release(free, shared, done, blocks[j], s.shared_freed, inputs)
+            post.num_hit_tokens.append(s.hit_blocks * bs)
+        else:
+            free = free + ite(done, blocks[j], 0)
         post.scheduled.append(sched[j])
         post.num_scheduled.append(ite(sched[j], n[j], 0))
         post.finished.append(done)
@@ -334,4 +366,6 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     post.wait_pos = [ite(post.waiting[j], _count([and_(post.waiting[k], wpos[k] < wpos[j]) for k in range(N)]), -1)
                      for j in range(N)]
     post.num_free_blocks = free
+    post.num_shared_refs = shared
+    post.inputs += inputs
     return post

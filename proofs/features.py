@@ -34,7 +34,7 @@ from .concrete import replay, to_state
 from .encoding import step
 from .symbolic import fresh, state_view, well_formed
 
-FEATURES = ("spec-decode",)  # encoded so far; prefix caching and async are not (docs/proofs.md)
+FEATURES = ("spec-decode", "prefix-caching")  # encoded so far; async is not (docs/proofs.md)
 CONCRETE_ONLY = ("refcounts-match-tables", "cached-blocks-match-tokens")
 
 
@@ -48,13 +48,22 @@ class Job:
     features: tuple[str, ...] = FEATURES
 
 
-def _encoded(n: int, fcfs: bool, preempts: bool):
-    pre = fresh(n, fcfs, prove.BLOCK_SIZE, spec_decode=True)
+def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = FEATURES):
+    pre = fresh(n, fcfs, prove.BLOCK_SIZE, spec_decode="spec-decode" in features,
+                prefix_caching="prefix-caching" in features)
     context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
     return pre, context, step(pre, preempts)
 
 
-def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0) -> prove.Result:
+def _concretizable(pre) -> list:
+    """Prefer a counterexample `concrete.to_state` builds exactly: no shared blocks, every hit evictable."""
+    if not pre.config.prefix_caching:
+        return []
+    return [pre.num_shared_refs == 0] + [s.evictable == s.hit_blocks for s in pre.slots]
+
+
+def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
+          features: tuple[str, ...] = FEATURES) -> prove.Result:
     cpu0, t0 = time.process_time(), time.perf_counter()
     policy = "fcfs" if fcfs else "priority"
     result = prove.Result(invariant.name, n, policy, "proved", 0.0)
@@ -63,7 +72,7 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0) -> 
     else:
         deadline = t0 + timeout_s
         for preempts in (False, True):
-            pre, context, post = _encoded(n, fcfs, preempts)
+            pre, context, post = _encoded(n, fcfs, preempts, features)
             facts = context + post.assume + post.inputs + [z3.Not(prove._goal(invariant, pre, post))]
             verdict, solver = prove._solve(facts, deadline)
             if verdict == z3.unsat:
@@ -71,7 +80,8 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0) -> 
             if verdict == z3.unknown:
                 result.verdict = "unknown"
                 break
-            model = prove._minimise(pre, facts, timeout_s) or solver.model()
+            model = (prove._minimise(pre, facts + _concretizable(pre), timeout_s) or prove._minimise(pre, facts, timeout_s)
+                     or solver.model())
             state, sampled = to_state(model, pre)
             confirmed, what = replay(state, sampled, invariant)
             result.verdict = "violated" if confirmed else "unconfirmed"
@@ -87,11 +97,11 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0) -> 
 
 def run_job(job: Job) -> prove.Result:
     if job.mutant is None:
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
     from ..conformance.mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
 
 
 def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,

@@ -24,7 +24,7 @@ from .encoding import Config, Post, Pre, Slot, heap_before
 
 
 def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, prefix: str = "",
-          spec_decode: bool = False) -> Pre:
+          spec_decode: bool = False, prefix_caching: bool = False) -> Pre:
     I, B = (lambda name: z3.Int(prefix + name)), (lambda name: z3.Bool(prefix + name))
     config = Config(
         token_budget=I("token_budget"), max_num_seqs=I("max_num_seqs"), max_model_len=I("max_model_len"),
@@ -42,7 +42,12 @@ def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, p
         for i, s in enumerate(slots):
             s.num_spec_tokens, s.is_prefill_chunk = I(f"spec_tokens_{i}"), B(f"is_prefill_chunk_{i}")
             s.num_accepted, s.stop_at, s.num_new_drafts = I(f"accepted_{i}"), I(f"stop_at_{i}"), I(f"new_drafts_{i}")
-    return Pre(config, slots, I("num_running") if num_running is None else num_running, I("num_free_blocks"))
+    pre = Pre(config, slots, I("num_running") if num_running is None else num_running, I("num_free_blocks"))
+    if prefix_caching:  # each slot's hit and sharing, and the shared table entries: free (encoding_caching.py)
+        config.prefix_caching, pre.num_shared_refs = True, I("num_shared_refs")
+        for i, s in enumerate(slots):
+            s.hit_blocks, s.evictable, s.shared_freed = I(f"hit_blocks_{i}"), I(f"evictable_{i}"), I(f"shared_freed_{i}")
+    return pre
 
 
 def well_formed(pre: Pre) -> list[Any]:
@@ -66,15 +71,23 @@ def well_formed(pre: Pre) -> list[Any]:
         k = c.num_speculative_tokens
         facts += [k >= 1, z3.Or(c.long_prefill_token_threshold == 0, c.long_prefill_token_threshold >= 1 + k)]
         facts += [z3.And(s.num_spec_tokens >= 0, s.num_spec_tokens <= k) for s in slots]
+    if c.prefix_caching:  # an extra table entry is an entry of some held block
+        facts += [pre.num_shared_refs >= 0, pre.num_shared_refs <= sum(s.num_blocks for s in slots)]
     return facts
 
 
 def _spec(pre: Pre, pre_s: list[Any], scheduled: list[Any], post_s: list[Any]) -> list[dict[str, Any]]:
     """The spec-decode fields of each row (none in the core scope, so its views are what they were)."""
-    if not pre.config.spec_decode:
-        return [{} for _ in pre.slots]
-    return [dict(pre_num_spec_tokens=a, num_scheduled_spec=b, post_num_spec_tokens=c)
-            for a, b, c in zip(pre_s, scheduled, post_s)]
+    rows: list[dict[str, Any]] = [{} for _ in pre.slots]
+    if pre.config.spec_decode:
+        for row, a, b, c in zip(rows, pre_s, scheduled, post_s):
+            row.update(pre_num_spec_tokens=a, num_scheduled_spec=b, post_num_spec_tokens=c)
+    return rows
+
+
+def _caching(pre: Pre, shared: Any) -> dict[str, Any]:
+    """The prefix-caching globals of a view (none in the core scope)."""
+    return dict(enable_prefix_caching=True, post_num_shared_block_refs=shared) if pre.config.prefix_caching else {}
 
 
 def _globals(pre: Pre) -> dict[str, Any]:
@@ -88,6 +101,9 @@ def _globals(pre: Pre) -> dict[str, Any]:
 def step_view(pre: Pre, post: Post) -> StepView:
     rows = []
     spec = _spec(pre, [s.num_spec_tokens for s in pre.slots], post.num_scheduled_spec, post.num_spec_tokens)
+    for i, row in enumerate(spec):
+        if pre.config.prefix_caching:
+            row["num_hit_tokens"] = post.num_hit_tokens[i]
     for i, s in enumerate(pre.slots):
         run = pre.running(i)
         rows.append(Row(
@@ -104,7 +120,7 @@ def step_view(pre: Pre, post: Post) -> StepView:
             finished_stopped=post.finished_stopped[i], **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
-                    post_num_free_blocks=post.num_free_blocks, **_globals(pre))
+                    post_num_free_blocks=post.num_free_blocks, **_globals(pre), **_caching(pre, post.num_shared_refs))
 
 
 def state_view(pre: Pre) -> StepView:
@@ -125,7 +141,7 @@ def state_view(pre: Pre) -> StepView:
             **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
-                    post_num_free_blocks=pre.num_free_blocks, **_globals(pre))
+                    post_num_free_blocks=pre.num_free_blocks, **_globals(pre), **_caching(pre, pre.num_shared_refs))
 
 
 def post_state_view(pre: Pre, post: Post) -> StepView:
@@ -146,4 +162,4 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
             **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=post.num_free_blocks,
-                    post_num_free_blocks=post.num_free_blocks, **_globals(pre))
+                    post_num_free_blocks=post.num_free_blocks, **_globals(pre), **_caching(pre, post.num_shared_refs))

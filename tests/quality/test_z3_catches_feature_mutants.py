@@ -1,4 +1,4 @@
-"""Z3 in feature mode finds each spec-decode mutant of a shared rule, with a counterexample the reference confirms.
+"""Z3 in feature mode finds each feature mutant of a shared rule, with a counterexample the reference confirms.
 
 The mutants are planted in `reference_impl.rules`, so they reach the
 reference and the feature encoding at once. For each, the invariants its
@@ -6,9 +6,12 @@ definition says it breaks (`Mutant.expect`, written with the mutant, not
 read off Z3) are checked for N = 1, 2, 3 under both policies; the first
 `violated` cell must come with a concrete state that, written to a file and
 replayed by `schedspec replay`'s code with the mutant planted again, breaks
-the invariant on the reference. The feature mutants whose bug lives in
-update.py bookkeeping (not a rule) are out of the encoding's reach by
-design: Z3 proves the spec-decode step despite them.
+the invariant on the reference (or trips one of the reference's own
+asserts, as Z7's full hit does: no token left to schedule). The feature
+mutants whose bug lives in update.py or kv_cache_manager.py bookkeeping
+(not a rule) are out of the encoding's reach by design: Z3 proves the
+feature step despite them; the monitors, the state machine and the diff
+catch them.
 """
 
 import pytest
@@ -17,10 +20,10 @@ from schedspec.conformance.mutants import BY_NAME
 from schedspec.proofs.features import Job, run_job
 from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
 
-SPEC_RULE_MUTANTS = ["spec-tokens-off-by-one", "padding-ignores-L"]
+SPEC_RULE_MUTANTS = ["spec-tokens-off-by-one", "padding-ignores-L", "Z7-full-hit-lookup"]
 # Core-rule mutants still caught with drafts in the step: the stop verdict is applied at the first stop position.
 CORE_RULE_MUTANTS = ["Z13-length-before-stop", "stop-at-L-off-by-one", "Z4-min-tokens-first"]
-OUT_OF_REACH = ["no-rejection-rollback", "rejection-ignores-placeholder-guard"]
+OUT_OF_REACH = ["no-rejection-rollback", "rejection-ignores-placeholder-guard", "Z7-recompute-one-token"]
 
 
 def first_violation(mutant: str):
@@ -44,13 +47,16 @@ def test_feature_mode_finds_a_replayed_counterexample(mutant, tmp_path):
     assert broken
 
 
-def test_padding_needs_a_running_request_without_prefix_caching():
+def test_padding_needs_a_running_request_or_a_prefix_hit():
     # pads_spec_decode needs a running request scheduled or a prefix hit: alone, with caching off, it never pads.
-    assert all(run_job(Job("chunk-bounds", 1, fcfs, 60, "padding-ignores-L")).verdict == "proved" for fcfs in (True, False))
+    only_spec = ("spec-decode",)
+    assert all(run_job(Job("chunk-bounds", 1, fcfs, 60, "padding-ignores-L", only_spec)).verdict == "proved"
+               for fcfs in (True, False))
+    assert run_job(Job("chunk-bounds", 1, True, 60, "padding-ignores-L")).verdict == "violated"
 
 
 @pytest.mark.parametrize("mutant", OUT_OF_REACH)
 def test_update_bookkeeping_mutants_are_out_of_the_encodings_reach(mutant):
-    assert BY_NAME[mutant].target.startswith("reference_impl.update:")
+    assert BY_NAME[mutant].target.startswith(("reference_impl.update:", "reference_impl.kv_cache_manager:"))
     for name in BY_NAME[mutant].expect:
         assert run_job(Job(name, 2, True, 60, mutant)).verdict == "proved"

@@ -5,8 +5,8 @@ requests, to keep the O(N^3) evaluation on ints quick) is stepped by both,
 with the fake model's sampled tokens, and compared through the encoding's
 abstraction. Under each mutant of a shared rule the two must still agree:
 that is what "a planted bug is written once" means. The encoding covers the
-core scope here; sync spec decode is compared at the end of the file, and the
-families of prefix caching and async scheduling (issue 7) are not drawn from.
+core scope here; sync spec decode and prefix caching (issue 7) are compared at
+the end of the file; the async family is not drawn from.
 """
 
 import pytest
@@ -100,54 +100,62 @@ def test_the_two_cases_of_the_step_cover_it_exactly():
     assert checked > 500 and seen == {0, 1}
 
 
-# ---- Sync spec decode (issue 7): the encoding with `Config.spec_decode`, against the reference's engine loop. ----
+# ---- Sync spec decode and prefix caching (issue 7): the feature encoding against the reference's engine loop. ----
 
-def spec_workloads(count, seed=21):
-    """The spec-decode family with prefix caching off (not encoded yet); every other one also gets one-token
-    prompts, the only way to a padded decode-like admission without a prefix hit."""
+def feature_workloads(family, count, seed=21):
+    """Synchronous workloads of a feature family. In the spec-decode family every other one gets one-token
+    prompts: with prefix caching off that is the only way to a padded decode-like admission."""
     from dataclasses import replace
 
     for index in range(count):
-        w = generate("spec-decode", seed, index)
-        w = w.replace(config=replace(w.config, enable_prefix_caching=False))
-        if index % 2:
-            w = w.replace(requests=tuple(replace(r, request=replace(r.request, prompt_token_ids=r.request.prompt_token_ids[:1]))
+        w = generate(family, seed, index)
+        if family == "spec-decode" and index % 2:
+            w = w.replace(config=replace(w.config, enable_prefix_caching=False),
+                          requests=tuple(replace(r, request=replace(r.request, prompt_token_ids=r.request.prompt_token_ids[:1]))
                                          if i % 2 else r for i, r in enumerate(w.requests)))
         yield w
 
 
-def test_no_drift_under_spec_decode():
-    from schedspec.proofs.drift_spec import compare_spec, spec_steps
+def test_no_drift_under_spec_decode_and_prefix_caching():
+    from schedspec.proofs.drift_features import compare_features, shared_refs, spec_steps
 
-    checked, seen = 0, dict(drafts=0, padded=0, rejected=0, trimmed=0, preempted=0)
-    for w in spec_workloads(60):
-        for pre, output, model_output, post, finished, proposals in spec_steps(w):
-            assert compare_spec(pre, output, model_output, post, finished, proposals) == [], (w.name, pre.current_step)
-            checked += 1
-            admitted = {n.req_id for n in output.scheduled_new_reqs}
-            for rid, d in output.scheduled_spec_decode_tokens.items():
-                gen = model_output.sampled_token_ids.get(rid, ())
-                seen["drafts"] += 1
-                seen["padded"] += rid in admitted
-                seen["rejected"] += len(gen) - 1 < len(d)
-                seen["trimmed"] += rid in finished and len(finished[rid].output_token_ids) < pre.requests[rid].num_output_tokens + len(gen)
-            seen["preempted"] += len(output.preempted_req_ids)
+    checked, seen = 0, dict(drafts=0, padded=0, padded_on_hit=0, rejected=0, trimmed=0, preempted=0, hits=0, shared=0,
+                            shared_freed=0)
+    for family in ("spec-decode", "prefix-caching"):
+        for w in feature_workloads(family, 40):
+            for step in spec_steps(w):
+                pre, output, model_output, post, finished, proposals, probed = step
+                assert compare_features(*step) == [], (w.name, pre.current_step)
+                checked += 1
+                new = {n.req_id: n.num_computed_tokens for n in output.scheduled_new_reqs}
+                for rid, d in output.scheduled_spec_decode_tokens.items():
+                    gen = model_output.sampled_token_ids.get(rid, ())
+                    seen["drafts"] += 1
+                    seen["padded"] += rid in new
+                    seen["padded_on_hit"] += new.get(rid, 0) > 0
+                    seen["rejected"] += len(gen) - 1 < len(d)
+                    seen["trimmed"] += rid in finished and len(finished[rid].output_token_ids) < pre.requests[rid].num_output_tokens + len(gen)
+                seen["preempted"] += len(output.preempted_req_ids)
+                seen["hits"] += sum(1 for c in new.values() if c > 0)
+                seen["shared"] += shared_refs(post) > 0
+                seen["shared_freed"] += sum(1 for p in probed.values() if p.get("shared_freed", 0) > 0)
     assert checked > 1000 and all(seen.values()), seen
 
 
-SPEC_SHARED = [m for m in MUTANTS if m.target.startswith("reference_impl.rules:")
-               and (not m.families or "spec-decode" in m.families)]
+FEATURE_SHARED = [m for m in MUTANTS if m.target.startswith("reference_impl.rules:")
+                  and (not m.families or {"spec-decode", "prefix-caching"} & set(m.families))]
 
 
-@pytest.mark.parametrize("mutant", SPEC_SHARED, ids=[m.name for m in SPEC_SHARED])
-def test_a_mutant_of_a_rule_moves_the_spec_encoding_with_the_reference(mutant):
-    from schedspec.proofs.drift_spec import compare_spec, spec_steps
+@pytest.mark.parametrize("mutant", FEATURE_SHARED, ids=[m.name for m in FEATURE_SHARED])
+def test_a_mutant_of_a_rule_moves_the_feature_encoding_with_the_reference(mutant):
+    from schedspec.proofs.drift_features import compare_features, spec_steps
 
     with applied(mutant):
-        for w in spec_workloads(16, seed=22):
-            try:
-                reached = list(spec_steps(w, max_steps=30))
-            except AssertionError:  # the mutated reference tripped one of vLLM's own asserts: nothing to compare
-                continue
-            for step in reached:
-                assert compare_spec(*step) == [], (mutant.name, w.name, step[0].current_step)
+        for family in ("spec-decode", "prefix-caching"):
+            for w in feature_workloads(family, 10, seed=22):
+                try:
+                    reached = list(spec_steps(w, max_steps=30))
+                except AssertionError:  # the mutated reference tripped one of vLLM's own asserts: nothing to compare
+                    continue
+                for step in reached:
+                    assert compare_features(*step) == [], (mutant.name, w.name, step[0].current_step)

@@ -1,4 +1,4 @@
-"""Feature-mode proofs (sync spec decode): small-N proofs, non-vacuous facts, the CLI flag, the core run untouched."""
+"""Feature-mode proofs (sync spec decode, prefix caching): small-N proofs, non-vacuous facts, the CLI flag, the core run untouched."""
 
 import pytest
 import z3
@@ -37,8 +37,12 @@ def test_the_assumptions_leave_every_spec_behaviour_possible(preempts):
     if not preempts:
         assert _possible(facts + [post.admitted[1], post.num_scheduled_spec[1] > 0])  # a padded admission
         assert _possible(facts + [post.running[0], post.num_spec_tokens[0] > 0])  # a new proposal kept
+        assert _possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # a prefix hit
+        assert _possible(facts + [post.admitted[1], s1.evictable < s1.hit_blocks])  # a hit on a held block: shared
+        assert _possible(facts + [post.finished[0], s0.shared_freed > 0])  # a finish that frees a shared block
     else:
         assert _possible(facts + [post.preempted[0], s0.num_spec_tokens > 0])  # drafts dropped by preemption
+        assert _possible(facts + [post.preempted[0], s0.shared_freed > 0])  # a victim's shared block stays held
 
 
 def _constants(terms) -> set[str]:
@@ -59,17 +63,18 @@ def test_the_core_encoding_has_no_trace_of_the_feature():
     post = step(fresh(2, True, 4), True)
     names = _constants(post.num_computed_tokens + post.num_tokens + post.finished + post.run_pos + [post.num_free_blocks])
     assert "prompt_0" in names and not any(n.startswith(("spec_tokens", "accepted", "stop_at", "new_drafts",
-                                                          "is_prefill_chunk", "num_speculative")) for n in names)
-    assert post.num_scheduled_spec == [] and post.inputs == []
+                                                          "is_prefill_chunk", "num_speculative", "hit_blocks",
+                                                          "evictable", "shared")) for n in names)
+    assert post.num_scheduled_spec == [] and post.inputs == [] and post.num_hit_tokens == []
     spec = step(fresh(2, True, 4, spec_decode=True), True)
     assert "accepted_0" in _constants(spec.num_tokens)  # the probe does see feature symbols where they are
 
 
 def test_prove_cli_feature_flag(tmp_path, capsys):
-    assert main(["prove", "--feature", "spec-decode", "--max-requests", "1", "--policy", "priority",
-                 "--out", str(tmp_path)]) == 0
+    assert main(["prove", "--feature", "spec-decode", "--feature", "prefix-caching", "--max-requests", "1",
+                 "--policy", "priority", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "with spec-decode" in out and "n/a" in out
+    assert "with spec-decode, prefix-caching" in out and "n/a" in out
     assert main(["prove", "--feature", "spec-decode", "--max-requests", "1", "--invariant", "chunk-bounds",
                  "--mutant", "padding-ignores-L", "--out", str(tmp_path)]) == 0  # needs two requests
     assert main(["prove", "--feature", "spec-decode", "--max-requests", "2", "--policy", "fcfs", "--invariant",
