@@ -158,8 +158,7 @@ LOOP_INVARIANTS: dict[str, tuple[LoopInvariant, bool]] = {  # name: (J, whether 
     "budget-conservation": (_budget, False),
     "priority-victim-is-least-important": (_victims, True),
 }
-ROWS = "rows"  # the per-row loop invariant (`Rows`), shared by the invariants of ROW_INVARIANTS
-ROW_INVARIANTS: tuple[str, ...] = ()
+ROWS = "rows"  # the per-row loop invariant (`Rows`), shared by every invariant without one of its own
 
 
 def havoc(st: dict[str, Any]) -> dict[str, Any]:
