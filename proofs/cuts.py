@@ -1,29 +1,42 @@
-"""Induction over the running pass: cut points with a loop invariant, for the invariants that need it.
+"""Induction over the running pass: cut points with a loop invariant, for every invariant in the case that preempts.
 
 The running pass in the case that preempts (`encoding.step(pre, True)`) is
 the hard part of a step for Z3: N slots, each with up to N preemption
 rounds, each choosing among N victims, all chained through `free`,
 `budget` and `pops`. Block and budget conservation, and the PRIORITY
-victim rule, are about sums and ranks threaded through that whole chain.
+victim rule, are about sums and ranks threaded through that whole chain;
+every per-request invariant reads a C, an n and a block count that the
+chain computed.
 
-Here the pass is cut before every slot (and after the last). At each cut
+Here the pass is cut before every slot, before and after each of the slot's
+preemption rounds, and after the pass. At each cut
 the pass's state (`encoding.STATE`) is replaced by fresh symbolic values
-constrained only by a loop invariant J_i. The proof is then N + 1 small
-queries, each over one slot's iteration instead of the whole pass:
+constrained only by a loop invariant J_k. The proof is then one small
+query per segment between two cuts, each over one preemption round instead
+of the whole pass:
 
-* for i = 1 .. N:  Ctx and J_{i-1}(x) and x' = slot_{i-1}(x)  implies  J_i(x')
-  (J_0 is the pass's initial state itself, built from the pre-state);
-* final:           Ctx and J_N(x) and Case(x') and x' = rest(x)  implies  Goal.
+* first:           Ctx  implies  J_0(x_0), with x_0 the pass's state at the first cut, built from the pre-state;
+* for each segment: J_k(x) and x' = segment_k(x)  implies  J_{k+1}(x')   (no Ctx: a stronger statement);
+* final:           Ctx and J_K(x) and Case(x') and x' = rest(x)  implies  Goal.
 
 Ctx is WellFormed(s) and Inv(s), over the pre-state, which no cut touches.
-If every query is unsat, then by induction over i every state the real pass
-reaches at cut i satisfies J_i, so the real step is one of the steps the
-final query ranges over, and the goal holds for it. A lemma that fails
-proves nothing either way (J may be too weak for states the pass never
-reaches), so the caller falls back to the monolithic query, which finds
-the real counterexample if there is one. An `unknown` is never `proved`.
+J_k may also read symbols of earlier cuts (the `n_i` and `trying` of a slot's
+turn, the state of the cut before it): those are terms the real run gives
+values to like any other, so the induction is over the whole vector of cut
+symbols. If every query is unsat, then by induction over k the values the
+real pass reaches at the cuts satisfy every J_k, so the real step is one of
+the steps the final query ranges over, and the goal holds for it. A lemma
+or final query that is not unsat proves nothing either way (J may be too
+weak for states the pass never reaches), so the caller falls back to the
+monolithic query, which finds the real counterexample if there is one. An
+`unknown` is never `proved`.
 
-The loop invariants, one per invariant (`LOOP_INVARIANTS`):
+The lemmas never read the goal, so one proof of them serves every invariant
+that uses the same loop invariant on the same encoding: `prove.py` solves
+them once per (N, policy) and worker, and then one final query per invariant.
+
+The loop invariants (`loop_invariant_of`): three invariants have their own
+(`LOOP_INVARIANTS`), and every other one uses the per-row invariant `ROWS`:
 
 * block-conservation: free + sum(blocks) == usable, free >= 0, blocks >= 0.
 * budget-conservation: remaining + sum(scheduled n) == budget, remaining >= 0,
@@ -32,6 +45,21 @@ The loop invariants, one per invariant (`LOOP_INVARIANTS`):
   below `pops`, every slot still running ranks at or above it; with the
   rank lemma (`rank_lemma`, proved once on the pre-state) a lower rank
   means a key at least as large.
+* rows (`Rows`), for each slot j: popped means it ran, is out of running,
+  unscheduled, with C = 0 and no blocks; not popped means running as before
+  with the pre-state's C; neither popped nor scheduled means the pre-state's
+  blocks; a slot at or after the cut is unscheduled; a scheduled slot runs,
+  was `trying` at its turn and holds exactly that turn's n_j and
+  pre-blocks + `num_blocks_to_allocate(C, n_j)`; under FCFS the victims are
+  the tail, `pops` of them. n_j is `running_num_new_tokens` over the budget
+  symbol of the cut before slot j: that symbol is the ghost "budget slot j
+  saw", so no extra variable is needed in the encoding. The final query
+  then reads every row as a shallow term of the pre-state and that ghost,
+  which is why the per-request invariants (blocks-match-tokens,
+  owed-nonnegative, running-owes-tokens, computed-behind-known-tokens, ...)
+  become cheap. It says nothing of `pop_seq` or the budget left; every
+  invariant's final query goes through at N <= 8 all the same, and one
+  that did not would fall back.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 At N = 12 the induction over the running pass (proofs/cuts.py) proves the
 case that preempts for block and budget conservation and the PRIORITY
-victim rule, and the cheap invariants (budget conservation among them, under FCFS) are
+victim rule, and, through the per-row loop invariant, for the per-request
+invariants; the cheap invariants (budget conservation among them, under FCFS) are
 proved whole. What does not
 reach N = 12 yet is the monolithic case that preempts nobody (its waiting
 pass is not cut), which is why those three are not checked whole there.
@@ -32,6 +33,9 @@ def test_the_running_pass_induction_at_twelve_requests(fcfs):
     for name in LOOP_INVARIANTS:
         if not (fcfs and name in PRIORITY_ONLY):
             assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600), name
+    proofs: dict = {}  # the per-row lemmas, solved once for the four
+    for name in ("blocks-match-tokens", "owed-nonnegative", "running-owes-tokens", "computed-behind-known-tokens"):
+        assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600, proofs), name
 
 
 @pytest.mark.parametrize("name", ["no-admission-after-preemption", "seqs-limit", "budget-conservation"])

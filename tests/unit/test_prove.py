@@ -62,19 +62,22 @@ def test_prove_cli(tmp_path, capsys):
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_the_cut_proofs_go_through_without_falling_back(fcfs):
-    """Induction over the running pass (proofs/cuts.py): every lemma unsat, so the case that preempts is proved by
-    the cut proof itself, not by the monolithic query it falls back to."""
+    """Induction over the running pass (proofs/cuts.py): every lemma and every final query unsat, so the case that
+    preempts is proved by the cut proof itself, not by the monolithic query it falls back to. That holds for the
+    three invariants with a loop invariant of their own and, through the per-row one, for every other invariant."""
     import time
 
-    from schedspec.proofs.cuts import LOOP_INVARIANTS
+    from schedspec.proofs.cuts import LOOP_INVARIANTS, ROWS, loop_invariant_of
     from schedspec.proofs.prove import PRIORITY_ONLY, _by_cuts, _encoded
-    from schedspec.spec.invariants import BY_NAME
 
     pre, context, _ = _encoded(4, fcfs, True, reuse=False)
-    for name in LOOP_INVARIANTS:
-        if fcfs and name in PRIORITY_ONLY:
+    proofs: dict = {}
+    for inv in INVARIANTS:
+        if fcfs and inv.name in PRIORITY_ONLY:
             continue
-        assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 60), name
+        assert loop_invariant_of(inv.name) == (inv.name if inv.name in LOOP_INVARIANTS else ROWS)
+        assert _by_cuts(inv, pre, context, time.perf_counter() + 60, proofs), inv.name
+    assert all(lemmas_hold for _, lemmas_hold in proofs.values())  # the row lemmas were solved once, and held
 
 
 def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
