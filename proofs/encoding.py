@@ -16,10 +16,14 @@ Abstractions, each compared through in the drift test:
   the rest are `waiting` in order (symmetry reduction: any state is a
   permutation of a canonical one). Queue positions after the step are
   computed as counts of who precedes whom.
-* Synchronous engine, core scope: no drafts, no placeholders, no prefix
-  hits, `max_num_scheduled_tokens` unset. The sampled token of a request that
-  completes its prefill is abstract: two free booleans say whether it is the
-  EOS or a stop token.
+* Synchronous engine, core scope by default: no drafts, no placeholders, no
+  prefix hits, `max_num_scheduled_tokens` unset. The sampled token of a
+  request that completes its prefill is abstract: two free booleans say
+  whether it is the EOS or a stop token. Sync spec decode and prefix caching
+  are behind the concrete flags `Config.spec_decode` and
+  `Config.prefix_caching` (encoding_spec.py, encoding_caching.py,
+  encoding_waiting.py); with both off the formula is the core one, term for
+  term. Async scheduling is not encoded.
 * Under PRIORITY the waiting slots are sorted by (priority, arrival, id), as
   vLLM's heap pops them; `id_rank` stands for the request id's string order.
 
@@ -34,9 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..reference_impl import rules
-from ..spec.arith import and_, implies, ite, min_, not_, or_
-from .encoding_caching import lookup_bounds, release
+from ..spec.arith import and_, ite, min_, not_, or_
+from .encoding_caching import release
 from .encoding_spec import sample
+from .encoding_waiting import size_admission
 
 Int = Any
 Bool = Any
@@ -284,28 +289,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
         held = sum(ite(sel[j], blocks[j], 0) for j in range(N))
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
-        if cache:  # get_computed_blocks: the hit becomes C (a waiting request holds nothing: Cp == held == 0)
-            h, ev = (sum(ite(sel[j], getattr(slots[j], f), 0) for j in range(N)) for f in ("hit_blocks", "evictable"))
-            hit = h * bs
-            inputs += lookup_bounds(or_(*sel), T, h, ev, free, bs)
-        if spec:  # a decode-like admission is padded to 1 + k, or the pass breaks (scheduler.py:1309-1328)
-            pad = rules.pads_spec_decode(k, T - hit if cache else T, prefill_scheduled, any_running_scheduled,
-                                         hit if cache else 0, L)
-            go = and_(go, not_(and_(pad, 1 + k > budget)))
-            n_p = rules.waiting_num_new_tokens(T, hit if cache else 0, thr, ite(pad, 1 + k, 0))
-        else:
-            n_p = rules.waiting_num_new_tokens(T, hit if cache else 0, thr)
-        hol = and_(not_(c.enable_chunked_prefill), n_p > budget)
-        n_p = min_(n_p, budget)
-        wm = ite(num_run > 0, c.watermark_blocks, 0)
-        if cache:  # allocate_slots: the hit blocks count as held; an evictable one costs a free block too
-            full = rules.num_blocks_to_allocate(min_(T, L), held + h, bs) + ev
-            need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp + hit, n_p, 0, L), held + h, bs) + ev
-        else:
-            full = rules.num_blocks_to_allocate(min_(T, L), held, bs)
-            need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, n_p, 0, L), held, bs)
-        go = and_(go, not_(hol), implies(c.scheduler_reserve_full_isl, rules.allocation_fits(full, wm, free)),
-                  rules.allocation_fits(need, wm, free))
+        gates, n_p, need, (h, ev, hit, pad) = size_admission(c, slots, sel, T, Cp, held, free, budget, thr, num_run,
+                                                             prefill_scheduled, any_running_scheduled, inputs)
+        go = and_(go, *gates)
         for j in range(N):
             a = and_(go, sel[j])
             admitted[j] = or_(admitted[j], a)
