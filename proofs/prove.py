@@ -26,10 +26,11 @@ from typing import Any, Iterable
 
 import z3
 
+from ..spec.arith import and_, implies, not_
 from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
 from .concrete import replay, to_state
 from .cuts import LOOP_INVARIANTS, CutProof, loop_invariant_of, obligations
-from .encoding import Pre, step
+from .encoding import Pre, heap_before, step
 from .symbolic import fresh, post_state_view, state_view, step_view, well_formed
 
 PRIORITY_ONLY = ("priority-victim-is-least-important",)  # trivially true under FCFS: no cut proof needed
@@ -102,6 +103,24 @@ def _by_cuts(invariant: Invariant, pre: Pre, context: list[Any], deadline: float
     return lemmas_hold and _solve(context + proof.final(_goal(invariant, pre, proof.post)), deadline)[0] == z3.unsat
 
 
+def _heap_order(pre: Pre, context: list[Any]) -> list[Any]:
+    """Under PRIORITY, the heap order among the pre-state's waiting slots is their slot order: a fact of the context.
+
+    WellFormed only says that each waiting slot comes before the next in the heap order; the whole order follows by
+    transitivity, which Z3 would otherwise rediscover inside every query that compares two waiting requests. The
+    fact is proved here from the context (one small query) and added to it only when that proof is `unsat`, so it
+    assumes nothing the context does not already imply."""
+    if pre.config.fcfs:
+        return []
+    n, slots = len(pre.slots), pre.slots
+    fact = [implies(and_(not_(pre.running(k)), not_(pre.running(j))), heap_before(slots[k], slots[j]) == z3.BoolVal(k < j))
+            for k in range(n) for j in range(n) if k != j]
+    if not fact:
+        return []
+    proved = _solve(context + [z3.Not(z3.And(*fact))], time.perf_counter() + 30)[0] == z3.unsat
+    return fact if proved else []
+
+
 _LAST: dict[tuple[int, bool, bool], tuple[Pre, list[Any], Any]] = {}
 _CUTS: dict[tuple[int, bool], dict[str, tuple[CutProof, bool]]] = {}  # per encoding of the case that preempts
 
@@ -114,7 +133,8 @@ def _encoded(n: int, fcfs: bool, preempts: bool, reuse: bool) -> tuple[Pre, list
     if reuse and key in _LAST:
         return _LAST[key]
     pre = fresh(n, fcfs, BLOCK_SIZE)
-    built = (pre, well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state], step(pre, preempts))
+    context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
+    built = (pre, context + _heap_order(pre, context), step(pre, preempts))
     if reuse:
         if not any(k[:2] == key[:2] for k in _LAST):
             _LAST.clear()
