@@ -217,6 +217,20 @@ def running_served_while_budget_lasts(v: StepView) -> Any:
                          r.pre_num_tokens - r.pre_num_computed_tokens <= 0) for r in v.rows])
 
 
+def placeholders_match_in_flight(v: StepView) -> Any:
+    # The async strengthening (issue 7, docs/proofs.md): what ties P to the steps in flight. Stale output is
+    # in flight from before a preemption (_preempt_request sets stale = in-flight, P = 0), and the rest of the
+    # in-flight tokens were scheduled since, each advancing C by as much (C is 0 after the preemption) and at
+    # most 1 + drafts of them adding placeholders (async_scheduler.py:24-56). Placeholders exist only for a
+    # running request whose decode caught up with T + P: a caught-up decode leaves T + P - C = 1, and an
+    # update keeps it (T and P move by the tokens returned, P and C both lose the rejected drafts).
+    def ok(r: Row) -> Any:
+        P, I, stale = r.post_num_output_placeholders, r.post_num_in_flight_tokens, r.post_num_stale_output_tokens
+        return and_(stale <= I, P <= I - stale, I - stale <= r.post_num_computed_tokens,
+                    implies(P > 0, and_(r.post_running, r.post_num_tokens + P - r.post_num_computed_tokens == 1)))
+    return _all([implies(r.post_live, ok(r)) for r in v.rows])
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("owed-nonnegative", "Every live request is owed num_tokens_with_spec + num_output_placeholders - num_computed_tokens >= 0 tokens.",
               "scheduler.py:839-856 (every clamp is a min with the owed count); :2361-2364, :2767-2769", ("I-14", "OWED"), owed_nonnegative, state=True),
@@ -275,6 +289,9 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("cached-blocks-match-tokens", "A request's first num_cached_blocks blocks are cached under the hashes of its own tokens, and none of its later blocks is cached.",
               "kv_cache_manager.py:477-541 (cache_blocks), block_pool.py:226-300, :742-790 (evict on reuse)", ("PREFIX",),
               cached_blocks_match_tokens, state=True),
+    Invariant("placeholders-match-in-flight", "Stale output is part of what is in flight; the rest was computed since (in-flight - stale <= C) and bounds the placeholders; only a running request whose decode caught up holds placeholders, and then T + P - C = 1.",
+              "scheduler.py:1799-1877 (_preempt_request, _update_after_schedule); async_scheduler.py:24-56; update.py rollback",
+              ("I-12", "I-13", "ASYNC"), placeholders_match_in_flight, state=True),
 )
 
 BY_NAME = {inv.name: inv for inv in INVARIANTS}
