@@ -28,10 +28,9 @@ def test_every_invariant_up_to_eight_requests(fcfs):
     assert all(v == "proved" for v in verdicts.values()), {k: v for k, v in verdicts.items() if v != "proved"}
 
 
-# Under PRIORITY at N = 12, with the solver settings that make the default run fast (elim-term-ite,
-# arith.solver=2), the own lemmas of budget conservation and of the victim rule do not finish in 600 s
-# (the victim rule's took under 1 s with the earlier settings). Not reached reliably, so not claimed here
-# (benchmarks/RESULTS.md); block conservation (about 12 s) and the per-row lemmas (about 9 s) are.
+# Under PRIORITY at N = 12 the own lemmas of budget conservation and of the victim rule do not finish in
+# 600 s (with either solver setting; the victim rule's first lemma is unknown at 120 s). Not reached, so not
+# claimed here (benchmarks/RESULTS.md); block conservation (about 12 s) and the per-row lemmas (about 9 s) are.
 NOT_REACHED_AT_TWELVE_PRIORITY = ("budget-conservation", "priority-victim-is-least-important")
 
 
