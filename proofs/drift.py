@@ -56,6 +56,16 @@ def compare(state: SchedulerState, sampled: dict[str, int]) -> list[tuple[str, A
     tokens = {rid: () if after.requests[rid].num_computed_tokens < after.requests[rid].num_tokens else (sampled[rid],)
               for rid in output.num_scheduled_tokens}
     post, finished = api.update_from_output(after, output, ModelRunnerOutput(tokens))
+    return diff_through_abstraction(enc, order, output, post, finished)
+
+
+def diff_through_abstraction(enc: Any, order: list[str], output: Any, post: SchedulerState, finished: Any,
+                             spec_decode: bool = False) -> list[tuple[str, Any, Any]]:
+    """The encoding's step against the reference's, field by field through the abstraction (counts, positions).
+
+    Shared by the core and the feature drift checks, so both compare the same fields; `spec_decode` adds the
+    drafts scheduled and held.
+    """
     admitted = {n.req_id for n in output.scheduled_new_reqs}
     diffs: list[tuple[str, Any, Any]] = []
 
@@ -67,6 +77,8 @@ def compare(state: SchedulerState, sampled: dict[str, int]) -> list[tuple[str, A
     for j, rid in enumerate(order):
         live = post.requests.get(rid)
         same(f"{rid}.num_scheduled", enc.num_scheduled[j], output.num_scheduled_tokens.get(rid, 0))
+        if spec_decode:
+            same(f"{rid}.num_scheduled_spec", enc.num_scheduled_spec[j], len(output.scheduled_spec_decode_tokens.get(rid, ())))
         same(f"{rid}.admitted", enc.admitted[j], rid in admitted)
         same(f"{rid}.preempted", enc.preempted[j], rid in output.preempted_req_ids)
         same(f"{rid}.finished", enc.finished[j], rid in finished)
@@ -76,4 +88,6 @@ def compare(state: SchedulerState, sampled: dict[str, int]) -> list[tuple[str, A
             same(f"{rid}.num_computed_tokens", enc.num_computed_tokens[j], live.num_computed_tokens)
             same(f"{rid}.num_tokens", enc.num_tokens[j], live.num_tokens)
             same(f"{rid}.num_blocks", enc.num_blocks[j], len(live.block_ids))
+            if spec_decode:
+                same(f"{rid}.num_spec_tokens", enc.num_spec_tokens[j], len(live.spec_token_ids))
     return diffs

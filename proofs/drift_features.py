@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from ..reference_impl import ReferenceEngine
 from ..spec.engine import Drafter, fake_model
 from ..spec.state import SchedulerState
-from .drift import from_state
+from .drift import diff_through_abstraction, from_state
 from .encoding import step
 
 
@@ -110,8 +110,7 @@ def compare_features(pre_state: SchedulerState, output, model_output, post, fini
                                                                "shared_freed")} for rid, x in inputs.items()}
     pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(pre.slots, order)]
     enc = step(pre)
-    admitted = {n.req_id for n in output.scheduled_new_reqs}
-    diffs: list[tuple[str, Any, Any]] = []
+    diffs = diff_through_abstraction(enc, order, output, post, finished, pre.config.spec_decode)
 
     def same(field: str, a: Any, b: Any) -> None:
         if a != b:
@@ -119,25 +118,9 @@ def compare_features(pre_state: SchedulerState, output, model_output, post, fini
 
     if not all(enc.inputs):
         diffs.append(("inputs within bounds", False, True))
-    same("num_free_blocks", enc.num_free_blocks, post.num_free_blocks)
     if c.enable_prefix_caching:
         same("num_shared_refs", enc.num_shared_refs, shared_refs(post))
     for j, rid in enumerate(order):
-        live = post.requests.get(rid)
-        same(f"{rid}.num_scheduled", enc.num_scheduled[j], output.num_scheduled_tokens.get(rid, 0))
-        if pre.config.spec_decode:
-            same(f"{rid}.num_scheduled_spec", enc.num_scheduled_spec[j], len(output.scheduled_spec_decode_tokens.get(rid, ())))
-        same(f"{rid}.admitted", enc.admitted[j], rid in admitted)
-        same(f"{rid}.preempted", enc.preempted[j], rid in output.preempted_req_ids)
-        same(f"{rid}.finished", enc.finished[j], rid in finished)
-        same(f"{rid}.run_pos", enc.run_pos[j], post.running.index(rid) if rid in post.running else -1)
-        same(f"{rid}.wait_pos", enc.wait_pos[j], post.waiting.index(rid) if rid in post.waiting else -1)
-        if live is not None:
-            same(f"{rid}.num_computed_tokens", enc.num_computed_tokens[j], live.num_computed_tokens)
-            same(f"{rid}.num_tokens", enc.num_tokens[j], live.num_tokens)
-            same(f"{rid}.num_blocks", enc.num_blocks[j], len(live.block_ids))
-            if pre.config.spec_decode:
-                same(f"{rid}.num_spec_tokens", enc.num_spec_tokens[j], len(live.spec_token_ids))
-        else:
+        if rid not in post.requests:
             same(f"{rid}.finished_stopped", enc.finished_stopped[j], finished[rid].status.name == "FINISHED_STOPPED")
     return diffs
