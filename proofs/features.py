@@ -39,12 +39,9 @@ CONCRETE_ONLY = ("refcounts-match-tables", "cached-blocks-match-tokens")
 
 
 @dataclass(frozen=True)
-class Job:
-    invariant: str
-    n: int
-    fcfs: bool
-    timeout_s: float
-    mutant: str | None = None
+class Job(prove.Job):
+    """The core run's job, plus the features put into the step."""
+
     features: tuple[str, ...] = FEATURES
 
 
