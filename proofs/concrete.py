@@ -65,6 +65,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         policy="fcfs" if c.fcfs else "priority", watermark=(wm + 0.5) / (usable + 1),
         scheduler_reserve_full_isl=v(c.scheduler_reserve_full_isl),
         num_speculative_tokens=v(c.num_speculative_tokens), enable_prefix_caching=c.prefix_caching,
+        async_scheduling=c.async_scheduling,
     )
     num_running = v(pre.num_running)
     requests: dict[str, RequestState] = {}
@@ -80,13 +81,19 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
         requests[rid] = RequestState(request, status, output_token_ids=(11,) * v(s.num_output_tokens),
                                      num_computed_tokens=v(s.num_computed_tokens), block_ids=blocks,
-                                     spec_token_ids=(DRAFT,) * v(s.num_spec_tokens), is_prefill_chunk=v(s.is_prefill_chunk))
+                                     spec_token_ids=(DRAFT,) * v(s.num_spec_tokens), is_prefill_chunk=v(s.is_prefill_chunk),
+                                     num_output_placeholders=v(s.num_output_placeholders),
+                                     num_in_flight_tokens=v(s.in_flight_num_scheduled) if v(s.in_flight) else 0)
         sampled[rid] = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
-        if c.spec_decode:
+        if c.spec_decode or c.async_scheduling:
             tokens = [PLAIN] * (1 + v(s.num_accepted))
             if sampled[rid] != PLAIN and 1 <= v(s.stop_at) <= len(tokens):
                 tokens[v(s.stop_at) - 1] = sampled[rid]
             sampled[rid] = {"tokens": tokens, "drafts": v(s.num_new_drafts)}
+        if c.async_scheduling:  # what the step in flight scheduled; it returns tokens unless it was a prefill chunk
+            flight = v(s.in_flight)
+            sampled[rid] = {"tokens": tokens if flight and v(s.in_flight_placeholders) > 0 else [],
+                            "in_flight": [v(s.in_flight_num_scheduled), v(s.in_flight_num_drafts)] if flight else None}
         order.append(rid)
     free = tuple(range(next_block, usable + 1))
     state = SchedulerState(config=config, requests=requests, running=tuple(order[:num_running]),
@@ -127,21 +134,36 @@ def _draft(post: SchedulerState, output: SchedulerOutput, model_output: ModelRun
     return api.freeze(scheduler)
 
 
-def replay(state: SchedulerState, sampled: dict[str, int], invariant: Invariant) -> tuple[bool, dict[str, Any]]:
-    """Step the reference from `state`; True if it breaks `invariant`. Also returns what happened, for the report."""
+def _in_flight(state: SchedulerState, sampled: dict[str, Any]) -> tuple[SchedulerOutput, ModelRunnerOutput]:
+    """Async: the older step, still in flight, as the output it was scheduled with and what its model returned."""
+    flight = {rid: sampled[rid]["in_flight"] for rid in state.running if sampled[rid].get("in_flight")}
+    output = SchedulerOutput(num_scheduled_tokens={rid: n for rid, (n, _) in flight.items()},
+                             scheduled_spec_decode_tokens={rid: (-1,) * d for rid, (_, d) in flight.items() if d > 0})
+    return output, ModelRunnerOutput({rid: tuple(sampled[rid]["tokens"]) for rid in flight})
+
+
+def replay(state: SchedulerState, sampled: dict[str, Any], invariant: Invariant) -> tuple[bool, dict[str, Any]]:
+    """Step the reference from `state`; True if it breaks `invariant`. Also returns what happened, for the report.
+
+    Under async the step is the engine loop's with a queue of 2: schedule, then absorb the older step in flight.
+    """
     try:
         output, after_schedule = api.schedule(state)
     except AssertionError as e:
         return True, {"error": f"the reference's own assertion failed: {e}"}
-    tokens = {}
-    for rid in output.num_scheduled_tokens:
-        r = after_schedule.requests[rid]
-        planted = sampled[rid]
-        tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (
-            tuple(planted["tokens"]) if isinstance(planted, dict) else (planted,))
-    model_output = ModelRunnerOutput(tokens)
-    post, finished = api.update_from_output(after_schedule, output, model_output)
-    post = _draft(post, output, model_output, sampled)
+    if state.config.async_scheduling:
+        absorbed, model_output = _in_flight(state, sampled)
+        post, finished = api.update_from_output(after_schedule, absorbed, model_output)
+    else:
+        tokens = {}
+        for rid in output.num_scheduled_tokens:
+            r = after_schedule.requests[rid]
+            planted = sampled[rid]
+            tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (
+                tuple(planted["tokens"]) if isinstance(planted, dict) else (planted,))
+        model_output = ModelRunnerOutput(tokens)
+        post, finished = api.update_from_output(after_schedule, output, model_output)
+        post = _draft(post, output, model_output, sampled)
     broken = not invariant.holds(view_from_states(state, output, post, model_output, finished))
     if invariant.state:
         broken = broken or not invariant.holds(view_from_states(post, SchedulerOutput(), post))

@@ -34,104 +34,25 @@ priority key, so FCFS and PRIORITY share the loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..reference_impl import rules
 from ..spec.arith import and_, ite, min_, not_, or_
+from .encoding_async import after_schedule
 from .encoding_caching import release
 from .encoding_spec import sample
+from .encoding_state import Bool, Config, Int, Post, Pre, Slot
 from .encoding_waiting import size_admission
 
-Int = Any
-Bool = Any
+__all__ = ["Config", "Post", "Pre", "Slot", "STATE", "heap_before", "step"]
 
 
-@dataclass
-class Slot:
-    num_prompt_tokens: Int
-    num_output_tokens: Int
-    num_computed_tokens: Int
-    num_blocks: Int
-    max_tokens: Int
-    min_tokens: Int
-    priority: Int
-    arrival: Int
-    id_rank: Int  # rank of the request id: the heap's last tie-break
-    preempted: Bool  # status PREEMPTED (waiting after an earlier preemption)
-    samples_eos: Bool  # this step's sampled token, if any, is the EOS
-    samples_stop: Bool  # ... or one of the stop tokens
-    # Sync spec decode (`Config.spec_decode`; the defaults are the core scope), see encoding_spec.py.
-    num_spec_tokens: Int = 0  # S: drafts held
-    is_prefill_chunk: Bool = False  # as the last schedule() left it: the padding gate reads it
-    num_accepted: Int = 0  # the verifier accepts this many of the scheduled drafts
-    stop_at: Int = 1  # position of the EOS / stop token among the appended tokens
-    num_new_drafts: Int = 0  # the drafter's next proposal
-    # Prefix caching (`Config.prefix_caching`), see encoding_caching.py.
-    hit_blocks: Int = 0  # blocks of its hash chain found cached when it is looked up in the waiting pass
-    evictable: Int = 0  # ... of which this many sit, unreferenced, in the free queue
-    shared_freed: Int = 0  # when it frees its blocks, this many are still held by another request
-
-    @property
-    def num_tokens(self) -> Int:
-        return self.num_prompt_tokens + self.num_output_tokens
-
-
-@dataclass
-class Config:
-    token_budget: Int
-    max_num_seqs: Int
-    max_model_len: Int
-    block_size: int  # concrete: ceil-division by a symbolic size would make the formula nonlinear
-    num_usable_blocks: Int
-    long_prefill_token_threshold: Int
-    watermark_blocks: Int
-    enable_chunked_prefill: Bool
-    scheduler_reserve_full_isl: Bool
-    adaptive: Bool
-    fcfs: bool
-    spec_decode: bool = False  # concrete: the core formula is built without a trace of the feature
-    num_speculative_tokens: Int = 0
-    prefix_caching: bool = False
-
-
-@dataclass
-class Pre:
-    config: Config
-    slots: list[Slot]
-    num_running: Int  # slots [0, num_running) run, in order; the rest wait, in order
-    num_free_blocks: Int
-    num_shared_refs: Int = 0  # prefix caching: block-table entries beyond each block's first holder
-
-    def running(self, i: int) -> Bool:
-        return i < self.num_running
-
-
-@dataclass
-class Post:
-    """Per slot: the step's output and the state after update_from_output."""
-
-    scheduled: list[Bool] = field(default_factory=list)
-    num_scheduled: list[Int] = field(default_factory=list)
-    admitted: list[Bool] = field(default_factory=list)
-    preempted: list[Bool] = field(default_factory=list)
-    running: list[Bool] = field(default_factory=list)
-    waiting: list[Bool] = field(default_factory=list)
-    finished: list[Bool] = field(default_factory=list)
-    sampled_stop: list[Bool] = field(default_factory=list)
-    finished_stopped: list[Bool] = field(default_factory=list)
-    run_pos: list[Int] = field(default_factory=list)
-    wait_pos: list[Int] = field(default_factory=list)
-    num_computed_tokens: list[Int] = field(default_factory=list)
-    num_tokens: list[Int] = field(default_factory=list)
-    num_blocks: list[Int] = field(default_factory=list)
-    num_free_blocks: Int = 0
-    assume: list[Bool] = field(default_factory=list)  # facts that select the case of a split step (see `step`)
-    num_scheduled_spec: list[Int] = field(default_factory=list)  # spec decode: drafts (or padding) scheduled
-    num_spec_tokens: list[Int] = field(default_factory=list)  # spec decode: S after the drafter
-    inputs: list[Bool] = field(default_factory=list)  # bounds on the step's free inputs (model, drafter, cache)
-    num_hit_tokens: list[Int] = field(default_factory=list)  # prefix caching: C at admission
-    num_shared_refs: Int = 0
+def _plus(total: Int, *terms: Int) -> Int:
+    """total + terms, leaving out literal zeros, so a feature that is off adds no term to the formula."""
+    for t in terms:
+        if not (isinstance(t, int) and t == 0):
+            total = total + t
+    return total
 
 
 def _count(flags) -> Int:
@@ -177,7 +98,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     C = [s.num_computed_tokens for s in slots]
     blocks = [s.num_blocks for s in slots]
     free, budget, pops = pre.num_free_blocks, c.token_budget, 0
-    spec, k, cache = c.spec_decode, c.num_speculative_tokens, c.prefix_caching
+    spec, k, cache, asy = c.spec_decode, c.num_speculative_tokens, c.prefix_caching, c.async_scheduling
+    P = [s.num_output_placeholders for s in slots]  # async: placeholders; 0 otherwise
+    stale = [False] * N  # async: preempted in this step with the older step in flight
     shared, inputs = pre.num_shared_refs, []
     S, drafts, prefill_scheduled = [s.num_spec_tokens for s in slots], [0] * N, False
     eligible = N  # every slot is a live request, running or waiting
@@ -210,9 +133,11 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             break
         active = and_(active, budget > 0)
         s = slots[i]
-        owed = s.num_tokens + S[i] - C[i] if spec else s.num_tokens - C[i]
+        owed = _plus(s.num_tokens, S[i] if spec else 0, P[i] if asy else 0) - C[i]
         n_i = rules.running_num_new_tokens(owed, thr, budget, L, C[i])
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
+        if asy:  # scheduler.py:797-806: the step in flight already reaches max_tokens: `continue`
+            trying = and_(trying, not_(rules.async_max_tokens_reached(P[i], C[i], s.num_prompt_tokens, s.max_tokens)))
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
         for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
             at_cut(i, n_i=n_i, trying=trying)
@@ -245,6 +170,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                         drafts[j] = ite(pop, 0, drafts[j])
                 if spec:  # _preempt_request drops the drafts
                     S[j] = ite(pop, 0, S[j])
+                if asy:  # ... and the placeholders; what is in flight for it turns stale
+                    P[j] = ite(pop, 0, P[j])
+                    stale[j] = or_(stale[j], and_(pop, slots[j].in_flight))
                 in_run[j] = and_(in_run[j], not_(pop))
                 pop_seq[j] = ite(pop, pops, pop_seq[j])
                 preempted[j] = or_(preempted[j], pop)
@@ -255,7 +183,7 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         if c.fcfs:
             active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
         if spec:  # scheduler.py:1010-1025: what the clamps left of the drafts; the drafts are consumed
-            left = rules.num_scheduled_spec_tokens(n_i, C[i], s.num_tokens, 0)
+            left = rules.num_scheduled_spec_tokens(n_i, C[i], s.num_tokens, P[i] if asy else 0)
             drafts[i] = ite(and_(ok, S[i] > 0, left > 0), min_(left, S[i]), drafts[i])  # spec_token_ids[:left]
             S[i] = ite(and_(ok, S[i] > 0), 0, S[i])
             prefill_scheduled = or_(prefill_scheduled, and_(ok, s.is_prefill_chunk))
@@ -291,7 +219,11 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
         gates, n_p, need, (h, ev, hit, pad) = size_admission(c, slots, sel, T, Cp, held, free, budget, thr, num_run,
                                                              prefill_scheduled, any_running_scheduled, inputs)
-        go = and_(go, *gates)
+        if asy:  # a request whose output from before its preemption is in flight is skipped (scheduler.py:1076-1090)
+            held_back = or_(*[and_(sel[j], stale[j]) for j in range(N)])
+            go, go_on = and_(go, not_(held_back), *gates), and_(go, held_back)
+        else:
+            go = and_(go, *gates)
         for j in range(N):
             a = and_(go, sel[j])
             admitted[j] = or_(admitted[j], a)
@@ -312,13 +244,24 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         if cache:  # hits on blocks another request holds are shared table entries
             shared = shared + ite(go, h - ev, 0)
         num_run = num_run + ite(go, 1, 0)
+        if asy:  # a skipped request does not end the pass; the skipped keep their order at the head
+            go = or_(go, go_on)
 
     # ---- _update_after_schedule, then update_from_output with the fake model ----
     post = Post(admitted=admitted, preempted=preempted, assume=assume)
     for j, s in enumerate(slots):
         C[j] = C[j] + ite(sched[j], n[j], 0)
         sampled = and_(sched[j], C[j] >= s.num_tokens)  # not a partial prefill chunk
-        if spec:
+        if asy:  # the AsyncScheduler increment, then the older step's output (encoding_async.py)
+            got = after_schedule(s, C[j], P[j], S[j], sched[j], n[j], drafts[j], stale[j], L, k, spec)
+            C[j], T, done, kind = got["C"], got["T"], got["done"], got["kind"]
+            post.inputs += got["inputs"]
+            post.num_scheduled_spec.append(drafts[j])
+            post.num_spec_tokens.append(got["S"])
+            post.num_output_placeholders.append(got["P"])
+            for f in ("in_flight", "in_flight_num_scheduled", "in_flight_num_drafts", "in_flight_placeholders"):
+                getattr(post, f).append(got[f])
+        elif spec:
             got = sample(s, C[j], drafts[j], sampled, L, k)
             C[j], T, done, kind = got["C"], got["T"], got["done"], got["kind"]
             post.inputs += got["inputs"]
@@ -331,15 +274,16 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
                                    L, s.max_tokens, s.min_tokens)
             done = and_(sampled, kind != rules.NOT_STOPPED)
-        if cache:
-            free, shared = release(free, shared, done, blocks[j], s.shared_freed, inputs)
+        if cache:  # a request preempted in this step holds nothing, and released its blocks then
+            gone = and_(done, not_(preempted[j])) if asy else done
+            free, shared = release(free, shared, gone, blocks[j], s.shared_freed, inputs)
             post.num_hit_tokens.append(s.hit_blocks * bs)
         else:
             free = free + ite(done, blocks[j], 0)
         post.scheduled.append(sched[j])
         post.num_scheduled.append(ite(sched[j], n[j], 0))
         post.finished.append(done)
-        post.sampled_stop.append(got["stop_seen"] if spec else and_(sampled, or_(s.samples_eos, s.samples_stop)))
+        post.sampled_stop.append(got["stop_seen"] if spec or asy else and_(sampled, or_(s.samples_eos, s.samples_stop)))
         post.finished_stopped.append(and_(done, kind == rules.STOPPED))
         post.running.append(and_(in_run[j], not_(done)))
         post.waiting.append(and_(in_wait[j], not_(done)))

@@ -32,9 +32,10 @@ from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
 from . import prove
 from .concrete import replay, to_state
 from .encoding import step
-from .symbolic import fresh, state_view, well_formed
+from .symbolic import fresh, post_in_flight_record, state_view, well_formed
 
-FEATURES = ("spec-decode", "prefix-caching")  # encoded so far; async is not (docs/proofs.md)
+FEATURES = ("spec-decode", "prefix-caching", "async")
+SYNC = FEATURES[:2]  # the default: the synchronous engine loop with both of its features
 CONCRETE_ONLY = ("refcounts-match-tables", "cached-blocks-match-tokens")
 
 
@@ -42,12 +43,12 @@ CONCRETE_ONLY = ("refcounts-match-tables", "cached-blocks-match-tokens")
 class Job(prove.Job):
     """The core run's job, plus the features put into the step."""
 
-    features: tuple[str, ...] = FEATURES
+    features: tuple[str, ...] = SYNC
 
 
-def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = FEATURES):
+def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC):
     pre = fresh(n, fcfs, prove.BLOCK_SIZE, spec_decode="spec-decode" in features,
-                prefix_caching="prefix-caching" in features)
+                prefix_caching="prefix-caching" in features, async_scheduling="async" in features)
     context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
     return pre, context, step(pre, preempts)
 
@@ -59,8 +60,14 @@ def _concretizable(pre) -> list:
     return [pre.num_shared_refs == 0] + [s.evictable == s.hit_blocks for s in pre.slots]
 
 
+def _goal(invariant: Invariant, pre, post) -> z3.BoolRef:
+    """The invariant after the step; under async, with the in-flight record that the pre-state assumed."""
+    goal = prove._goal(invariant, pre, post)
+    return z3.And(goal, post_in_flight_record(pre, post)) if pre.config.async_scheduling else goal
+
+
 def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
-          features: tuple[str, ...] = FEATURES) -> prove.Result:
+          features: tuple[str, ...] = SYNC) -> prove.Result:
     cpu0, t0 = time.process_time(), time.perf_counter()
     policy = "fcfs" if fcfs else "priority"
     result = prove.Result(invariant.name, n, policy, "proved", 0.0)
@@ -70,7 +77,7 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
         deadline = t0 + timeout_s
         for preempts in (False, True):
             pre, context, post = _encoded(n, fcfs, preempts, features)
-            facts = context + post.assume + post.inputs + [z3.Not(prove._goal(invariant, pre, post))]
+            facts = context + post.assume + post.inputs + [z3.Not(_goal(invariant, pre, post))]
             verdict, solver = prove._solve(facts, deadline)
             if verdict == z3.unsat:
                 continue
@@ -102,6 +109,6 @@ def run_job(job: Job) -> prove.Result:
 
 
 def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,
-         mutant: str | None = None, features: tuple[str, ...] = FEATURES) -> list[Job]:
+         mutant: str | None = None, features: tuple[str, ...] = SYNC) -> list[Job]:
     return [Job(name, n, policy == "fcfs", timeout_s, mutant, features)
             for policy in policies for n in range(1, max_requests + 1) for name in invariants]

@@ -21,10 +21,11 @@ import z3
 from ..spec.arith import and_, implies, ite, not_
 from ..spec.invariants.views import Row, StepView
 from .encoding import Config, Post, Pre, Slot, heap_before
+from .encoding_async import record_holds
 
 
 def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, prefix: str = "",
-          spec_decode: bool = False, prefix_caching: bool = False) -> Pre:
+          spec_decode: bool = False, prefix_caching: bool = False, async_scheduling: bool = False) -> Pre:
     I, B = (lambda name: z3.Int(prefix + name)), (lambda name: z3.Bool(prefix + name))
     config = Config(
         token_budget=I("token_budget"), max_num_seqs=I("max_num_seqs"), max_model_len=I("max_model_len"),
@@ -47,6 +48,13 @@ def fresh(n: int, fcfs: bool, block_size: int, num_running: int | None = None, p
         config.prefix_caching, pre.num_shared_refs = True, I("num_shared_refs")
         for i, s in enumerate(slots):
             s.hit_blocks, s.evictable, s.shared_freed = I(f"hit_blocks_{i}"), I(f"evictable_{i}"), I(f"shared_freed_{i}")
+    if async_scheduling:  # P and the one step in flight; what its model returned (encoding_async.py)
+        config.async_scheduling = True
+        for i, s in enumerate(slots):
+            s.num_output_placeholders, s.in_flight = I(f"placeholders_{i}"), B(f"in_flight_{i}")
+            s.in_flight_num_scheduled, s.in_flight_placeholders = I(f"in_flight_n_{i}"), I(f"in_flight_placeholders_{i}")
+            if spec_decode:  # without drafts the model returns one token: accepted 0, stop_at 1
+                s.in_flight_num_drafts = I(f"in_flight_drafts_{i}")
     return pre
 
 
@@ -73,7 +81,24 @@ def well_formed(pre: Pre) -> list[Any]:
         facts += [z3.And(s.num_spec_tokens >= 0, s.num_spec_tokens <= k) for s in slots]
     if c.prefix_caching:  # an extra table entry is an entry of some held block
         facts += [pre.num_shared_refs >= 0, pre.num_shared_refs <= sum(s.num_blocks for s in slots)]
+    if c.async_scheduling:  # assumed here, proved of the post-state with every invariant (features.py)
+        facts += [in_flight_record(pre, i) for i in range(n)]
     return facts
+
+
+def in_flight_record(pre: Pre, i: int) -> Any:
+    s = pre.slots[i]
+    return record_holds(pre.running(i), s.num_computed_tokens, s.num_output_placeholders, s.in_flight,
+                        s.in_flight_num_scheduled, s.in_flight_num_drafts, s.in_flight_placeholders,
+                        pre.config.num_speculative_tokens)
+
+
+def post_in_flight_record(pre: Pre, post: Post) -> Any:
+    """The record of the step now in flight, for every request still live after the step."""
+    return and_(*[implies(not_(post.finished[i]), record_holds(
+        post.running[i], post.num_computed_tokens[i], post.num_output_placeholders[i], post.in_flight[i],
+        post.in_flight_num_scheduled[i], post.in_flight_num_drafts[i], post.in_flight_placeholders[i],
+        pre.config.num_speculative_tokens)) for i in range(len(pre.slots))])
 
 
 def _spec(pre: Pre, pre_s: list[Any], scheduled: list[Any], post_s: list[Any]) -> list[dict[str, Any]]:
@@ -83,6 +108,29 @@ def _spec(pre: Pre, pre_s: list[Any], scheduled: list[Any], post_s: list[Any]) -
         for row, a, b, c in zip(rows, pre_s, scheduled, post_s):
             row.update(pre_num_spec_tokens=a, num_scheduled_spec=b, post_num_spec_tokens=c)
     return rows
+
+
+def _async(pre: Pre, P0: list[Any], P1: list[Any], in_flight: list[Any]) -> list[dict[str, Any]]:
+    """The async fields of each row (none outside async): P before and after, and the tokens now in flight.
+
+    Between engine steps no output is stale: the queue of 2 absorbs a stale step in the step that made it stale.
+    """
+    if not pre.config.async_scheduling:
+        return [{} for _ in pre.slots]
+    return [dict(pre_num_output_placeholders=a, post_num_output_placeholders=b, post_num_in_flight_tokens=c)
+            for a, b, c in zip(P0, P1, in_flight)]
+
+
+def _pre_async(pre: Pre) -> list[dict[str, Any]]:
+    P = [s.num_output_placeholders for s in pre.slots]
+    return _async(pre, P, P, [ite(s.in_flight, s.in_flight_num_scheduled, 0) for s in pre.slots])
+
+
+def _post_async(pre: Pre, post: Post, P0: list[Any]) -> list[dict[str, Any]]:
+    if not pre.config.async_scheduling:
+        return [{} for _ in pre.slots]
+    return _async(pre, P0, post.num_output_placeholders,
+                  [ite(f, n, 0) for f, n in zip(post.in_flight, post.in_flight_num_scheduled)])
 
 
 def _caching(pre: Pre, shared: Any) -> dict[str, Any]:
@@ -95,12 +143,14 @@ def _globals(pre: Pre) -> dict[str, Any]:
     return dict(token_budget=c.token_budget, max_num_seqs=c.max_num_seqs, max_model_len=c.max_model_len,
                 block_size=c.block_size, num_usable_blocks=c.num_usable_blocks,
                 long_prefill_token_threshold=c.long_prefill_token_threshold, threshold_adaptive=c.adaptive,
-                fcfs=c.fcfs, **({"num_speculative_tokens": c.num_speculative_tokens} if c.spec_decode else {}))
+                fcfs=c.fcfs, **({"num_speculative_tokens": c.num_speculative_tokens} if c.spec_decode else {}),
+                **({"async_scheduling": True} if c.async_scheduling else {}))
 
 
 def step_view(pre: Pre, post: Post) -> StepView:
     rows = []
     spec = _spec(pre, [s.num_spec_tokens for s in pre.slots], post.num_scheduled_spec, post.num_spec_tokens)
+    asy = _post_async(pre, post, [s.num_output_placeholders for s in pre.slots])
     for i, row in enumerate(spec):
         if pre.config.prefix_caching:
             row["num_hit_tokens"] = post.num_hit_tokens[i]
@@ -117,7 +167,7 @@ def step_view(pre: Pre, post: Post) -> StepView:
             post_waiting=post.waiting[i], post_run_pos=post.run_pos[i], post_wait_pos=post.wait_pos[i],
             post_num_computed_tokens=post.num_computed_tokens[i], post_num_tokens=post.num_tokens[i],
             post_num_blocks=post.num_blocks[i], sampled_stop=post.sampled_stop[i],
-            finished_stopped=post.finished_stopped[i], **spec[i],
+            finished_stopped=post.finished_stopped[i], **spec[i], **asy[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
                     post_num_free_blocks=post.num_free_blocks, **_globals(pre), **_caching(pre, post.num_shared_refs))
@@ -128,6 +178,7 @@ def state_view(pre: Pre) -> StepView:
     rows = []
     held = [s.num_spec_tokens for s in pre.slots]
     spec = _spec(pre, held, [0] * len(held), held)
+    asy = _pre_async(pre)
     for i, s in enumerate(pre.slots):
         run = pre.running(i)
         waiting_pos = ite(run, -1, i - pre.num_running)
@@ -138,7 +189,7 @@ def state_view(pre: Pre) -> StepView:
             pre_preempted=and_(not_(run), s.preempted), pre_run_pos=ite(run, i, -1), pre_wait_pos=waiting_pos,
             scheduled=False, num_scheduled=0, admitted=False, preempted=False, post_live=True, post_running=run,
             post_waiting=not_(run), post_run_pos=ite(run, i, -1), post_wait_pos=waiting_pos,
-            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i], **asy[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=pre.num_free_blocks,
                     post_num_free_blocks=pre.num_free_blocks, **_globals(pre), **_caching(pre, pre.num_shared_refs))
@@ -148,6 +199,7 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
     """The state after the step on its own, as the next step's pre-state would see it."""
     rows = []
     spec = _spec(pre, post.num_spec_tokens, [0] * len(pre.slots), post.num_spec_tokens)
+    asy = _post_async(pre, post, post.num_output_placeholders)
     for i, s in enumerate(pre.slots):
         common = dict(num_computed_tokens=post.num_computed_tokens[i], num_tokens=post.num_tokens[i],
                       num_blocks=post.num_blocks[i])
@@ -159,7 +211,7 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
             pre_wait_pos=post.wait_pos[i], scheduled=False, num_scheduled=0, admitted=False, preempted=False,
             post_live=live, post_running=run, post_waiting=wait, post_run_pos=post.run_pos[i],
             post_wait_pos=post.wait_pos[i],
-            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i],
+            **{f"pre_{k}": v for k, v in common.items()}, **{f"post_{k}": v for k, v in common.items()}, **spec[i], **asy[i],
         ))
     return StepView(rows=tuple(rows), pre_num_free_blocks=post.num_free_blocks,
                     post_num_free_blocks=post.num_free_blocks, **_globals(pre), **_caching(pre, post.num_shared_refs))

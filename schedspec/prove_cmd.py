@@ -83,7 +83,7 @@ def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per check; past it the verdict is unknown")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--mutant", help="plant this mutant (conformance/mutants.py) in the reference and the encoding")
-    p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching"],
+    p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching", "async"],
                    help="put this feature of issue 7 in the step (proofs/features.py); repeatable")
     p.add_argument("--out", default="proof-counterexamples", help="folder for counterexample files")
     p.set_defaults(func=cmd_prove)

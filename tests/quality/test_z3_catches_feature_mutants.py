@@ -17,7 +17,7 @@ catch them.
 import pytest
 
 from schedspec.conformance.mutants import BY_NAME
-from schedspec.proofs.features import Job, run_job
+from schedspec.proofs.features import SYNC, Job, run_job
 from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
 
 SPEC_RULE_MUTANTS = ["spec-tokens-off-by-one", "padding-ignores-L", "Z7-full-hit-lookup"]
@@ -26,11 +26,20 @@ CORE_RULE_MUTANTS = ["Z13-length-before-stop", "stop-at-L-off-by-one", "Z4-min-t
 OUT_OF_REACH = ["no-rejection-rollback", "rejection-ignores-placeholder-guard", "Z7-recompute-one-token"]
 
 
-def first_violation(mutant: str):
+# With async scheduling in the step (the engine loop's schedule-then-absorb): Z2 lives only there, and every
+# rule mutant of the core and of the sync features is still caught with a step in flight.
+ASYNC_RULE_MUTANTS = ["Z2-no-async-max-tokens-skip", "Z10-admit-after-preemption", "Z13-length-before-stop",
+                      "budget-off-by-one", "wrong-victim", "spec-tokens-off-by-one", "padding-ignores-L"]
+# _preempt_request and the skipped list are scheduler.py bookkeeping, not rules: the monitors and the diff catch them.
+ASYNC_OUT_OF_REACH = ["placeholders-kept-on-preempt", "Z5-skipped-reversed"]
+ALL = ("spec-decode", "prefix-caching", "async")
+
+
+def first_violation(mutant: str, features=SYNC):
     for n in (1, 2, 3):
         for fcfs in (True, False):
             for name in BY_NAME[mutant].expect:
-                r = run_job(Job(name, n, fcfs, 60, mutant))
+                r = run_job(Job(name, n, fcfs, 60, mutant, features))
                 if r.verdict != "proved":
                     return r
     return None
@@ -60,3 +69,23 @@ def test_update_bookkeeping_mutants_are_out_of_the_encodings_reach(mutant):
     assert BY_NAME[mutant].target.startswith(("reference_impl.update:", "reference_impl.kv_cache_manager:"))
     for name in BY_NAME[mutant].expect:
         assert run_job(Job(name, 2, True, 60, mutant)).verdict == "proved"
+
+
+@pytest.mark.parametrize("mutant", ASYNC_RULE_MUTANTS)
+def test_feature_mode_with_async_finds_a_replayed_counterexample(mutant, tmp_path):
+    r = first_violation(mutant, ALL)
+    assert r is not None and r.verdict == "violated", r
+    path = str(tmp_path / "cex.json")
+    write_state_counterexample(path, r.invariant, r.n, r.policy, r.state, r.sampled, mutant)
+    broken, _ = replay_state(load_state_counterexample(path))
+    assert broken
+    if mutant == "Z2-no-async-max-tokens-skip":  # the smallest: one decode one step ahead of its last output
+        assert (r.invariant, r.n) == ("no-decode-past-max-tokens", 1)
+        assert r.state.requests["r00"].num_output_placeholders == 1
+
+
+@pytest.mark.parametrize("mutant", ASYNC_OUT_OF_REACH)
+def test_async_bookkeeping_mutants_are_out_of_the_encodings_reach(mutant):
+    assert BY_NAME[mutant].target.startswith("reference_impl.scheduler:")
+    for name in BY_NAME[mutant].expect:
+        assert run_job(Job(name, 2, True, 60, mutant, ("async",))).verdict == "proved"
