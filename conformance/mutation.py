@@ -71,9 +71,11 @@ def _against_vllm(m: Mutant, workload) -> str:
 
 
 def _z3(m: Mutant, budget_s: float) -> Kill:
-    from ..proofs.prove import Job, run_job
+    """The core run, or for a mutant of a feature family the feature run with the features it lives in."""
+    from ..proofs import features as feature_mode, prove
     from ..spec.invariants import INVARIANTS
 
+    features = tuple(f for f in feature_mode.FEATURES if f in m.families)
     t0 = time.perf_counter()
     for n in (1, 2, 3):
         for fcfs in (True, False):
@@ -81,7 +83,8 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
                 left = budget_s - (time.perf_counter() - t0)
                 if left <= 0:
                     return Kill(m.name, "z3", False, "budget spent", time.perf_counter() - t0, None)
-                r = run_job(Job(inv.name, n, fcfs, min(left, 30.0), m.name))
+                r = (feature_mode.run_job(feature_mode.Job(inv.name, n, fcfs, min(left, 30.0), m.name, features))
+                     if features else prove.run_job(prove.Job(inv.name, n, fcfs, min(left, 30.0), m.name)))
                 if r.verdict == "violated":
                     return Kill(m.name, "z3", True, r.invariant, time.perf_counter() - t0, (n, 1))
     return Kill(m.name, "z3", False, "proved up to N=3", time.perf_counter() - t0, None)

@@ -1,8 +1,11 @@
 """The async strengthening proved inductive for one request over the engine loop's step (batch queue of 2).
 
-This is a lemma, not the feature run: it proves that one request's async
-counters stay tied together, whatever the rest of the batch does. It does not
-prove the catalogue's other invariants under async scheduling (docs/proofs.md).
+This is a lemma: it proves that one request's async counters stay tied
+together, whatever the rest of the batch does, over an abstract step of that
+request alone. The feature run (`schedspec prove --feature async`) assumes
+the same record of every request (`encoding_async.record_holds`) and proves
+it again, with every invariant of the catalogue, over the encoding's whole
+step; this lemma is the short argument for why the record is the right one.
 
 The catalogue's `placeholders-match-in-flight` sums over the steps in flight,
 and that sum is not inductive on its own: an oldest step with n = 2 that was a

@@ -23,6 +23,13 @@ request holds, or shared blocks in the pre-state, would need twins with a
 common prefix; `features.py` asks Z3 first for a counterexample without
 them, and one that needs them is built without the sharing, so its replay
 may not confirm it (`unconfirmed`, never `violated` unchecked).
+
+Under async scheduling a request also holds its placeholders and the tokens
+of the step in flight, and its `sampled` entry is that step's record
+(`in_flight: [tokens, drafts]`, or None) with the tokens its model returns
+(none for a prefill chunk). `replay` then runs the engine loop's step:
+schedule, then absorb the record as the `SchedulerOutput` it was scheduled
+with and its `ModelRunnerOutput`.
 """
 
 from __future__ import annotations

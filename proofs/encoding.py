@@ -22,8 +22,10 @@ Abstractions, each compared through in the drift test:
   whether it is the EOS or a stop token. Sync spec decode and prefix caching
   are behind the concrete flags `Config.spec_decode` and
   `Config.prefix_caching` (encoding_spec.py, encoding_caching.py,
-  encoding_waiting.py); with both off the formula is the core one, term for
-  term. Async scheduling is not encoded.
+  encoding_waiting.py), and async scheduling, the engine loop's
+  schedule-then-absorb step, behind `Config.async_scheduling`
+  (encoding_async.py); with all three off the formula is the core one, term
+  for term.
 * Under PRIORITY the waiting slots are sorted by (priority, arrival, id), as
   vLLM's heap pops them; `id_rank` stands for the request id's string order.
 

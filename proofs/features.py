@@ -8,6 +8,14 @@ drafts and prefill flag, and what its model and drafter return symbolic,
 and the step's `inputs` (0 <= accepted <= drafts scheduled, the stop token
 among the appended ones, 0 <= proposal <= k) join the facts.
 
+`--feature async` makes the step the engine loop's with a batch queue of
+2: schedule, then absorb the older step in flight (encoding_async.py). The
+pre-state carries each request's record of that step, assumed
+(`symbolic.in_flight_record`) and proved again after the step together with
+every invariant (`_goal`), so the strengthening is discharged by the same
+checks. Without `--feature` nothing async is built; the default feature set
+is the synchronous loop's two (`SYNC`).
+
 The step is split into the same two exact cases as the core run (pops
 nobody, pops somebody), each checked monolithically: the cut proofs of
 `cuts.py` carry the core pass's state only, and N <= 4 does not need them.

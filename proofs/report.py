@@ -44,16 +44,19 @@ def load_state_counterexample(path: str) -> dict[str, Any]:
 def state_table(state: SchedulerState, title: str) -> Table:
     t = Table(title=title)
     c = state.config
-    drafts, caching = c.num_speculative_tokens > 0, c.enable_prefix_caching  # feature columns only where they exist
+    drafts, caching, asy = c.num_speculative_tokens > 0, c.enable_prefix_caching, c.async_scheduling  # only where they exist
     for col in ("request", "status", "queue", "prompt", "outputs", "computed", "blocks", "max_tokens", "priority",
-                *(("drafts",) if drafts else ()), *(("blocks (ids)",) if caching else ())):
+                *(("drafts",) if drafts else ()), *(("blocks (ids)",) if caching else ()),
+                *(("placeholders", "in flight", "stale") if asy else ())):
         t.add_column(col)
     where = {rid: f"running[{i}]" for i, rid in enumerate(state.running)}
     where.update({rid: f"waiting[{i}]" for i, rid in enumerate(state.waiting)})
     for rid, r in state.requests.items():
         t.add_row(rid, r.status.name, where.get(rid, "-"), str(r.request.num_prompt_tokens), str(r.num_output_tokens),
                   str(r.num_computed_tokens), str(len(r.block_ids)), str(r.request.max_tokens), str(r.request.priority),
-                  *((str(len(r.spec_token_ids)),) if drafts else ()), *((str(list(r.block_ids)),) if caching else ()))
+                  *((str(len(r.spec_token_ids)),) if drafts else ()), *((str(list(r.block_ids)),) if caching else ()),
+                  *((str(r.num_output_placeholders), str(r.num_in_flight_tokens), str(r.num_stale_output_tokens))
+                    if asy else ()))
     t.caption = (f"free blocks {state.num_free_blocks}/{c.num_usable_blocks}, budget {c.token_budget}, "
                  f"max_num_seqs {c.max_num_seqs}, max_model_len {c.max_model_len}, block_size {c.block_size}, "
                  f"threshold {c.long_prefill_token_threshold}, watermark blocks {c.watermark_blocks}, "
@@ -81,8 +84,9 @@ def replay_state(data: dict[str, Any]) -> tuple[bool, list[Any]]:
         shown.append(what["error"])
     else:
         out = what["output"]
+        absorbed = "the step in flight returned" if data["state"].config.async_scheduling else "sampled"
         shown.append(f"scheduled {dict(out.num_scheduled_tokens)}, preempted {sorted(out.preempted_req_ids)}, "
-                     f"admitted {[n.req_id for n in out.scheduled_new_reqs]}, sampled {dict(what['model_output'].sampled_token_ids)}"
+                     f"admitted {[n.req_id for n in out.scheduled_new_reqs]}, {absorbed} {dict(what['model_output'].sampled_token_ids)}"
                      + (f", drafts scheduled {dict((r, len(d)) for r, d in out.scheduled_spec_decode_tokens.items())}"
                         if out.scheduled_spec_decode_tokens else "")
                      + (f", prefix hits {dict((n.req_id, n.num_computed_tokens) for n in out.scheduled_new_reqs if n.num_computed_tokens)}"

@@ -49,3 +49,14 @@ def test_the_running_pass_induction_at_twelve_requests(fcfs):
 def test_cheap_invariants_up_to_twelve_requests(name):
     for n in range(9, 13):
         assert check(BY_NAME[name], n, True, timeout_s=600).verdict == "proved", n
+
+
+@pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
+def test_every_invariant_with_all_three_features_up_to_four_requests(fcfs):
+    """The feature run's default bound, with async, spec decode and prefix caching in one step (issue 7)."""
+    from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
+
+    verdicts = {(inv.name, n): check_features(inv, n, fcfs, timeout_s=300, features=FEATURES).verdict
+                for n in range(3, 5) for inv in INVARIANTS}
+    assert all(v == ("n/a" if name in CONCRETE_ONLY else "proved") for (name, _), v in verdicts.items()), \
+        {k: v for k, v in verdicts.items() if v not in ("proved", "n/a")}

@@ -1,7 +1,7 @@
 """Async scheduling on both engines: placeholders, the max-tokens skip rule, stale output after preemption.
 
 Scenarios and numbers from the semantics doc §6 (D2's table, the [observed]
-stale-output run) and §8 (T47, vLLM's `test_async_scheduler.py`), each
+stale-output run) and §8 (T47/T49, vLLM's `test_async_scheduler.py`), each
 driven by hand as vLLM's tests drive `AsyncScheduler`: a second `schedule()`
 before the first step's output is absorbed, outputs absorbed oldest first.
 """
@@ -81,3 +81,28 @@ def test_stale_output_after_preemption_is_delivered(make):
     r1 = e.req("r1")
     assert (r1.status, r1.num_computed_tokens, r1.num_tokens) == (RequestStatus.PREEMPTED, 0, 33)
     assert e.abort("r1").output_token_ids == (1000,)
+
+
+def test_T49_abort_between_outputs(make):
+    """T49 (`test_abort`): async, ten 10-token requests with max_tokens=20, two schedules queued. Each loop
+    aborts the next request of [0,8,3,1,6,4,2,5,7,9], absorbs the oldest output, then schedules. Every request
+    ends FINISHED_ABORTED with as many outputs as its place in that order: one output absorbed per loop, none
+    after the abort."""
+    e = make(SchedulerConfig(async_scheduling=True))
+    e.add(*(_req(f"r{i}", 10, 20) for i in range(10)))
+    pending = [e.schedule(), e.schedule()]
+    order, aborted = [0, 8, 3, 1, 6, 4, 2, 5, 7, 9], {}
+    while pending:
+        if len(aborted) < len(order):
+            rid = f"r{order[len(aborted)]}"
+            aborted[rid] = e.abort(rid)
+        pending.pop(0)
+        assert e.update(default=7) == {}  # nothing reaches max_tokens
+        out = e.schedule()
+        if out.num_scheduled_tokens:
+            pending.append(out)
+        else:
+            e.in_flight.pop()  # vLLM's test never absorbs a step that scheduled nothing
+    assert {rid: f.status for rid, f in aborted.items()} == {f"r{i}": RequestStatus.FINISHED_ABORTED for i in order}
+    assert {rid: len(f.output_token_ids) for rid, f in aborted.items()} == {f"r{i}": order.index(i) for i in range(10)}
+    assert e.engine.summary().requests == {}

@@ -1,6 +1,6 @@
 """Prefix caching on both engines: hits, the hit cap, and the block ids the free order decides.
 
-Scenarios and numbers from the semantics doc: §8 T41/T43/T45 (vLLM's
+Scenarios and numbers from the semantics doc: §8 T41/T43/T44/T45 (vLLM's
 `test_prefix_caching.py` and `test_async_scheduler.py`, replayed through the
 scheduler instead of the bare `KVCacheManager`: a request freed there is
 aborted here, which frees the same blocks in the same order), §8b D5/D6, and
@@ -82,6 +82,41 @@ def test_T43_free_order_and_eviction_order(make):
     e.add(_req("req3", prompt((9, 160))))
     out, _ = e.step()
     assert new_blocks(out) == {"req3": ((5, 4, 6, 7, 8, 9, 10, 3, 2, 1), 0)}
+
+
+def _new_block_ids(out) -> dict[str, tuple[int, ...] | None]:
+    """Each running request's newly allocated blocks this step (None: none)."""
+    return {c.req_id: c.new_block_ids for c in out.scheduled_cached_reqs}
+
+
+def test_T44_decode_fills_a_block_before_taking_one(make):
+    """T44 (`test_decode`), bs=16, 11 blocks: a 55-token prompt -> [1,2,3,4], C=55. vLLM's test then allocates
+    4 slots (0 new blocks, C=59) and 19 more (1 new block); here those are 4 and 19 one-token decode steps, the
+    one new block, 5, coming at the step that schedules position 64. Block 4 (tokens 48-63) is then hashed
+    and block 5 (64-77, partial) is not: a probe with req0's whole sequence (79 tokens) hits exactly
+    [1,2,3,4] (64 tokens) and gets a fresh block 6 for the rest. Hash flags are not in the engine protocol,
+    so the probe's hit is how they show."""
+    e = make(SchedulerConfig(num_gpu_blocks=11, enable_prefix_caching=True))
+    p0 = tuple(range(100, 155))
+    e.add(_req("req0", p0, 100))
+    out, _ = e.step(default=0)
+    assert new_blocks(out) == {"req0": ((1, 2, 3, 4), 0)}
+    assert e.ct("req0") == (55, 56)
+    for _ in range(4):  # positions 55-58: inside block 4
+        out, _ = e.step(default=0)
+        assert _new_block_ids(out) == {"req0": None}
+    assert e.ct("req0") == (59, 60)
+    grown = {}  # position scheduled -> new blocks
+    for _ in range(19):  # positions 59-77: block 4 fills at 63, position 64 takes one new block
+        out, _ = e.step(default=0)
+        if _new_block_ids(out)["req0"] is not None:
+            grown[out.scheduled_cached_reqs[0].num_computed_tokens] = _new_block_ids(out)["req0"]
+    assert grown == {64: (5,)}
+    assert e.ct("req0") == (78, 79)
+    assert e.num_free_blocks() == 5
+    e.add(_req("probe", p0 + (0,) * 24))  # req0's tokens so far: the prompt and 24 sampled zeros
+    out = e.schedule()
+    assert new_blocks(out)["probe"] == ((1, 2, 3, 4, 6), 64)
 
 
 def test_T45_lru_eviction_keeps_the_prefix(make):

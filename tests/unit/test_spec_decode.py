@@ -223,3 +223,31 @@ def test_T35_each_request_gets_one_plus_its_drafts(make):
     assert out.scheduled_spec_decode_tokens == {"0": (1, 2), "1": (3,)}
     e.update({"0": [1, 2, 5], "1": [3, 4]})
     assert (e.ct("0"), e.ct("1")) == ((4, 5), (3, 4))
+
+
+def test_T48_no_padding_up_to_max_model_len(make):
+    """T48 (`test_no_spec_decode_padding_up_to_max_model_len`): L=32, k=1. A 31-token request admitted with
+    C=30 next to a running decode gets 1 token, unpadded (30 + 1 + k + 1 = 33 > 32), no spec entry, C=31 < 32;
+    its one output makes T=32=L -> FINISHED_LENGTH_CAPPED.
+    vLLM's test injects C=30 into the request; here it is a prefix hit instead: bs=10, and a filler with the
+    first 30 tokens runs one step first, so its 3 full blocks are cached and it is decoding (no prefill in the
+    batch, a running request scheduled: padding is considered). Control, same steps with L=33 (§9 item 15:
+    30 + 3 <= 33): padded to 2 tokens with spec [-1], so the L=32 case cannot pass on an engine that never pads."""
+    cand = tuple(range(200, 231))
+    for max_model_len, n, spec in ((32, 1, None), (33, 2, (-1,))):
+        e = make(SchedulerConfig(block_size=10, max_model_len=max_model_len, enable_prefix_caching=True,
+                                 num_speculative_tokens=1))
+        e.add(_req("filler", cand[:30]))
+        out, _ = e.step()
+        assert dict(out.num_scheduled_tokens) == {"filler": 30}
+        e.add(_req("cand", cand))
+        out = e.schedule()
+        assert dict(out.num_scheduled_tokens) == {"filler": 1, "cand": n}
+        assert new_blocks(out)["cand"][1] == 30
+        assert out.scheduled_spec_decode_tokens.get("cand") == spec
+        assert e.ct("cand") == (30 + n, 31)
+        if max_model_len == 32:
+            finished = e.update({"cand": [7]}, default=0)
+            assert finished["cand"].status == RequestStatus.FINISHED_LENGTH_CAPPED
+            assert finished["cand"].output_token_ids == (7,)
+        e.close()  # give the vLLM driver back before the next config
