@@ -101,13 +101,17 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:
+    from ..proofs.contracts import ALL, FEATURES, contract_name
     from ..proofs.crosshair_runner import run_contract
     from ..spec.invariants import BY_NAME
 
-    # The contract of the first invariant the mutant is expected to break; `check_runs` (vLLM's own
-    # asserts only) when it is expected to show up elsewhere.
+    # A feature's mutant runs on that feature's contract (every check, with the feature on). Otherwise the
+    # contract of the first invariant the mutant is expected to break; `check_runs` (vLLM's own asserts only)
+    # when it is expected to show up elsewhere.
     expected = [e for e in m.expect if e in BY_NAME]
-    contract = f"check_{expected[0].replace('-', '_')}" if expected else "check_runs"
+    feature = next((f for f in FEATURES if f in m.families), None)
+    contract = (contract_name(ALL, feature) if feature else
+                f"check_{expected[0].replace('-', '_')}" if expected else "check_runs")
     r = run_contract(contract, timeout=budget_s, mutant=m.name)
     if r.verdict != "counterexample":
         return Kill(m.name, "crosshair", False, r.verdict, r.seconds, None)

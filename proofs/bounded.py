@@ -24,8 +24,9 @@ Why the inputs look the way they do (each choice was measured; docs/crosshair.md
 A decoded scenario is an ordinary `Workload`, validated like a user's file,
 and the fake model is `spec.engine.fake_model`, the one every engine is
 driven by. `run` drives the reference's pure API (`initial_state`,
-`add_request`, `abort`, `schedule`, `update_from_output`) in the order of
-`spec.engine.steps`. Nothing here states an invariant: the contracts
+`add_request`, `abort`, `schedule`, `update_from_output`) through
+`spec.engine.steps` itself, the loop every engine runs: sync, with the
+drafter under spec decode, or async's batch queue. Nothing here states an invariant: the contracts
 evaluate the catalogue's predicates and the monitor's trace checks.
 
 Token ids: prompts are all `PROMPT_TOKEN`; the model samples `FILLER`,
@@ -39,12 +40,12 @@ from typing import Iterator
 
 from crosshair import NoTracing
 
-from ..reference_impl.api import abort, add_request, initial_state, schedule, update_from_output
+from ..reference_impl import api
 from ..spec.config import SchedulerConfig
-from ..spec.engine import fake_model
+from ..spec.engine import steps
 from ..spec.invariants.build import view_from_states
 from ..spec.invariants.views import StepView
-from ..spec.output import SchedulerOutput
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import SchedulerState
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
@@ -60,6 +61,7 @@ MAX_TOKENS = 3  # max_tokens in 1..3, min_tokens in 0..max_tokens
 MAX_GAP = 2  # steps between consecutive arrivals
 MAX_ABORT_AFTER = 3  # one request at most is aborted, 0..3 steps after its arrival
 MAX_REQUESTS = 3
+MAX_SPEC_TOKENS = 2  # k in 1..2 with spec decode, 0..2 under async
 # Enough for three requests to prefill and decode at a budget of a few tokens;
 # a run that has not drained by then has still been checked at every step it took.
 MAX_STEPS = 24
@@ -95,6 +97,20 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class Draws:
+    """Raw ints that only a feature contract takes (`contracts.FEATURE_OF`): k, and each request's drafts.
+
+    A separate argument, not fields of `Knobs` and `Ask`: a symbolic field
+    that no branch reads still changes CrossHair's search, and the core
+    contracts' searches are pinned (tests/quality).
+    """
+
+    num_speculative_tokens: int
+    drafts: tuple[int, int, int]
+    accepted: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
 class Req:
     """One decoded request. `eos_at`: the output index sampled as EOS, -1 never; `abort_step` -1: never."""
 
@@ -105,6 +121,8 @@ class Req:
     arrival_step: int
     eos_at: int
     abort_step: int
+    drafts: int = 0  # spec decode: every proposal is (drafts, accepted)
+    accepted: int = 0
 
 
 def _pick(x: int, lo: int, hi: int, high: bool = False) -> int:
@@ -141,7 +159,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def decode(k: Knobs, asks: tuple[Ask, ...], n: int) -> tuple[SchedulerConfig, tuple[Req, ...]]:
+def decode(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
+           draws: Draws | None = None) -> tuple[SchedulerConfig, tuple[Req, ...]]:
     """Branch raw ints into a well-formed bounded scenario; every input decodes to one.
 
     Later picks are bounded by earlier ones (a prompt by L, min_tokens by
@@ -149,6 +168,12 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int) -> tuple[SchedulerConfig, tu
     could ever hold), so no path is spent on an ill-formed scenario. The
     leanings tilt the search toward what breaks schedulers: several requests,
     long outputs, and too few blocks.
+
+    `feature` (concrete: a feature contract's own) turns on one feature of
+    issue 7: prefix caching (every prompt is the same token, so prefixes are
+    shared and hit), spec decode (k in 1..2; each request's drafts and
+    accepted count are picked once from `draws`, and every proposal is
+    that), or async scheduling (k in 0..2, mostly 0, drafts the same way).
     """
     priority = bool(_pick(k.policy, 0, 1, high=True))
     L = _pick(k.max_model_len, 2, MAX_MODEL_LEN, high=True)
@@ -158,15 +183,25 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int) -> tuple[SchedulerConfig, tu
     # vLLM refuses max_num_batched_tokens < max_num_seqs, and < L without chunked prefill.
     budget = _pick(k.max_num_batched_tokens, seqs if chunked else max(seqs, L), max(seqs, L) + BUDGET_EXTRA)
     threshold = _rare(k.long_prefill_token_threshold, 0, L)
+    spec_k = 0
+    if draws is not None and feature == "spec-decode":
+        spec_k = _pick(draws.num_speculative_tokens, 1, MAX_SPEC_TOKENS)
+    elif draws is not None and feature == "async":
+        spec_k = _rare(draws.num_speculative_tokens, 0, MAX_SPEC_TOKENS)
+    if 0 < threshold < 1 + spec_k:  # exp1's threshold, which spec/config.py refuses (vLLM crashes on it)
+        threshold = 0
     adaptive = bool(_rare(k.adaptive, 0, 1))
     fields: list[list[int]] = []  # Req fields; built into dataclasses only once every pick is made
     arrival = demand = 0
-    for a in asks[:_pick(n, 1, min(len(asks), MAX_REQUESTS), high=True)]:
+    for i, a in enumerate(asks[:_pick(n, 1, min(len(asks), MAX_REQUESTS), high=True)]):
         arrival += _pick(a.arrival_gap, 0, MAX_GAP)
         prompt = _pick(a.prompt, 1, L - 1)
         max_tokens = _pick(a.max_tokens, 1, MAX_TOKENS, high=True)
         fields.append([prompt, max_tokens, _rare(a.min_tokens, 0, max_tokens), _pick(a.priority, 0, 1) if priority else 0,
                        arrival, _rare(a.eos_at, -1, max_tokens - 1), -1])
+        if spec_k and draws is not None:
+            drafts = _pick(draws.drafts[i], 0, spec_k, high=True)
+            fields[-1] += [drafts, _pick(draws.accepted[i], 0, drafts)]
         demand += _cdiv(min(prompt + max_tokens, L), block_size)
     aborted = _rare(k.abort_request, -1, len(fields) - 1)
     if aborted >= 0:  # one abort at most: it ends a request, which only makes a scenario smaller
@@ -177,7 +212,9 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int) -> tuple[SchedulerConfig, tu
         config = SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=seqs, max_model_len=L, block_size=block_size,
                                  num_gpu_blocks=blocks, long_prefill_token_threshold=threshold,
                                  long_prefill_token_threshold_adaptive=adaptive, enable_chunked_prefill=chunked,
-                                 policy="priority" if priority else "fcfs")
+                                 policy="priority" if priority else "fcfs",
+                                 enable_prefix_caching=feature == "prefix-caching", num_speculative_tokens=spec_k,
+                                 async_scheduling=feature == "async")
         return config, tuple(Req(*f) for f in fields)
 
 
@@ -189,6 +226,7 @@ def workload(config: SchedulerConfig, reqs: tuple[Req, ...]) -> Workload:
                     priority=r.priority, arrival_time=float(i)),
             r.arrival_step,
             (FILLER,) * r.eos_at + (EOS,) if r.eos_at >= 0 else (),
+            ((r.drafts, r.accepted),) * MAX_STEPS if r.drafts else (),
         )
         for i, r in enumerate(reqs)
     )
@@ -200,36 +238,65 @@ def workload(config: SchedulerConfig, reqs: tuple[Req, ...]) -> Workload:
 class Step:
     pre: SchedulerState  # what schedule() starts from: arrivals and aborts applied
     output: SchedulerOutput
-    post: SchedulerState  # after update_from_output
+    post: SchedulerState  # after update_from_output (and the drafter's proposals)
     record: StepRecord
+    absorbed: ModelRunnerOutput | None  # what update_from_output absorbed: this step's, or under async the older one's
 
     def view(self) -> StepView:
         # The same arguments `views_from_trace` passes: what was sampled, and what finished in the step.
-        return view_from_states(self.pre, self.output, self.post, self.record.model_output, self.record.finished)
+        return view_from_states(self.pre, self.output, self.post, self.absorbed, self.record.finished)
+
+
+class PureEngine:
+    """The reference's pure API as an `Engine`: every call thaws the state and freezes the result.
+
+    It remembers the full state each step's schedule() starts from and the
+    output update_from_output absorbs, which a `Step` needs.
+    """
+
+    name = "reference"
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.state = api.initial_state(config)
+        self.pre: SchedulerState | None = None
+        self.absorbed: ModelRunnerOutput | None = None
+
+    def add_request(self, request: Request) -> None:
+        self.state = api.add_request(self.state, request)
+
+    def abort_request(self, request_id: str) -> FinishedRequest | None:
+        r = self.state.requests.get(request_id)
+        if r is None:
+            return None
+        self.state = api.abort(self.state, [request_id])
+        return FinishedRequest(RequestStatus.FINISHED_ABORTED, r.output_token_ids)
+
+    def schedule(self) -> SchedulerOutput:
+        self.pre = self.state
+        output, self.state = api.schedule(self.state)
+        return output
+
+    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+        if self.pre is None:  # async with nothing live: the step only absorbs
+            self.pre = self.state
+        self.absorbed = model_output
+        self.state, finished = api.update_from_output(self.state, output, model_output)
+        return dict(finished)
+
+    def update_draft_token_ids(self, draft_token_ids) -> None:
+        self.state = api.update_draft_token_ids(self.state, draft_token_ids)
+
+    def summary(self) -> StateSummary:
+        return StateSummary.of(self.state)
 
 
 def run(w: Workload) -> Iterator[Step]:
-    """`spec.engine.steps`, through the pure API, one step at a time."""
-    state = initial_state(w.config)
-    for step in range(w.max_steps):
-        added = w.arrivals_at(step)
-        for request in added:
-            state = add_request(state, request)
-        aborted = w.aborts_at(step)
-        # The engine loop reports an abort of a live request as finished in this step, with its outputs so far.
-        finished = {rid: FinishedRequest(RequestStatus.FINISHED_ABORTED, state.requests[rid].output_token_ids)
-                    for rid in aborted if rid in state.requests}
-        if aborted:
-            state = abort(state, aborted)
-        output, scheduled = schedule(state)
-        model_output = fake_model(w, output, StateSummary.of(scheduled))
-        post, finished_in_update = update_from_output(scheduled, output, model_output)
-        finished.update(finished_in_update)
-        yield Step(state, output, post, StepRecord(step, tuple(r.request_id for r in added), tuple(aborted), output,
-                                                   model_output, StateSummary.of(post), finished))
-        state = post
-        if not (post.running or post.waiting or finished_in_update) and step >= w.last_event_step:
-            return
+    """`spec.engine.steps`, the loop every engine runs (sync, with the drafter, or async's batch queue), on the
+    reference's pure API, with the full states around each step."""
+    engine = PureEngine(w.config)
+    for record in steps(engine, w):
+        yield Step(engine.pre or engine.state, record.output, engine.state, record, engine.absorbed)
+        engine.pre = engine.absorbed = None
 
 
 def trace_of(w: Workload, records: list[StepRecord]) -> Trace:

@@ -24,7 +24,10 @@ as a counterexample of whichever contract was running; `check_runs`
 checks nothing else. `check_all` states every check at once: CrossHair's
 seed is fixed and every contract branches the same way, so all contracts
 run the same scenarios in the same order, and one long run of `check_all`
-covers what a run of each would.
+covers what a run of each would. `check_all_with_async` (and
+`_with_prefix_caching`, `_with_spec_decode`) states every check on
+scenarios with that feature of issue 7 on, taking one more argument,
+`Draws` (k and the drafts); each is a search of its own.
 
 `explain` replays a contract concretely on given arguments and says what
 broke, where: the runner calls it, in a fresh process with the same mutant
@@ -46,17 +49,18 @@ from crosshair import NoTracing, deep_realize
 from ..spec.invariants.catalogue import BY_NAME, INVARIANTS, Invariant
 from ..spec.invariants.monitor import check_trace
 from ..spec.workload import Workload
-from .bounded import Ask, Knobs, decode, run, trace_of, workload
+from .bounded import Ask, Draws, Knobs, decode, run, trace_of, workload
 
 HISTORY_CHECKS = ("finished-reported-once", "stop-is-final")  # the trace-wide checks of spec/invariants/monitor.py
 ALL = "all"  # check_all: every step invariant and every history check at once
 SCENARIOS_RUN = 0  # per process; the runner reports it: how many of CrossHair's paths reached the reference
 
 
-def _scenario(k: Knobs, asks: tuple[Ask, ...], n: int) -> Workload:
+def _scenario(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
+              draws: Draws | None = None) -> Workload:
     global SCENARIOS_RUN
     # The picks are concrete already; deep_realize makes sure nothing symbolic reaches untraced code.
-    config, reqs = deep_realize(decode(k, asks, n))
+    config, reqs = deep_realize(decode(k, asks, n, feature, draws))
     with NoTracing():
         SCENARIOS_RUN += 1
         return workload(config, reqs)
@@ -99,17 +103,32 @@ def _contract(check: str) -> Callable[..., bool]:
     return contract
 
 
-def contract_name(check: str) -> str:
-    return "check_" + (check.replace("-", "_") or "runs")
+def _feature_contract(feature: str) -> Callable[..., bool]:
+    def contract(k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int, d: Draws) -> bool:
+        """post: __return__"""
+        w = _scenario(k, (a0, a1, a2), n, feature, d)
+        with NoTracing():
+            return _violation(w, ALL) is None
+
+    contract.__name__ = contract.__qualname__ = contract_name(ALL, feature)
+    return contract
 
 
+def contract_name(check: str, feature: str | None = None) -> str:
+    return "check_" + (check.replace("-", "_") or "runs") + (f"_with_{feature.replace('-', '_')}" if feature else "")
+
+
+# The features of issue 7: each in scenarios of its own, with one contract stating every check there.
+FEATURES = ("prefix-caching", "spec-decode", "async")
 # contract function name -> the check it states ("": only the reference's own asserts; "all": every check).
 CONTRACTS: dict[str, str] = {contract_name(c): c for c in ["", *(i.name for i in INVARIANTS), *HISTORY_CHECKS, ALL]}
+FEATURE_OF: dict[str, str] = {contract_name(ALL, f): f for f in FEATURES}
+CONTRACTS.update({name: ALL for name in FEATURE_OF})
 
 # CrossHair finds each by name (`schedspec.proofs.contracts.check_token_bounds`); they share one code object,
 # so its messages give the same line for all of them, and the runner tells them apart by name.
 for _name, _check in CONTRACTS.items():
-    globals()[_name] = _contract(_check)
+    globals()[_name] = _feature_contract(FEATURE_OF[_name]) if _name in FEATURE_OF else _contract(_check)
 
 
 def contract(name: str) -> Callable[..., bool]:
@@ -127,11 +146,12 @@ class Replay:
     workload: dict[str, Any]  # the decoded scenario, as a workload file: `schedspec simulate` replays it
 
 
-def explain(name: str, k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int) -> Replay:
+def explain(name: str, k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int, d: Draws | None = None) -> Replay:
     """Run contract `name` concretely on these arguments and say what broke, at which step."""
-    w = workload(*decode(k, (a0, a1, a2), n))
-    try:
-        holds = contract(name)(k, a0, a1, a2, n)  # the replay proper: the very function CrossHair checked
+    feature = FEATURE_OF.get(name)
+    w = workload(*decode(k, (a0, a1, a2), n, feature, d))
+    try:  # the replay proper: the very function CrossHair checked
+        holds = contract(name)(k, a0, a1, a2, n, d) if feature else contract(name)(k, a0, a1, a2, n)
         found = None if holds else _violation(w, CONTRACTS[name])  # run again, to say what broke
     except Exception as e:  # the reference's own asserts, or any crash a mutant causes
         return Replay(False, type(e).__name__, None, _where(traceback.extract_tb(e.__traceback__)[-1], e), w.to_json())

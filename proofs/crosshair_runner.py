@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..spec.errors import SpecError
-from .bounded import Ask, Knobs
+from .bounded import Ask, Draws, Knobs
 from .contracts import CONTRACTS
 
 MODULE = "schedspec.proofs.contracts"
@@ -54,7 +54,7 @@ CX = "counterexample"
 UNKNOWN = "unknown"
 UNCONFIRMED = "unconfirmed"  # CrossHair reported one, the concrete replay did not reproduce it
 
-_PARAMS = ("k", "a0", "a1", "a2", "n")  # every contract's signature
+_PARAMS = ("k", "a0", "a1", "a2", "n", "d")  # every contract's signature (d: a feature contract's Draws)
 _LINE = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?P<kind>error|info|warning): (?P<msg>.*)$")
 
 
@@ -110,7 +110,7 @@ def parse_args(text: str) -> tuple[Any, ...]:
     """`Knobs(1, 2, ...), Ask(...), ..., 3` back into values; anything else is refused."""
     call = ast.parse(f"f({text})", mode="eval").body
     assert isinstance(call, ast.Call)
-    types: dict[str, Callable[..., Any]] = {"Knobs": Knobs, "Ask": Ask}
+    types: dict[str, Callable[..., Any]] = {"Knobs": Knobs, "Ask": Ask, "Draws": Draws}
 
     def value(node: ast.expr) -> Any:
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
@@ -118,6 +118,8 @@ def parse_args(text: str) -> tuple[Any, ...]:
             if name not in types:
                 raise ValueError(f"unexpected call {ast.unparse(node)}")
             return types[name](*map(value, node.args), **{kw.arg: value(kw.value) for kw in node.keywords})
+        if isinstance(node, ast.Tuple):  # Draws holds tuples of ints
+            return tuple(value(e) for e in node.elts)
         v = ast.literal_eval(node)
         if not isinstance(v, (int, bool)):
             raise ValueError(f"unexpected argument {ast.unparse(node)}")

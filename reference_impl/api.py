@@ -8,7 +8,7 @@ on anything but its arguments.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
@@ -82,3 +82,9 @@ def update_from_output(
     scheduler = thaw(state)
     finished = scheduler.update_from_output(output, model_output)
     return freeze(scheduler), finished
+
+
+def update_draft_token_ids(state: SchedulerState, draft_token_ids: Mapping[str, tuple[int, ...]]) -> SchedulerState:
+    scheduler = thaw(state)
+    scheduler.update_draft_token_ids(draft_token_ids)
+    return freeze(scheduler)

@@ -56,8 +56,8 @@ def results():
 
 def test_every_core_scope_mutant_is_pinned():
     # Every core-scope bug-zoo mutant and classic except the control that only the differential checker sees.
-    # The mutants of prefix caching, spec decode and async (those with families) are out of CrossHair's bounds:
-    # its scenarios do not draw those features yet.
+    # The mutants of prefix caching, spec decode and async (those with families) run on the feature contracts:
+    # test_crosshair_catches_feature_mutants.py.
     assert set(PINNED) == {m.name for m in MUTANTS if not m.families} - {"priority-self-preempt-breaks"}
 
 

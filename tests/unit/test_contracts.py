@@ -16,14 +16,17 @@ from schedspec.cli import main
 from schedspec.conformance.mutants import BY_NAME as MUTANTS
 from schedspec.conformance.mutants import applied
 from schedspec.proofs import bounded, crosshair_runner
-from schedspec.proofs.bounded import Ask, Knobs, decode, workload
-from schedspec.proofs.contracts import CONTRACTS, HISTORY_CHECKS, contract, explain
+from schedspec.proofs.bounded import Ask, Draws, Knobs, decode, workload
+from schedspec.proofs.contracts import CONTRACTS, FEATURE_OF, HISTORY_CHECKS, contract, explain
 from schedspec.proofs.crosshair_runner import CX, NO_CX, UNCONFIRMED, UNKNOWN, classify, parse_args
 from schedspec.spec.invariants import INVARIANTS
 
 ZERO = (Knobs(*[0] * 11), Ask(*[0] * 6), Ask(*[0] * 6), Ask(*[0] * 6), 0)
 DEFAULTS = (Knobs(*[-5] * 11), Ask(*[-5] * 6), Ask(*[-5] * 6), Ask(*[-5] * 6), -5)
 LARGEST = (Knobs(*[99] * 11), Ask(*[99] * 6), Ask(*[99] * 6), Ask(*[99] * 6), 99)
+# A feature contract's one more argument, for each of the three.
+DRAWS = {id(ZERO): Draws(0, (0, 0, 0), (0, 0, 0)), id(DEFAULTS): Draws(-5, (-5, -5, -5), (-5, -5, -5)),
+         id(LARGEST): Draws(99, (99, 99, 99), (99, 99, 99))}
 
 # mutant: (contract, CrossHair's arguments, expected replay: what broke, at which step)
 GOLDEN = {
@@ -78,10 +81,11 @@ def test_decoding_is_golden():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(-20, 20), min_size=30, max_size=30))
-def test_every_input_decodes_to_a_well_formed_scenario(raw):
+@given(st.lists(st.integers(-20, 20), min_size=37, max_size=37), st.sampled_from([None, "prefix-caching", "spec-decode", "async"]))
+def test_every_input_decodes_to_a_well_formed_scenario(raw, feature):
     k, asks, n = Knobs(*raw[:11]), tuple(Ask(*raw[11 + 6 * i: 17 + 6 * i]) for i in range(3)), raw[29]
-    config, reqs = decode(k, asks, n)  # SchedulerConfig validates as vLLM does
+    draws = Draws(raw[30], tuple(raw[31:34]), tuple(raw[34:37]))
+    config, reqs = decode(k, asks, n, feature, draws)  # SchedulerConfig validates as vLLM does
     w = workload(config, reqs)  # and the workload as a user's file is validated
     L = config.max_model_len
     assert 2 <= L <= bounded.MAX_MODEL_LEN and 2 <= config.num_gpu_blocks <= bounded.MAX_GPU_BLOCKS
@@ -95,8 +99,51 @@ def test_every_input_decodes_to_a_well_formed_scenario(raw):
 @pytest.mark.parametrize("args", [ZERO, DEFAULTS, LARGEST], ids=["zero", "defaults", "largest"])
 def test_every_contract_holds_on_the_reference(args):
     for name in CONTRACTS:
-        assert contract(name)(*args), name
-        assert explain(name, *args).holds
+        full = args + (DRAWS[id(args)],) if name in FEATURE_OF else args
+        assert contract(name)(*full), name
+        assert explain(name, *full).holds
+
+
+# The feature contracts' goldens (issue 7): CrossHair's arguments, a Draws among them, beside the replay.
+FEATURE_GOLDEN = {
+    "Z2-no-async-max-tokens-skip": ("check_all_with_async", "Knobs(1, 8, 2, 3, 0, 8, 1, 0, 3, -1, 0), "
+                                    "Ask(0, 5, 2, 0, 0, 0), Ask(2, 0, 0, 0, 0, 0), Ask(0, 0, 3, 2, 0, -1), 3, "
+                                    "Draws(1, (1, 1, 1), (0, 0, 1))", "no-decode-past-max-tokens", 3),
+    "no-evict-on-reuse": ("check_all_with_prefix_caching", "Knobs(1, 8, 2, 3, 0, 8, 1, 1, 3, -1, 0), "
+                          "Ask(0, 2, 3, 0, 1, -1), Ask(0, 5, 3, 1, 0, 2), Ask(0, 5, 3, 0, 0, -1), 3, "
+                          "Draws(0, (0, 0, 0), (0, 0, 0))", "cached-blocks-match-tokens", 3),
+    "no-rejection-rollback": ("check_all_with_spec_decode", "Knobs(1, 7, 2, 3, 0, 9, 0, 0, 5, -1, 0), "
+                              "Ask(0, 2, 3, 0, 0, -1), Ask(1, 0, 3, 0, 0, -1), Ask(2, 4, 3, 0, 1, 0), 3, "
+                              "Draws(2, (2, 2, 2), (0, 0, 2))", "computed-behind-known-tokens", 1),
+}
+
+
+@pytest.mark.parametrize("mutant", list(FEATURE_GOLDEN))
+def test_feature_golden_counterexample_replays(mutant):
+    name, text, what, step = FEATURE_GOLDEN[mutant]
+    args = parse_args(text)
+    assert isinstance(args[-1], Draws)
+    assert explain(name, *args).holds
+    with applied(MUTANTS[mutant]):
+        replay = explain(name, *args)
+    assert (replay.holds, replay.what, replay.step) == (False, what, step)
+    config = replay.workload["config"]  # the feature is on in the scenario the replay shows
+    assert {"check_all_with_async": config.get("async_scheduling"),
+            "check_all_with_prefix_caching": config.get("enable_prefix_caching"),
+            "check_all_with_spec_decode": config.get("num_speculative_tokens", 0) > 0}[name]
+
+
+def test_feature_scenarios_decode_well_formed_and_the_core_ones_do_not_change():
+    """A feature contract turns on its feature and nothing else; without `feature`, `decode` ignores the draws."""
+    k, asks, n = LARGEST[0], LARGEST[1:4], LARGEST[4]
+    d = Draws(99, (99, 99, 99), (99, 99, 99))
+    assert decode(k, asks, n, None, d) == decode(k, asks, n)
+    for feature in ("prefix-caching", "spec-decode", "async"):
+        config, reqs = decode(k, asks, n, feature, d)
+        workload(config, reqs)  # validated as a user's file
+        assert (config.enable_prefix_caching, config.num_speculative_tokens > 0, config.async_scheduling) == (
+            feature == "prefix-caching", feature in ("spec-decode", "async"), feature == "async")
+        assert all(r.drafts == (config.num_speculative_tokens if feature != "prefix-caching" else 0) for r in reqs)
 
 
 @pytest.mark.parametrize("mutant", list(GOLDEN))
