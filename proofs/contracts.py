@@ -49,7 +49,8 @@ from crosshair import NoTracing, deep_realize
 from ..spec.invariants.catalogue import BY_NAME, INVARIANTS, Invariant
 from ..spec.invariants.monitor import check_trace
 from ..spec.workload import Workload
-from .bounded import Ask, Draws, Knobs, decode, run, trace_of, workload
+from .bounded import Ask, Draws, Knobs, decode, workload
+from .bounded_run import run, trace_of
 
 HISTORY_CHECKS = ("finished-reported-once", "stop-is-final")  # the trace-wide checks of spec/invariants/monitor.py
 ALL = "all"  # check_all: every step invariant and every history check at once
