@@ -25,8 +25,9 @@ Engines:
   also builds the spec's `SchedulerOutput` objects: the like-for-like
   comparison with the reference's Python objects.
 * `vllm`: vLLM 0.33.0's `Scheduler.schedule()` / `update_from_output()`,
-  timed inside its own venv (`.venv-vllm-ref`) by calling them directly:
-  no pipe, no JSON. Skipped with a note if that venv is missing.
+  timed inside its own venv (`.venv-vllm-ref`) by calling them directly
+  (`vllm_timer.py`): no pipe, no JSON. Skipped with a note if that venv is
+  missing.
 
 An engine whose measurement would take too long (the reference and vLLM at
 100k, and at B = 8192) gets few timed steps or is marked skipped, never
@@ -42,7 +43,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +53,8 @@ from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import fake_model
 from schedspec.spec.request import Request
 from schedspec.spec.workload import Workload, WorkloadRequest
+
+from vllm_timer import time_vllm, vllm_python  # a sibling: this file runs as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT_LEN = 16
@@ -143,58 +145,6 @@ def time_torch(workload: Workload, instances: int, steps: int, device: str) -> f
         return statistics.median(times)
 
 
-# ---- vLLM, inside its own venv -------------------------------------------------------------------------------------
-
-VLLM_TIMER = r'''
-import importlib.util, json, statistics, sys, time
-spec = importlib.util.spec_from_file_location("vllm_driver", sys.argv[1])
-d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)
-a = json.loads(sys.argv[2])
-drv, scheds = d.Driver(), []
-for b in range(a["instances"]):
-    drv.op_init(config=a["config"])
-    for i in range(a["requests"]):
-        drv.op_add(request={"request_id": f"b{i}", "prompt_token_ids": [3 + i % 1000] * a["prompt"], "max_tokens": 100000,
-                            "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "eos_token_id": None,
-                            "arrival_time": float(i), "priority": 0})
-    scheds.append(drv.scheduler)
-times, steady = [], 0
-while len(times) < a["steps"]:
-    spent, all_decode = 0.0, True
-    for s in scheds:
-        t0 = time.perf_counter(); so = s.schedule(); t1 = time.perf_counter()
-        ids = list(so.num_scheduled_tokens)
-        sampled = [[7] if s.requests[r].num_computed_tokens >= s.requests[r].num_tokens else [] for r in ids]
-        mro = d.ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled)
-        t2 = time.perf_counter(); s.update_from_output(so, mro); t3 = time.perf_counter()
-        spent += (t1 - t0) + (t3 - t2)
-        all_decode &= len(ids) == a["requests"] == sum(so.num_scheduled_tokens.values())
-    if steady >= 1:
-        times.append(spent)
-    steady = steady + 1 if all_decode else 0
-d.PROTO.write(json.dumps({"seconds": statistics.median(times), "vllm": d.vllm.__version__}) + "\n")
-'''
-
-
-def vllm_python() -> Path | None:
-    from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
-
-    venv = vllm_venv_path()
-    return venv / "bin" / "python" if vllm_venv_ready(venv) else None
-
-
-def time_vllm(workload: Workload, instances: int, steps: int) -> float:
-    from schedspec.conformance.engines.vllm import DRIVER
-
-    args = {"config": workload.config.to_dict(), "requests": len(workload.requests), "prompt": PROMPT_LEN,
-            "instances": instances, "steps": steps}
-    done = subprocess.run([str(vllm_python()), "-c", VLLM_TIMER, str(DRIVER), json.dumps(args)],
-                          capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"vLLM timer failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
-
-
 # ---- the run -----------------------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -232,7 +182,7 @@ def main() -> None:
         if engine == "torch-cpu (Engine API)":
             return time_python("torch", workload, instances, steps, "cpu")
         if engine == "vllm":
-            return time_vllm(workload, instances, steps)
+            return time_vllm(workload, instances, steps, PROMPT_LEN)
         return time_torch(workload, instances, steps, engine.removeprefix("torch-"))
 
     per_step: dict[str, dict[int, float | str]] = {e: {} for e in engines}

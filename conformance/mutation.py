@@ -91,7 +91,7 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
 
 
 def _hypothesis(m: Mutant, budget_s: float) -> Kill:
-    from .state_machine import hunt_state_machine
+    from .state_machine_hunt import hunt_state_machine
 
     t0 = time.perf_counter()
     f = hunt_state_machine(m, budget_s=max(budget_s, m.min_search_s))

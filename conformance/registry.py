@@ -68,7 +68,7 @@ def engine_factory(spec: str) -> EngineFactory:
 @cache
 def _shared_vllm_factory(source: str | None = None) -> EngineFactory:
     """One pool of vLLM drivers per process and source: a driver costs ~5 s to start and is reused across workloads."""
-    from .engines.vllm import vllm_engine_factory
+    from .engines.vllm_pool import vllm_engine_factory
 
     if not source:
         return vllm_engine_factory()

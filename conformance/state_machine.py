@@ -29,20 +29,19 @@ arrives, a live or finished request is aborted, or the engine steps.
   of 3 replays only as its program: the engine loop's queue is 2). Sizes and times travel
   through a side channel (`RunLog`): each machine instance logs itself there,
   and the last one Hypothesis builds replays the shrunk failing example.
+  Running a hunt over the machine (settings, budget, the finding) is
+  `state_machine_hunt.py`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, Phase, Verbosity, settings, target
-from hypothesis import seed as hypothesis_seed
+from hypothesis import target
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ..reference_impl import api
 from ..spec.config import SchedulerConfig
@@ -54,8 +53,6 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
 from ..spec.workload import Abort, Workload, WorkloadRequest
-from .hunt import Finding
-from .mutants import Mutant, applied
 from .state_machine_draws import (  # noqa: F401 - re-exported: the tests and the long runs draw through here
     EOS, FILLER, STOP_TOKENS, VOCAB, Bounds, _raw, _scaled, batch_queue_size, make_config, make_request,
 )
@@ -284,59 +281,3 @@ for _i, _inv in enumerate(INVARIANTS):  # the catalogue's order, then the trace 
     _as_invariant(f"catalogue_{_i:02d}_{_inv.name.replace('-', '_')}", _catalogue_check(_inv))
 for _name in TRACE_CHECKS:
     _as_invariant(f"trace_{_name.replace('-', '_')}", lambda self, _n=_name: self.check_trace(_n))
-
-
-def machine_for(bounds: Bounds = Bounds()) -> type[SchedulerMachine]:
-    """A fresh machine class for these bounds, with its own run log, so two hunts never share one."""
-    return type("SchedulerMachine", (SchedulerMachine,), {"bounds": bounds, "log": RunLog()})
-
-
-def profile(max_examples: int, step_count: int, **kw) -> settings:
-    """Stable settings: no database, no deadline, derandomized."""
-    return settings(max_examples=max_examples, stateful_step_count=step_count, deadline=None, database=None,
-                    derandomize=True, print_blob=False, suppress_health_check=list(HealthCheck), **kw)
-
-
-FAST = profile(100, 30)
-LONG = profile(3000, 60)
-
-
-def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_examples: int = 3000, step_count: int = 25,
-                       bounds: Bounds = Bounds(), seed: int = 0, expect: tuple[str, ...] | None = None) -> Finding | None:
-    """Run the machine on the mutated reference: the shrunk counterexample, or None if none turned up.
-
-    `size` is (requests, steps) of Hypothesis's shrunk example, `step` the
-    0-based step that failed, `workload` replays it, `original` is the run as
-    a program. `mutant=None` runs the pristine reference. With `expect`, only
-    those checks (and vLLM's asserts) count: a mutant often breaks several
-    rules, and Hypothesis shrinks towards whichever breaks in the smallest run.
-    The budget bounds the search, not the shrinking that follows a find.
-    """
-    if mutant is not None and mutant.families and not bounds.features:
-        bounds = dataclasses.replace(bounds, features=True)  # a feature's mutant needs the feature drawn
-        if "async" in mutant.families:
-            # The engine loop and the monitors cover a queue of 2; the machine covers the deeper pipeline, where
-            # a victim's output is still in flight at the next schedule() (the stale skip, bug-zoo Z5).
-            bounds = dataclasses.replace(bounds, batch_queue_sizes=(3,))
-            step_count = max(step_count, 40)
-    machine = machine_for(bounds)
-    hypothesis_seed(seed)(machine)  # a fixed seed, independent of this file's source (derandomize hashes it)
-    cfg = profile(max_examples, step_count, phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
-                  report_multiple_bugs=False, verbosity=Verbosity.quiet)
-    log = machine.log
-    log.started = time.perf_counter()
-    log.deadline = log.started + budget_s
-    log.expect = frozenset(expect) if expect is not None else None
-    with applied(mutant) if mutant is not None else nullcontext():
-        try:
-            run_state_machine_as_test(machine, settings=cfg)
-            return None
-        except OutOfTime:
-            return None
-        except Exception as e:  # noqa: BLE001 - any failure of the reference is a finding
-            failure = e
-    run = log.current
-    what = failure.kind if isinstance(failure, Counterexample) else f"error:{type(failure).__name__}"
-    return Finding(mutant.name if mutant else "pristine", "state-machine", what, run.steps - 1, run.workload(),
-                   "\n".join([*run.program, str(failure)]), (log.first_failure or time.perf_counter()) - log.started,
-                   (len(run.requests), run.steps))

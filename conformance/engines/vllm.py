@@ -11,8 +11,8 @@ Design notes
   vLLM and a trace of the reference are built from the same types.
 * Starting the driver costs ~5 s (~12 s with a cold model-info cache), so one
   process serves many workloads: `reset(config)` builds a fresh scheduler in
-  it, and `SharedDriverFactory` (what `--engine vllm` uses) hands drivers
-  back to an idle list on `close()` instead of killing them.
+  it, and `vllm_pool.SharedDriverFactory` (what `--engine vllm` uses) hands
+  drivers back to an idle list on `close()` instead of killing them.
 * Every call has a deadline (60 s for init, 30 s per step op by default). A
   driver that hangs, dies or answers garbage is killed, and the caller gets a
   one-line `SpecError` naming the op and the step, with the last line the
@@ -32,7 +32,6 @@ Design notes
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
@@ -269,83 +268,6 @@ class VllmEngine:
         """Kill the driver and raise: after a broken exchange its state is unknown."""
         code, tail = self._kill()
         raise SpecError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
-
-
-class _Lease:
-    """An engine handed out by `SharedDriverFactory`: `close()` gives the driver back instead of killing it."""
-
-    name = ENGINE_NAME
-
-    def __init__(self, engine: VllmEngine, pool: "SharedDriverFactory") -> None:
-        self._engine: VllmEngine | None = engine
-        self._pool = pool
-
-    def __getattr__(self, attr: str) -> Any:  # the Engine protocol, forwarded
-        engine = self.__dict__.get("_engine")
-        if engine is None:
-            raise SpecError("vllm engine", attr, "was used after close()")
-        return getattr(engine, attr)
-
-    def close(self) -> None:
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            self._pool.give_back(engine)
-
-    def __enter__(self) -> "_Lease":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class SharedDriverFactory:
-    """An `EngineFactory` that reuses driver processes across workloads.
-
-    The harness asks for a fresh engine per workload and closes it after; a
-    fresh driver would cost ~5 s of vLLM imports each time. Here `close()`
-    returns the driver to an idle list and the next call `reset`s it, so a
-    campaign pays the start-up once per concurrently used engine. A driver
-    that broke (timeout, crash) is dropped, never reused. The venv is built on
-    first use if missing (`ensure_vllm_venv`), not when the factory is made.
-    """
-
-    def __init__(self, **engine_kwargs: Any) -> None:
-        self._kwargs = engine_kwargs
-        self._idle: list[VllmEngine] = []
-        self._pid = os.getpid()
-        atexit.register(self.close_all)
-
-    def __call__(self, config: SchedulerConfig) -> _Lease:
-        if os.getpid() != self._pid:  # a forked child must not share its parent's pipes
-            self._idle, self._pid = [], os.getpid()
-        while self._idle:
-            engine = self._idle.pop()
-            try:
-                engine.reset(config)
-                return _Lease(engine, self)
-            except SpecError:
-                if engine.alive:  # vLLM refused the config; the driver itself is fine
-                    self._idle.append(engine)
-                    raise
-        if "venv" not in self._kwargs:
-            ensure_vllm_venv()
-        return _Lease(VllmEngine(config, **self._kwargs), self)
-
-    def give_back(self, engine: VllmEngine) -> None:
-        if engine.alive and os.getpid() == self._pid:
-            self._idle.append(engine)
-        else:
-            engine.close()
-
-    def close_all(self) -> None:
-        idle, self._idle = self._idle, []
-        for engine in idle:
-            engine.close()
-
-
-def vllm_engine_factory(**engine_kwargs: Any) -> SharedDriverFactory:
-    """The factory the harness registry holds for `--engine vllm`."""
-    return SharedDriverFactory(**engine_kwargs)
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

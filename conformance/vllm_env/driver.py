@@ -20,22 +20,17 @@ Design notes
   Any failure answers {"error": "<one line>"} and the driver keeps serving;
   the line names the innermost vLLM frame (`at vllm/...py:LINE`), so a
   failed vLLM assert says which one.
-* The three features of issue 7 map onto vLLM's own knobs:
-  `enable_prefix_caching` onto `CacheConfig`; `num_speculative_tokens = k`
-  onto an ngram `SpeculativeConfig`, the one method with no lookahead slots
-  and no draft slots (`num_lookahead_tokens == 0`,
-  `max_num_new_slots_for_drafting == 0`), which init checks, since the
-  spec assumes both; `async_scheduling` onto `AsyncScheduler`.
+* Building the scheduler (the stub model, the CPU wiring, the three
+  features of issue 7 and the checks that vLLM built what the spec assumes)
+  is `cpu_scheduler.py`, a sibling module this file imports by name: its
+  own folder is put on `sys.path` however this file was loaded (as a
+  script, or by path from the benchmark's timer).
 * Outputs wait in a FIFO until updated: the sync loop updates the step it
   just scheduled, the async loop (`step_with_batch_queue`) the oldest one
   still in flight, while a newer one already is. An update must name the
   oldest pending output (matched by its `num_scheduled_tokens`): vLLM's
   loop absorbs outputs in the order they were scheduled, and a harness that
   did otherwise would test a loop vLLM never runs.
-* The scheduler is built as in vllm-0.33-on-cpu.md section 7: a stub
-  `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
-  CUDA wheel), a paper KV cache of one full-attention group, every scheduler
-  knob passed explicitly so no platform hook can pick a default for us.
 * $SCHEDSPEC_VLLM_SOURCE names a user's vLLM source tree (`--vllm-source`):
   it goes first on `sys.path`, so its pure-Python `vllm/` package shadows the
   installed one while torch and the rest still come from this venv. init
@@ -69,40 +64,22 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAG
     os.environ.setdefault(_k, _v)
 if os.environ.get("SCHEDSPEC_VLLM_SOURCE"):
     sys.path.insert(0, os.environ["SCHEDSPEC_VLLM_SOURCE"])
+# This folder, for the sibling `cpu_scheduler`. Run as a script it is on the path already; loaded by path
+# (the benchmark's timer) it is not, and appended there it cannot shadow anything the venv installs.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.append(_HERE)
 
-import torch  # noqa: E402
 import vllm  # noqa: E402
-from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig,  # noqa: E402
-                         SchedulerConfig, SpeculativeConfig, VllmConfig)
+from vllm.config import ModelConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-# A tiny Llama described by its config.json alone: no weights, no tokenizer, no Hub.
-STUB_MODEL = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
-    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16",
-}
-
-
-def _stub_model_dir() -> str:
-    """A stable folder in the venv, so vLLM's model-info cache (keyed by model) stays warm across runs."""
-    path = os.path.join(sys.prefix, "vllm-ref-stub-model")
-    os.makedirs(path, exist_ok=True)
-    text = json.dumps(STUB_MODEL, indent=1, sort_keys=True)
-    cfg = os.path.join(path, "config.json")
-    if not os.path.exists(cfg) or open(cfg, encoding="utf-8").read() != text:
-        with open(cfg, "w", encoding="utf-8") as f:
-            f.write(text)
-    return path
+from cpu_scheduler import build_scheduler, stub_model_dir  # noqa: E402
 
 
 def _finished(r: Request) -> dict:
@@ -111,7 +88,7 @@ def _finished(r: Request) -> dict:
 
 class Driver:
     def __init__(self) -> None:
-        self.model_dir = _stub_model_dir()
+        self.model_dir = stub_model_dir()
         self.model_configs: dict[int, ModelConfig] = {}
         self.scheduler: Scheduler | None = None
         init_none_hash(sha256)  # once per process, as vLLM's own test utilities do
@@ -119,61 +96,11 @@ class Driver:
     # ---- ops -------------------------------------------------------------------
 
     def op_init(self, config: dict) -> dict:
-        c = config
-        max_model_len = c["max_model_len"] if c["max_model_len"] is not None else c["max_num_batched_tokens"]
-        if max_model_len not in self.model_configs:  # max_model_len is read from the model config
-            self.model_configs[max_model_len] = ModelConfig(
-                model=self.model_dir, dtype="float16", seed=42, skip_tokenizer_init=True,
-                max_model_len=max_model_len)
-        model_config = self.model_configs[max_model_len]
-        async_scheduling = bool(c.get("async_scheduling", False))
-        scheduler_config = SchedulerConfig(
-            max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"],
-            max_model_len=max_model_len, is_encoder_decoder=model_config.is_encoder_decoder,
-            max_num_scheduled_tokens=c["max_num_scheduled_tokens"], max_num_active_seqs=c["max_num_active_seqs"],
-            long_prefill_token_threshold=c["long_prefill_token_threshold"],
-            long_prefill_token_threshold_adaptive=c["long_prefill_token_threshold_adaptive"],
-            enable_chunked_prefill=c["enable_chunked_prefill"], policy=c["policy"], watermark=c["watermark"],
-            scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], async_scheduling=async_scheduling,
-            # Knobs the spec does not model, pinned to the values the spec assumes.
-            max_num_queued_reqs=None, max_num_queued_tokens=None, prefill_schedule_interval=1,
-            stream_interval=1)
-        block_size = c["block_size"]
-        cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
-                                   enable_prefix_caching=bool(c.get("enable_prefix_caching", False)))
-        parallel_config = ParallelConfig()
-        k = int(c.get("num_speculative_tokens", 0))
-        # ngram: drafts come from the prompt on the CPU, so no lookahead and no draft slots.
-        # The lookup window is irrelevant here (the harness plays the drafts), but required.
-        speculative_config = SpeculativeConfig(
-            method="ngram", num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=k,
-            target_model_config=model_config, target_parallel_config=parallel_config) if k > 0 else None
-        vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                                 cache_config=cache_config, parallel_config=parallel_config,
-                                 device_config=DeviceConfig(device="cpu"), speculative_config=speculative_config)
-        kv_cache_config = KVCacheConfig(
-            num_blocks=c["num_gpu_blocks"], kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
-                block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))])
-        cache_config.num_gpu_blocks = c["num_gpu_blocks"]
-        scheduler_class = AsyncScheduler if async_scheduling else Scheduler
-        self.scheduler = scheduler_class(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                                         structured_output_manager=StructuredOutputManager(vllm_config),
-                                         block_size=block_size, log_stats=False)
-        s = self.scheduler
-        # The spec's output layout is the V2 model runner's: resumed requests listed as new.
-        if not s.use_v2_model_runner:
-            raise RuntimeError("vLLM chose the V1 model-runner layout; the spec expects V2 (resumed-as-new)")
-        # What the spec assumes of each feature, checked rather than trusted to the config plumbing.
-        draft_slots = speculative_config.max_num_new_slots_for_drafting if speculative_config else 0
-        got = {"num_spec_tokens": s.num_spec_tokens, "num_lookahead_tokens": s.num_lookahead_tokens,
-               "draft_slots": draft_slots, "enable_caching": s.kv_cache_manager.enable_caching,
-               "async_scheduling": isinstance(s, AsyncScheduler)}
-        want = {"num_spec_tokens": k, "num_lookahead_tokens": 0, "draft_slots": 0,
-                "enable_caching": cache_config.enable_prefix_caching, "async_scheduling": async_scheduling}
-        if got != want:
-            raise RuntimeError(f"vLLM built a scheduler unlike the spec's: {got} != {want}")
-        self.block_size = block_size
+        # The new scheduler replaces the old one even when it is refused below, as it always has.
+        self.scheduler, refused = build_scheduler(config, self.model_dir, self.model_configs)
+        if refused:
+            raise RuntimeError(refused)
+        self.block_size = config["block_size"]
         self.live: dict[str, Request] = {}  # added and not yet reported finished
         self.pending = deque()  # scheduled outputs not yet updated, oldest first
         return {"ok": True, "vllm_version": vllm.__version__, "vllm_file": vllm.__file__}

@@ -29,7 +29,7 @@ shows each new invariant, on its own, catching a planted bug.
 import pytest
 
 from schedspec.conformance.mutants import BY_NAME
-from schedspec.conformance.state_machine import hunt_state_machine
+from schedspec.conformance.state_machine_hunt import hunt_state_machine
 
 PINNED = {
     "Z1-no-refund": ("assertion", (3, 2)),

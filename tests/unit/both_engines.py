@@ -21,7 +21,8 @@ from typing import Iterable, Mapping
 
 import pytest
 
-from schedspec.conformance.engines.vllm import vllm_engine_factory, vllm_venv_ready
+from schedspec.conformance.engines.vllm import vllm_venv_ready
+from schedspec.conformance.engines.vllm_pool import vllm_engine_factory
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from schedspec.conformance.mutants import BY_NAME, applied
 from schedspec.conformance.state_machine import (
-    FAST, TRACE_CHECKS, Bounds, SchedulerMachine, _raw, hunt_state_machine, make_config, make_request,
+    TRACE_CHECKS, Bounds, SchedulerMachine, _raw, make_config, make_request,
 )
+from schedspec.conformance.state_machine_hunt import FAST, hunt_state_machine
 from schedspec.reference_impl import simulate
 from schedspec.spec.arith import cdiv
 from schedspec.spec.invariants import INVARIANTS, check_trace

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance.engines.vllm import (STAMP_NAME, SharedDriverFactory, VllmEngine, ensure_vllm_venv,
-                                                vllm_engine_factory, vllm_venv_ready)
+from schedspec.conformance.engines.vllm import STAMP_NAME, VllmEngine, ensure_vllm_venv, vllm_venv_ready
+from schedspec.conformance.engines.vllm_pool import SharedDriverFactory, vllm_engine_factory
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import run

@@ -31,7 +31,7 @@ import dataclasses
 import pytest
 from both_engines import make, needs_vllm  # noqa: F401  (make is a fixture)
 
-from schedspec.conformance.engines.vllm import vllm_engine_factory
+from schedspec.conformance.engines.vllm_pool import vllm_engine_factory
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError
 from schedspec.spec.output import ModelRunnerOutput

@@ -1,0 +1,73 @@
+"""Timing vLLM 0.33.0's scheduler inside its own venv, for `bench_torch.py`.
+
+Why it is separate: everything else in the benchmark runs in the project's
+venv on the project's objects; this runs in `.venv-vllm-ref` (vLLM pins its
+own torch and stack), so it is a script passed to that interpreter, with its
+own copy of the measurement loop. It loads `conformance/vllm_env/driver.py`
+by path for the driver's scheduler set-up, then calls `Scheduler.schedule()`
+and `update_from_output()` directly: no pipe, no JSON, so the numbers are
+vLLM's and not the adapter's.
+
+The venv cannot receive `Request` objects, so the timer rebuilds the
+benchmark's decode requests from their shape (`b{i}`, a prompt of
+`prompt_len` copies of `3 + i % 1000`, a long `max_tokens`, EOS ignored);
+`bench_torch._requests` builds the same ones for the other engines.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from schedspec.spec.workload import Workload
+
+VLLM_TIMER = r'''
+import importlib.util, json, statistics, sys, time
+spec = importlib.util.spec_from_file_location("vllm_driver", sys.argv[1])
+d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)
+a = json.loads(sys.argv[2])
+drv, scheds = d.Driver(), []
+for b in range(a["instances"]):
+    drv.op_init(config=a["config"])
+    for i in range(a["requests"]):
+        drv.op_add(request={"request_id": f"b{i}", "prompt_token_ids": [3 + i % 1000] * a["prompt"], "max_tokens": 100000,
+                            "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "eos_token_id": None,
+                            "arrival_time": float(i), "priority": 0})
+    scheds.append(drv.scheduler)
+times, steady = [], 0
+while len(times) < a["steps"]:
+    spent, all_decode = 0.0, True
+    for s in scheds:
+        t0 = time.perf_counter(); so = s.schedule(); t1 = time.perf_counter()
+        ids = list(so.num_scheduled_tokens)
+        sampled = [[7] if s.requests[r].num_computed_tokens >= s.requests[r].num_tokens else [] for r in ids]
+        mro = d.ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled)
+        t2 = time.perf_counter(); s.update_from_output(so, mro); t3 = time.perf_counter()
+        spent += (t1 - t0) + (t3 - t2)
+        all_decode &= len(ids) == a["requests"] == sum(so.num_scheduled_tokens.values())
+    if steady >= 1:
+        times.append(spent)
+    steady = steady + 1 if all_decode else 0
+d.PROTO.write(json.dumps({"seconds": statistics.median(times), "vllm": d.vllm.__version__}) + "\n")
+'''
+
+
+def vllm_python() -> Path | None:
+    from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
+
+    venv = vllm_venv_path()
+    return venv / "bin" / "python" if vllm_venv_ready(venv) else None
+
+
+def time_vllm(workload: Workload, instances: int, steps: int, prompt_len: int) -> float:
+    """Median seconds per round of `instances` vLLM schedulers on `workload`'s decode requests, once all decode."""
+    from schedspec.conformance.engines.vllm import DRIVER
+
+    args = {"config": workload.config.to_dict(), "requests": len(workload.requests), "prompt": prompt_len,
+            "instances": instances, "steps": steps}
+    done = subprocess.run([str(vllm_python()), "-c", VLLM_TIMER, str(DRIVER), json.dumps(args)],
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"vLLM timer failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]

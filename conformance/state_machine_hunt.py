@@ -1,0 +1,90 @@
+"""Hunting with the state machine: Hypothesis settings, a fresh machine per hunt, and the finding it shrinks to.
+
+Design notes
+------------
+* Why it is separate from `state_machine.py`: that module is the machine,
+  what one example does and which checks run after each step. This one is
+  how a search is run over it, and none of it is needed to define the
+  machine: the settings (`FAST` for the unit tests' `TestCase`, `LONG` for
+  the slow runs), the wall-clock budget, and turning Hypothesis's shrunk
+  failure into a `Finding` the mutation hunt reports like any other.
+* Each hunt gets its own subclass (`machine_for`) with its own `RunLog`, so
+  two hunts in one process never read each other's runs, deadlines or
+  filters.
+* A mutant of a feature forces the feature bounds on (and an async mutant
+  the three-deep batch queue), or the machine would never draw what the
+  mutant changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import nullcontext
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.stateful import run_state_machine_as_test
+
+from .hunt import Finding
+from .mutants import Mutant, applied
+from .state_machine import Bounds, Counterexample, OutOfTime, RunLog, SchedulerMachine
+
+
+def machine_for(bounds: Bounds = Bounds()) -> type[SchedulerMachine]:
+    """A fresh machine class for these bounds, with its own run log, so two hunts never share one."""
+    # Placed in the machine's module, as when it was built there: Hypothesis reads a machine's source
+    # (found through its module) for its digest, and this one should read SchedulerMachine's.
+    return type("SchedulerMachine", (SchedulerMachine,),
+                {"bounds": bounds, "log": RunLog(), "__module__": SchedulerMachine.__module__})
+
+
+def profile(max_examples: int, step_count: int, **kw) -> settings:
+    """Stable settings: no database, no deadline, derandomized."""
+    return settings(max_examples=max_examples, stateful_step_count=step_count, deadline=None, database=None,
+                    derandomize=True, print_blob=False, suppress_health_check=list(HealthCheck), **kw)
+
+
+FAST = profile(100, 30)
+LONG = profile(3000, 60)
+
+
+def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_examples: int = 3000, step_count: int = 25,
+                       bounds: Bounds = Bounds(), seed: int = 0, expect: tuple[str, ...] | None = None) -> Finding | None:
+    """Run the machine on the mutated reference: the shrunk counterexample, or None if none turned up.
+
+    `size` is (requests, steps) of Hypothesis's shrunk example, `step` the
+    0-based step that failed, `workload` replays it, `original` is the run as
+    a program. `mutant=None` runs the pristine reference. With `expect`, only
+    those checks (and vLLM's asserts) count: a mutant often breaks several
+    rules, and Hypothesis shrinks towards whichever breaks in the smallest run.
+    The budget bounds the search, not the shrinking that follows a find.
+    """
+    if mutant is not None and mutant.families and not bounds.features:
+        bounds = dataclasses.replace(bounds, features=True)  # a feature's mutant needs the feature drawn
+        if "async" in mutant.families:
+            # The engine loop and the monitors cover a queue of 2; the machine covers the deeper pipeline, where
+            # a victim's output is still in flight at the next schedule() (the stale skip, bug-zoo Z5).
+            bounds = dataclasses.replace(bounds, batch_queue_sizes=(3,))
+            step_count = max(step_count, 40)
+    machine = machine_for(bounds)
+    hypothesis_seed(seed)(machine)  # a fixed seed, independent of this file's source (derandomize hashes it)
+    cfg = profile(max_examples, step_count, phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+                  report_multiple_bugs=False, verbosity=Verbosity.quiet)
+    log = machine.log
+    log.started = time.perf_counter()
+    log.deadline = log.started + budget_s
+    log.expect = frozenset(expect) if expect is not None else None
+    with applied(mutant) if mutant is not None else nullcontext():
+        try:
+            run_state_machine_as_test(machine, settings=cfg)
+            return None
+        except OutOfTime:
+            return None
+        except Exception as e:  # noqa: BLE001 - any failure of the reference is a finding
+            failure = e
+    run = log.current
+    what = failure.kind if isinstance(failure, Counterexample) else f"error:{type(failure).__name__}"
+    return Finding(mutant.name if mutant else "pristine", "state-machine", what, run.steps - 1, run.workload(),
+                   "\n".join([*run.program, str(failure)]), (log.first_failure or time.perf_counter()) - log.started,
+                   (len(run.requests), run.steps))
