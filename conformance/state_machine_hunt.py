@@ -21,6 +21,10 @@ Design notes
   else the caller had imported: collecting two more test files moved three
   pins. `_own_constants_only` leaves Hypothesis its built-in constants, so a
   hunt depends on the machine, the mutant and the (pinned) Hypothesis only.
+  Measured: a fixed pool of the literals of `spec` and `reference_impl`
+  found the same 34 pinned examples as none at all. Z6 now takes 25 s to find
+  where the pool of whatever `schedspec mutants` had loaded found it in 5:
+  that was luck, and the README table says so.
 """
 
 from __future__ import annotations
