@@ -23,7 +23,7 @@ from ..spec.engine import ASYNC_BATCH_QUEUE_SIZE, fake_model
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.state import SchedulerState
 from .drift import diff_through_abstraction, from_state
-from .drift_features import _inputs, _probe, shared_refs
+from .drift_features import model_inputs, probe_cache, shared_refs
 from .encoding import step
 from .encoding_async import record_holds
 
@@ -31,7 +31,7 @@ from .encoding_async import record_holds
 def async_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[dict[str, Any]]:
     """Each engine step that schedules from a state of 1..max_live live requests, with what it absorbed."""
     engine = ReferenceEngine(workload.config)
-    probed = _probe(engine)
+    probed = probe_cache(engine)
     batch_queue: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = deque()
     unreported: set[str] = set()
     for k in range(min(workload.max_steps, max_steps)):
@@ -65,7 +65,7 @@ def compare_async(pre: SchedulerState, in_flight, output, post: SchedulerState, 
     enc_pre.config.spec_decode, enc_pre.config.num_speculative_tokens = k > 0, k
     enc_pre.config.async_scheduling = True
     old_output, old_model_output = in_flight
-    inputs = _inputs(pre, dict(old_model_output.sampled_token_ids), {})
+    inputs = model_inputs(pre, dict(old_model_output.sampled_token_ids), {})
     if c.enable_prefix_caching:
         enc_pre.config.prefix_caching, enc_pre.num_shared_refs = True, shared_refs(pre)
         for rid in order:

@@ -30,8 +30,9 @@ from .drift import diff_through_abstraction, from_state
 from .encoding import step
 
 
-def _inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
-            ) -> dict[str, dict[str, Any]]:
+def model_inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
+                 ) -> dict[str, dict[str, Any]]:
+    """Per request, the encoding's free inputs as the model and the drafter set them: accepted, stop position."""
     out = {}
     for rid, r in state.requests.items():
         q = r.request
@@ -46,7 +47,7 @@ def _inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], propos
     return out
 
 
-def _probe(engine: ReferenceEngine) -> dict[str, dict[str, int]]:
+def probe_cache(engine: ReferenceEngine) -> dict[str, dict[str, int]]:
     """Wrap this engine's KV cache manager to record each request's hit, evictable hits and still-shared frees."""
     kv, seen = engine.scheduler.kv_cache_manager, {}
     lookup, free = kv.get_computed_blocks, kv.free
@@ -76,7 +77,7 @@ def shared_refs(state: SchedulerState) -> int:
 def spec_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict, dict]]:
     """(pre, output, model output, post after the drafter, finished, proposals, probed cache inputs) per step."""
     engine = ReferenceEngine(workload.config)
-    probed = _probe(engine)
+    probed = probe_cache(engine)
     drafter = Drafter(workload) if workload.config.num_speculative_tokens else None
     for k in range(min(workload.max_steps, max_steps)):
         for r in workload.arrivals_at(k):
@@ -101,7 +102,7 @@ def compare_features(pre_state: SchedulerState, output, model_output, post, fini
     pre, order = from_state(pre_state, {})
     c = pre_state.config
     pre.config.spec_decode, pre.config.num_speculative_tokens = c.num_speculative_tokens > 0, c.num_speculative_tokens
-    inputs = _inputs(pre_state, dict(model_output.sampled_token_ids), proposals)
+    inputs = model_inputs(pre_state, dict(model_output.sampled_token_ids), proposals)
     if c.enable_prefix_caching:
         pre.config.prefix_caching, pre.num_shared_refs = True, shared_refs(pre_state)
         for rid in order:
