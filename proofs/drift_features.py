@@ -3,8 +3,8 @@
 The core drift test (`drift.py`) plants one sampled token per request. With
 drafts the model returns 1 + accepted tokens and the drafter a proposal
 after the update, and those are the encoding's free inputs. So this check
-runs the reference's own engine loop (schedule, `fake_model`, update, the
-`Drafter`), reads from the step what the model and drafter returned
+runs the reference through `spec.engine.steps`, the engine loop every engine
+runs (schedule, `fake_model`, update, the `Drafter`), reads from the step what the model and drafter returned
 (accepted count, where the first EOS or stop token sits, the proposal), sets
 them as the slots' inputs, evaluates `encoding.step` on ints and compares
 field by field through the abstraction, now including the drafts scheduled
@@ -24,10 +24,12 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from ..reference_impl import ReferenceEngine
-from ..spec.engine import Drafter, fake_model
+from ..spec.engine import steps
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.state import SchedulerState
+from ..spec.trace import StepRecord
 from .drift import diff_through_abstraction, from_state
-from .encoding import step
+from .encoding import Pre, step
 
 
 def model_inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
@@ -74,55 +76,90 @@ def shared_refs(state: SchedulerState) -> int:
     return len(held) - len(set(held))
 
 
+class RecordingEngine(ReferenceEngine):
+    """The reference engine, keeping what a drift check needs of the step it is in.
+
+    `pre` is the state schedule() started from, `absorbed` the output (and
+    model output) update_from_output absorbed: this step's in the sync loop,
+    the older step's under async, none in a schedule-only async step.
+    `probed` is the cache probe's record of the step.
+    """
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.probed = probe_cache(self)
+        self.pre: SchedulerState | None = None
+        self.absorbed = NOTHING_ABSORBED
+
+    def schedule(self):
+        self.pre = self.state()
+        self.probed.clear()
+        return super().schedule()
+
+    def update_from_output(self, output, model_output):
+        self.absorbed = (output, model_output)
+        return super().update_from_output(output, model_output)
+
+
+NOTHING_ABSORBED = (SchedulerOutput(), ModelRunnerOutput({}))
+
+
+def recorded_steps(workload, max_steps: int, max_live: int) -> Iterator[tuple[SchedulerState, tuple, StepRecord, SchedulerState, dict]]:
+    """`spec.engine.steps` on the reference, the loop every engine runs: for each step that scheduled from
+    1..max_live live requests, (pre, absorbed, record, post, probed cache inputs)."""
+    engine = RecordingEngine(workload.config)
+    for k, record in enumerate(steps(engine, workload)):
+        if k >= max_steps:
+            return
+        pre, absorbed = engine.pre, engine.absorbed
+        engine.pre, engine.absorbed = None, NOTHING_ABSORBED
+        if pre is not None and 0 < len(pre.requests) <= max_live:
+            yield pre, absorbed, record, engine.state(), {r: dict(v) for r, v in engine.probed.items()}
+
+
 def spec_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict, dict]]:
     """(pre, output, model output, post after the drafter, finished, proposals, probed cache inputs) per step."""
-    engine = ReferenceEngine(workload.config)
-    probed = probe_cache(engine)
-    drafter = Drafter(workload) if workload.config.num_speculative_tokens else None
-    for k in range(min(workload.max_steps, max_steps)):
-        for r in workload.arrivals_at(k):
-            engine.add_request(r)
-        for rid in workload.aborts_at(k):
-            engine.abort_request(rid)
-        pre = engine.state()
-        probed.clear()
-        output = engine.schedule()
-        model_output = fake_model(workload, output, engine.summary())
-        finished = engine.update_from_output(output, model_output)
-        proposals = drafter.propose(output, model_output, engine.summary()) if drafter and output.total_num_scheduled_tokens else {}
-        if proposals:
-            engine.update_draft_token_ids(proposals)
-        if 0 < len(pre.requests) <= max_live:
-            yield pre, output, model_output, engine.state(), finished, proposals, {r: dict(v) for r, v in probed.items()}
+    for pre, _, record, post, probed in recorded_steps(workload, max_steps, max_live):
+        yield pre, record.output, record.model_output, post, record.finished, record.draft_token_ids, probed
+
+
+def encoding_pre(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
+                 probed: dict | None) -> tuple[Pre, list[str], dict[str, dict[str, Any]]]:
+    """The encoding's pre-state of a reference state with its features on, and each slot's free inputs."""
+    pre, order = from_state(state, {})
+    c = state.config
+    pre.config.spec_decode, pre.config.num_speculative_tokens = c.num_speculative_tokens > 0, c.num_speculative_tokens
+    inputs = model_inputs(state, generated, proposals)
+    if c.enable_prefix_caching:
+        pre.config.prefix_caching, pre.num_shared_refs = True, shared_refs(state)
+        for rid in order:
+            inputs[rid].update(dict(hit_blocks=0, evictable=0, shared_freed=0), **(probed or {}).get(rid, {}))
+    return pre, order, inputs
+
+
+def feature_diffs(enc: Any, order: list[str], output, post: SchedulerState, finished) -> list[tuple[str, Any, Any]]:
+    """`diff_through_abstraction` with the drafts, plus what every feature step compares: the free inputs within
+    their bounds, the shared table entries, and how a finished request finished."""
+    c = post.config
+    diffs = diff_through_abstraction(enc, order, output, post, finished, c.num_speculative_tokens > 0)
+    if not all(enc.inputs):
+        diffs.append(("inputs within bounds", False, True))
+    if c.enable_prefix_caching and enc.num_shared_refs != shared_refs(post):
+        diffs.append(("num_shared_refs", enc.num_shared_refs, shared_refs(post)))
+    for j, rid in enumerate(order):
+        if rid not in post.requests:
+            stopped = finished[rid].status.name == "FINISHED_STOPPED"
+            if enc.finished_stopped[j] != stopped:
+                diffs.append((f"{rid}.finished_stopped", enc.finished_stopped[j], stopped))
+    return diffs
 
 
 def compare_features(pre_state: SchedulerState, output, model_output, post, finished, proposals,
-                 probed: dict | None = None) -> list[tuple[str, Any, Any]]:
+                     probed: dict | None = None) -> list[tuple[str, Any, Any]]:
     """(field, encoding's value, reference's value) for every disagreement of one step with the features on."""
-    pre, order = from_state(pre_state, {})
-    c = pre_state.config
-    pre.config.spec_decode, pre.config.num_speculative_tokens = c.num_speculative_tokens > 0, c.num_speculative_tokens
-    inputs = model_inputs(pre_state, dict(model_output.sampled_token_ids), proposals)
-    if c.enable_prefix_caching:
-        pre.config.prefix_caching, pre.num_shared_refs = True, shared_refs(pre_state)
-        for rid in order:
-            inputs[rid].update(dict(hit_blocks=0, evictable=0, shared_freed=0), **(probed or {}).get(rid, {}))
+    pre, order, inputs = encoding_pre(pre_state, dict(model_output.sampled_token_ids), proposals, probed)
     if not pre.config.spec_decode:  # the core's one sampled token: only its EOS / stop flags are read
         inputs = {rid: {f: v for f, v in x.items() if f in ("samples_eos", "samples_stop", "hit_blocks", "evictable",
                                                                "shared_freed")} for rid, x in inputs.items()}
     pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(pre.slots, order)]
-    enc = step(pre)
-    diffs = diff_through_abstraction(enc, order, output, post, finished, pre.config.spec_decode)
-
-    def same(field: str, a: Any, b: Any) -> None:
-        if a != b:
-            diffs.append((field, a, b))
-
-    if not all(enc.inputs):
-        diffs.append(("inputs within bounds", False, True))
-    if c.enable_prefix_caching:
-        same("num_shared_refs", enc.num_shared_refs, shared_refs(post))
-    for j, rid in enumerate(order):
-        if rid not in post.requests:
-            same(f"{rid}.finished_stopped", enc.finished_stopped[j], finished[rid].status.name == "FINISHED_STOPPED")
-    return diffs
+    return feature_diffs(step(pre), order, output, post, finished)

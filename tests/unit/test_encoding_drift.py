@@ -209,3 +209,21 @@ def test_a_mutant_of_a_rule_moves_the_async_encoding_with_the_reference(mutant):
                 continue
             for step in reached:
                 assert compare_async(**step) == [], (mutant.name, index, step["pre"].current_step)
+
+
+def test_the_feature_drift_checks_see_an_encoding_that_drifts(monkeypatch):
+    """Each feature drift check, shown to catch a bug planted in the encoding alone (a shared rule's mutant moves
+    both sides, so it could not show this): one placeholder too many under async, one computed token too many
+    after a sync spec-decode update."""
+    from schedspec.proofs import encoding
+    from schedspec.proofs.drift_async import async_steps, compare_async
+    from schedspec.proofs.drift_features import compare_features, spec_steps
+
+    after_schedule, sample = encoding.after_schedule, encoding.sample
+    monkeypatch.setattr(encoding, "after_schedule", lambda *a: {**after_schedule(*a), "P": after_schedule(*a)["P"] + 1})
+    found = {f.split(".")[-1] for i in range(5) for s in async_steps(generate("async", 21, i)) for f, _, _ in compare_async(**s)}
+    assert "num_output_placeholders" in found
+    monkeypatch.setattr(encoding, "sample", lambda *a: {**sample(*a), "C": sample(*a)["C"] + 1})
+    found = {f.split(".")[-1] for w in feature_workloads("spec-decode", 5) for s in spec_steps(w)
+             for f, _, _ in compare_features(*s)}
+    assert "num_computed_tokens" in found
