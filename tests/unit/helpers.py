@@ -198,3 +198,12 @@ def update_live(state: SchedulerState, output: SchedulerOutput, sampled: Mapping
     live = dict(scheduler.requests)
     finished = scheduler.update_from_output(output, ModelRunnerOutput({k: tuple(v) for k, v in sampled.items()}))
     return freeze(scheduler), finished, live
+
+
+def possible(facts) -> bool:
+    """Whether Z3 finds the facts satisfiable: a proof's assumptions must leave each behaviour it claims possible."""
+    import z3
+
+    solver = z3.Solver()
+    solver.add(*facts)
+    return solver.check() == z3.sat

@@ -3,6 +3,8 @@
 import pytest
 import z3
 
+from helpers import possible
+
 from schedspec.cli import main
 from schedspec.proofs.encoding import step
 from schedspec.proofs.features import CONCRETE_ONLY, _encoded, check
@@ -18,31 +20,25 @@ def test_every_invariant_is_inductive_with_drafts_for_two_requests(fcfs):
             assert verdict == ("n/a" if inv.name in CONCRETE_ONLY else "proved"), (inv.name, n)
 
 
-def _possible(facts) -> bool:
-    s = z3.Solver()
-    s.add(*facts)
-    return s.check() == z3.sat
-
-
 @pytest.mark.parametrize("preempts", [False, True])
-def test_the_assumptions_leave_every_spec_behaviour_possible(preempts):
+def test_the_assumptions_leave_every_spec_behaviourpossible(preempts):
     """A proof is vacuous if WellFormed, Inv and the model's bounds rule out what spec decode does."""
     pre, context, post = _encoded(2, True, preempts)
     facts = context + post.assume + post.inputs
     s0, s1 = pre.slots
     sampled_with_drafts = [post.num_scheduled_spec[0] > 0, post.num_scheduled[0] > 0]
-    assert _possible(facts + sampled_with_drafts)
-    assert _possible(facts + sampled_with_drafts + [s0.num_accepted < post.num_scheduled_spec[0]])  # a rejection
-    assert _possible(facts + sampled_with_drafts + [post.finished[0], post.num_tokens[0] < s0.num_tokens + 1 + s0.num_accepted])  # trimmed
+    assert possible(facts + sampled_with_drafts)
+    assert possible(facts + sampled_with_drafts + [s0.num_accepted < post.num_scheduled_spec[0]])  # a rejection
+    assert possible(facts + sampled_with_drafts + [post.finished[0], post.num_tokens[0] < s0.num_tokens + 1 + s0.num_accepted])  # trimmed
     if not preempts:
-        assert _possible(facts + [post.admitted[1], post.num_scheduled_spec[1] > 0])  # a padded admission
-        assert _possible(facts + [post.running[0], post.num_spec_tokens[0] > 0])  # a new proposal kept
-        assert _possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # a prefix hit
-        assert _possible(facts + [post.admitted[1], s1.evictable < s1.hit_blocks])  # a hit on a held block: shared
-        assert _possible(facts + [post.finished[0], s0.shared_freed > 0])  # a finish that frees a shared block
+        assert possible(facts + [post.admitted[1], post.num_scheduled_spec[1] > 0])  # a padded admission
+        assert possible(facts + [post.running[0], post.num_spec_tokens[0] > 0])  # a new proposal kept
+        assert possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # a prefix hit
+        assert possible(facts + [post.admitted[1], s1.evictable < s1.hit_blocks])  # a hit on a held block: shared
+        assert possible(facts + [post.finished[0], s0.shared_freed > 0])  # a finish that frees a shared block
     else:
-        assert _possible(facts + [post.preempted[0], s0.num_spec_tokens > 0])  # drafts dropped by preemption
-        assert _possible(facts + [post.preempted[0], s0.shared_freed > 0])  # a victim's shared block stays held
+        assert possible(facts + [post.preempted[0], s0.num_spec_tokens > 0])  # drafts dropped by preemption
+        assert possible(facts + [post.preempted[0], s0.shared_freed > 0])  # a victim's shared block stays held
 
 
 def _constants(terms) -> set[str]:
