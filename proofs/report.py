@@ -38,7 +38,33 @@ def load_state_counterexample(path: str) -> dict[str, Any]:
     if data.get("invariant") not in BY_NAME:
         raise SpecError(f"{where}.invariant", data.get("invariant"), "is not an invariant of the catalogue")
     data["state"] = state_from_json(data.get("state", {}), f"{where}.state")
+    _check_sampled(data.get("sampled_token"), data["state"], f"{where}.sampled_token")
     return data
+
+
+def _token_ids(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
+def _check_sampled(sampled: Any, state: SchedulerState, where: str) -> None:
+    """What each request samples, in the shape `concrete.to_state` writes for the state's features."""
+    if not isinstance(sampled, dict):
+        raise SpecError(where, sampled, "must map each request id to what it samples")
+    c = state.config
+    for rid in state.requests:
+        here, v = f"{where}.{rid}", sampled.get(rid)
+        if not (c.num_speculative_tokens or c.async_scheduling):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise SpecError(here, v, "must be the token id it samples")
+            continue
+        if not isinstance(v, dict) or not _token_ids(v.get("tokens")):
+            raise SpecError(f"{here}.tokens", v.get("tokens") if isinstance(v, dict) else v, "must be a list of token ids")
+        if c.async_scheduling:  # the step in flight: null, or [tokens >= 1, drafts >= 0]
+            f = v.get("in_flight")
+            if f is not None and not (_token_ids(f) and len(f) == 2 and f[0] >= 1 and f[1] >= 0):
+                raise SpecError(f"{here}.in_flight", f, "must be null or [tokens >= 1, drafts >= 0]")
+        elif not isinstance(v.get("drafts"), int) or v["drafts"] < 0:
+            raise SpecError(f"{here}.drafts", v.get("drafts"), "must be the drafter's next proposal, an int >= 0")
 
 
 def state_table(state: SchedulerState, title: str) -> Table:

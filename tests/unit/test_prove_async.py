@@ -11,6 +11,8 @@ assumption of the feature run.
 import pytest
 import z3
 
+from helpers import possible
+
 from schedspec.cli import main
 from schedspec.proofs.features import CONCRETE_ONLY, _encoded, check
 from schedspec.spec.invariants import INVARIANTS
@@ -28,34 +30,28 @@ def test_every_invariant_is_inductive_under_async_for_two_requests(features, fcf
             assert verdict == ("n/a" if inv.name in CONCRETE_ONLY else "proved"), (inv.name, n, features)
 
 
-def _possible(facts) -> bool:
-    s = z3.Solver()
-    s.add(*facts)
-    return s.check() == z3.sat
-
-
 @pytest.mark.parametrize("preempts", [False, True])
-def test_the_assumptions_leave_every_async_behaviour_possible(preempts):
+def test_the_assumptions_leave_every_async_behaviourpossible(preempts):
     pre, context, post = _encoded(2, True, preempts, ALL)
     facts = context + post.assume + post.inputs
     s0, s1 = pre.slots
     if not preempts:
         # a decode scheduled behind the step in flight: placeholders before and after
-        assert _possible(facts + [s0.num_output_placeholders > 0, post.scheduled[0], post.num_output_placeholders[0] > 0])
+        assert possible(facts + [s0.num_output_placeholders > 0, post.scheduled[0], post.num_output_placeholders[0] > 0])
         # drafts rejected in the step absorbed
-        assert _possible(facts + [s0.in_flight, s0.in_flight_num_drafts > 0, s0.num_accepted < s0.in_flight_num_drafts])
+        assert possible(facts + [s0.in_flight, s0.in_flight_num_drafts > 0, s0.num_accepted < s0.in_flight_num_drafts])
         # the step in flight was a prefill chunk, and the request goes on with its next chunk or its decode
-        assert _possible(facts + [s0.in_flight, s0.in_flight_placeholders == 0, post.scheduled[0]])
+        assert possible(facts + [s0.in_flight, s0.in_flight_placeholders == 0, post.scheduled[0]])
         # the skip rule: a running request owed tokens is not scheduled although budget remains
-        assert _possible(facts + [pre.num_running == 1, s0.num_output_placeholders > 0, z3.Not(post.scheduled[0]),
+        assert possible(facts + [pre.num_running == 1, s0.num_output_placeholders > 0, z3.Not(post.scheduled[0]),
                                   post.num_scheduled[1] > 0])
         # a request finishes in the step absorbed although the new step scheduled it again
-        assert _possible(facts + [post.scheduled[0], post.finished[0]])
-        assert _possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # an admission with a prefix hit
+        assert possible(facts + [post.scheduled[0], post.finished[0]])
+        assert possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # an admission with a prefix hit
     else:
         # a victim with its step in flight: stale output, appended to the waiting request, which may stop there
-        assert _possible(facts + [post.preempted[0], s0.in_flight, s0.in_flight_placeholders > 0, post.waiting[0]])
-        assert _possible(facts + [post.preempted[0], s0.in_flight, post.finished[0]])
+        assert possible(facts + [post.preempted[0], s0.in_flight, s0.in_flight_placeholders > 0, post.waiting[0]])
+        assert possible(facts + [post.preempted[0], s0.in_flight, post.finished[0]])
 
 
 def test_the_catalogue_alone_is_not_inductive_under_async():
@@ -70,8 +66,8 @@ def test_the_catalogue_alone_is_not_inductive_under_async():
     weaker = [c for c in context if not (z3.is_expr(c) and c.eq(record))]
     assert len(weaker) == len(context) - 1
     goal = _goal(BY_NAME["placeholders-match-in-flight"], pre, post)
-    assert _possible(weaker + post.assume + post.inputs + [z3.Not(goal)])
-    assert not _possible(context + post.assume + post.inputs + [z3.Not(goal)])
+    assert possible(weaker + post.assume + post.inputs + [z3.Not(goal)])
+    assert not possible(context + post.assume + post.inputs + [z3.Not(goal)])
 
 
 def test_prove_cli_async_flag(tmp_path, capsys):
@@ -80,3 +76,24 @@ def test_prove_cli_async_flag(tmp_path, capsys):
     assert main(["prove", "--feature", "async", "--max-requests", "1", "--policy", "fcfs", "--invariant",
                  "no-decode-past-max-tokens", "--mutant", "Z2-no-async-max-tokens-skip", "--out", str(tmp_path)]) == 1
     assert main(["replay", str(tmp_path / "proof-fcfs-no-decode-past-max-tokens-N1.json")]) == 1
+
+
+@pytest.mark.parametrize("sampled, field", [
+    ({"r00": 7}, "sampled_token.r00.tokens"),  # a sync entry for an async state
+    ({}, "sampled_token.r00.tokens"),  # a request with no entry
+    ({"r00": {"tokens": [7], "in_flight": [1]}}, "sampled_token.r00.in_flight"),
+    ([7], "sampled_token"),
+])
+def test_a_malformed_counterexample_is_a_one_line_error(tmp_path, capsys, sampled, field):
+    import json
+
+    assert main(["prove", "--feature", "async", "--max-requests", "1", "--policy", "fcfs", "--invariant",
+                 "no-decode-past-max-tokens", "--mutant", "Z2-no-async-max-tokens-skip", "--out", str(tmp_path)]) == 1
+    path = tmp_path / "proof-fcfs-no-decode-past-max-tokens-N1.json"
+    data = json.loads(path.read_text())
+    data["sampled_token"] = sampled
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"counterexample.{field}:" in err, err
