@@ -31,6 +31,7 @@ machine and the diff.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -38,7 +39,6 @@ import z3
 
 from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
 from . import prove
-from .concrete import replay, to_state
 from .encoding import step
 from .symbolic import fresh, post_in_flight_record, state_view, well_formed
 
@@ -94,29 +94,21 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
                 break
             model = (prove._minimise(pre, facts + _concretizable(pre), timeout_s) or prove._minimise(pre, facts, timeout_s)
                      or solver.model())
-            state, sampled = to_state(model, pre)
-            confirmed, what = replay(state, sampled, invariant)
-            result.verdict = "violated" if confirmed else "unconfirmed"
-            result.state, result.sampled = state, sampled
-            result.counterexample = {"error": what["error"]} if "error" in what else {
-                "num_scheduled_tokens": dict(what["output"].num_scheduled_tokens),
-                "scheduled_spec_decode_tokens": {r: len(t) for r, t in what["output"].scheduled_spec_decode_tokens.items()},
-                "preempted": sorted(what["output"].preempted_req_ids)}
+            result = prove.replayed(invariant, n, policy, pre, model, t0)
             break
     result.seconds, result.cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
     return result
 
 
 def run_job(job: Job) -> prove.Result:
-    if job.mutant is None:
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
     from ..conformance.mutants import BY_NAME as MUTANTS, applied
 
-    with applied(MUTANTS[job.mutant]):
+    with applied(MUTANTS[job.mutant]) if job.mutant else nullcontext():
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
 
 
 def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,
          mutant: str | None = None, features: tuple[str, ...] = SYNC) -> list[Job]:
-    return [Job(name, n, policy == "fcfs", timeout_s, mutant, features)
-            for policy in policies for n in range(1, max_requests + 1) for name in invariants]
+    """The core run's jobs, with the features."""
+    return [Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features)
+            for j in prove.jobs(max_requests, invariants, policies, timeout_s, mutant)]

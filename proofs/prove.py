@@ -167,15 +167,25 @@ def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bo
             continue
         if verdict == z3.unknown:
             return Result(invariant.name, n, policy, "unknown", time.perf_counter() - t0)
-        model = _minimise(pre, facts, timeout_s) or solver.model()
-        state, sampled = to_state(model, pre)
-        confirmed, what = replay(state, sampled, invariant)
-        detail = {"error": what["error"]} if "error" in what else {
-            "num_scheduled_tokens": dict(what["output"].num_scheduled_tokens),
-            "preempted": sorted(what["output"].preempted_req_ids)}
-        return Result(invariant.name, n, policy, "violated" if confirmed else "unconfirmed", time.perf_counter() - t0,
-                      detail, state, sampled)
+        return replayed(invariant, n, policy, pre, _minimise(pre, facts, timeout_s) or solver.model(), t0)
     return Result(invariant.name, n, policy, "proved", time.perf_counter() - t0)
+
+
+def replayed(invariant: Invariant, n: int, policy: str, pre: Pre, model: z3.ModelRef, t0: float) -> Result:
+    """A model of the negated goal, as a concrete state stepped by the reference: `violated` only if it breaks too."""
+    state, sampled = to_state(model, pre)
+    confirmed, what = replay(state, sampled, invariant)
+    c = pre.config
+    if "error" in what:
+        detail = {"error": what["error"]}
+    else:
+        out = what["output"]
+        detail = {"num_scheduled_tokens": dict(out.num_scheduled_tokens)}
+        if c.spec_decode or c.prefix_caching or c.async_scheduling:  # a feature run also shows the drafts
+            detail["scheduled_spec_decode_tokens"] = {r: len(t) for r, t in out.scheduled_spec_decode_tokens.items()}
+        detail["preempted"] = sorted(out.preempted_req_ids)
+    return Result(invariant.name, n, policy, "violated" if confirmed else "unconfirmed", time.perf_counter() - t0,
+                  detail, state, sampled)
 
 
 @dataclass(frozen=True)
