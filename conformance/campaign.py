@@ -1,10 +1,26 @@
-"""One workload of a campaign, start to finish, as a worker process runs it.
+"""One workload of a campaign, as a worker process runs it: run, judge, and (later) shrink.
 
 For each planned workload: generate it, diff the engine against the oracle
-in lock-step, count the behaviours covered, check now and then that the
-engine is deterministic, and on a divergence shrink it and write the
-counterexample. The result is a small picklable record; the certificate is
-assembled from those in `certify.py`.
+in lock-step, count the behaviours covered, and let the monitors judge the
+engine's own trace. The result is a small picklable record with one of
+three outcomes (`differ.py`): matched, diverged, or error.
+
+Design notes
+------------
+* **An error stops there.** An engine that could not start, died, hung or
+  spoke garbage tells us nothing about scheduling: no monitors on half a
+  trace, no shrinking (shrinking a hang costs a timeout per candidate),
+  no determinism re-run.
+* **A divergence is replayed before it is reported.** The same workload is
+  run again; if the second run does not give the very same divergence, the
+  finding is nondeterminism, reported with both runs, and nothing is shrunk.
+* **Shrinking is a second phase** (`shrink_result`), run only for the first
+  `--max-counterexamples` divergences of the campaign in plan order; the
+  rest are written unshrunk. It is bounded by a count of candidates
+  (`--shrink-budget`), so its result does not depend on how busy the
+  machine is; a wall-clock cap only stops it early, and says so. A
+  candidate is kept only if it diverges twice in the same way: the shrinker
+  never walks into a flake.
 """
 
 from __future__ import annotations
@@ -19,13 +35,16 @@ from typing import Any
 from ..spec.engine import EngineFactory
 from ..spec.invariants import check_trace
 from ..spec.trace import Trace
+from ..spec.workload import Workload
 from .counterexample import Counterexample
 from .coverage import coverage
-from .differ import diff
+from .differ import DiffResult, Divergence, diff
 from .explain import step_table
 from .families import generate
 from .registry import engine_factory, engine_version
 from .shrink import shrink
+
+SHRINK_SAFETY_CAP_S = 600.0  # stops a shrink on a machine far slower than planned; never decides a verdict
 
 
 @dataclass(frozen=True)
@@ -38,8 +57,10 @@ class Task:
     level: str
     out_dir: str
     check_determinism: bool
-    shrink_budget_s: float
-    step_timeout_s: float
+    shrink_budget: int = 400  # candidates tried, at most
+    step_timeout_s: float = 30.0
+    start_timeout_s: float = 300.0
+    isolate: bool | None = None  # None: third-party engines in their own process, ours in process
 
 
 @dataclass
@@ -51,55 +72,120 @@ class WorkloadResult:
     coverage: Counter[str] = field(default_factory=Counter)
     divergence: dict[str, Any] | None = None
     counterexample_file: str | None = None
-    shrunk_size: list[int] | None = None
+    shrunk_size: dict[str, int] | None = None
     nondeterministic: dict[str, Any] | None = None
     violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
     steps_table: dict[str, Any] | None = None  # explain.step_table of the shrunk counterexample
+    error: dict[str, Any] | None = None  # differ.EngineError.to_json(): the third outcome
+    crash: bool = False  # the divergence is an engine raising
+    shrink_note: str | None = None  # why the counterexample is not (fully) shrunk
+    skipped: str | None = None  # why the run never reached this workload
+
+    @property
+    def outcome(self) -> str:
+        return "error" if self.error else "skipped" if self.skipped else "diverged" if self.divergence else "matched"
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error or self.skipped or self.divergence or self.nondeterministic or self.violations)
 
 
 @cache
-def _factory(spec: str) -> EngineFactory:
-    return engine_factory(spec)
+def _factory(spec: str, isolate: bool | None, start_timeout_s: float, step_timeout_s: float) -> EngineFactory:
+    return engine_factory(spec, isolate=isolate, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
+
+
+def _diff(task: Task, workload: Workload, a: str, b: str, level: str, keep_records: bool = False) -> DiffResult:
+    make_a = _factory(a, task.isolate, task.start_timeout_s, task.step_timeout_s)
+    make_b = _factory(b, task.isolate, task.start_timeout_s, task.step_timeout_s)
+    return diff(workload, make_a, make_b, level, task.step_timeout_s, keep_records, task.start_timeout_s, (a, b))
+
+
+def skipped(task: Task, why: str) -> WorkloadResult:
+    """A workload the run did not reach: too many errors before it."""
+    return WorkloadResult(generate(task.family, task.seed, task.index).name, task.family, 0, 0.0, skipped=why)
 
 
 def run_task(task: Task) -> WorkloadResult:
     t0 = time.perf_counter()
     workload = generate(task.family, task.seed, task.index)
-    oracle, engine = _factory(task.against), _factory(task.engine)
-    result = diff(workload, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
-    out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0,
-                         coverage(workload, result.records_a))
-    # The monitors judge the engine on its own, whatever the oracle says.
+    result = _diff(task, workload, task.against, task.engine, task.level, keep_records=True)
+    out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0, coverage(workload, result.records_a))
+    if result.error is not None:
+        out.error = result.error.to_json()
+        out.seconds = time.perf_counter() - t0
+        return out
+    _judge_engine_trace(task, workload, result, out)
+    d = result.divergence
+    if d is not None:
+        again = _diff(task, workload, task.against, task.engine, task.level)
+        if not d.same_as(again.divergence):
+            out.nondeterministic = {"first": d.to_json(), "second": _outcome_json(again)}
+        else:
+            out.divergence, out.crash = d.to_json(), d.crash
+            _write(task, workload, workload, d, out, 0)
+    elif task.check_determinism:
+        again = _diff(task, workload, task.engine, task.engine, "blocks")
+        if again.error is not None:
+            out.error = again.error.to_json()
+        elif again.divergence is not None:
+            out.nondeterministic = {"first": "matched", "second": again.divergence.to_json()}
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out: WorkloadResult) -> None:
+    """The monitors judge the engine on its own, whatever the oracle says."""
     complete = result.divergence is None and result.steps_compared < workload.max_steps
     records_b = result.records_b
-    if result.divergence is not None and not result.divergence.field.startswith(("engine", "malformed")):
+    if result.divergence is not None and not result.divergence.crash:
         # Past a divergence the oracle says nothing, but the monitors still judge the engine's whole run;
         # driven against itself it runs to the end (`--allow-divergence` rests on this).
-        solo = diff(workload, engine, engine, "blocks", task.step_timeout_s, keep_records=True)
-        if solo.divergence is None:
+        solo = _diff(task, workload, task.engine, task.engine, "blocks", keep_records=True)
+        if solo.divergence is None and solo.error is None:
             records_b, complete = solo.records_a, solo.steps_compared < workload.max_steps
     engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
     out.violations = [str(v) for v in check_trace(engine_trace)]
-    if result.divergence is not None:
-        d = result.divergence
-        out.divergence = d.to_json()
 
-        def still_diverges(candidate) -> bool:
-            return diff(candidate, oracle, engine, task.level, task.step_timeout_s).divergence is not None
 
-        small, calls = shrink(workload, still_diverges, time_budget_s=task.shrink_budget_s)
-        again = diff(small, oracle, engine, task.level, task.step_timeout_s, keep_records=True)
-        final = again.divergence or d
-        out.steps_table = step_table(again.records_a, again.records_b, final) if again.divergence else None
-        cx = Counterexample.of(small, final, task.against, task.engine, task.level,
-                               {"a": engine_version(task.against), "b": engine_version(task.engine)}, workload, calls)
-        path = os.path.join(task.out_dir, f"counterexample-{workload.name}.json")
-        cx.write(path)
-        out.counterexample_file = path
-        out.shrunk_size = cx.to_json()["size"]
-    elif task.check_determinism:
-        again = diff(workload, engine, engine, "blocks", task.step_timeout_s)
-        if again.divergence is not None:
-            out.nondeterministic = again.divergence.to_json()
-    out.seconds = time.perf_counter() - t0
+def _outcome_json(r: DiffResult) -> Any:
+    return r.error.to_json() if r.error else r.divergence.to_json() if r.divergence else "matched"
+
+
+def _write(task: Task, small: Workload, original: Workload, d: Divergence, out: WorkloadResult, calls: int) -> None:
+    cx = Counterexample.of(small, d, task.against, task.engine, task.level,
+                           {"a": engine_version(task.against), "b": engine_version(task.engine)}, original, calls)
+    path = os.path.join(task.out_dir, f"counterexample-{original.name}.json")
+    cx.write(path)
+    out.counterexample_file, out.shrunk_size = path, cx.to_json()["size"]
+
+
+def shrink_result(job: tuple[Task, WorkloadResult]) -> WorkloadResult:
+    """Shrink one diverged workload and rewrite its counterexample; the finding itself stays as found."""
+    task, out = job
+    workload = generate(task.family, task.seed, task.index)
+    first = diff_divergence(task, workload)
+    if first is None:  # it reproduced a moment ago; if it does not now, say so rather than shrink a ghost
+        out.shrink_note = "did not reproduce when shrinking began: left unshrunk"
+        return out
+
+    def reproduces(candidate: Workload) -> bool:  # kept only if it diverges, and the same way twice
+        d1 = diff_divergence(task, candidate)
+        return d1 is not None and d1.same_as(diff_divergence(task, candidate))
+
+    small, calls = shrink(workload, reproduces, max_calls=task.shrink_budget, time_budget_s=SHRINK_SAFETY_CAP_S)
+    final = _diff(task, small, task.against, task.engine, task.level, keep_records=True)
+    if final.divergence is None:
+        out.shrink_note = "the shrunk workload did not diverge on replay: left unshrunk"
+        return out
+    if calls >= task.shrink_budget:
+        out.shrink_note = f"shrink budget of {task.shrink_budget} candidates spent"
+    out.steps_table = step_table(final.records_a, final.records_b, final.divergence)
+    _write(task, small, workload, final.divergence, out, calls)
     return out
+
+
+def diff_divergence(task: Task, workload: Workload) -> Divergence | None:
+    """The candidate's divergence; an engine error is not one (a shrinker must never walk into a crash of the machine)."""
+    r = _diff(task, workload, task.against, task.engine, task.level)
+    return r.divergence if r.error is None else None

@@ -3,44 +3,76 @@
 The campaign is a pure function of (families, workloads, seed): workload i
 belongs to family i mod F, so any shard of it (`--shard i/n` takes every
 n-th workload) can run on another machine and the union is the same
-campaign. Workers (`--jobs`) each hold their own engines.
+campaign. Workers (`--jobs`) each hold their own engines, and a worker that
+dies costs its workload, not the run (`workers.py`).
 
-The certificate (JSON and Markdown) records what was checked and how much:
-the engines and versions, the levels, workloads and steps per family, the
-behaviours the steps covered, determinism checks, and any counterexamples.
-It passes only if every workload matched and the engine was deterministic.
-JUnit XML, one test case per workload, lets CI show the result natively.
+Each workload ends `matched`, `diverged` or `error` (`differ.py`). The
+verdict, and the exit status the CLI derives from it:
 
-With `allow_divergence` (a vLLM contributor who changed the scheduler on
-purpose) departures from the oracle are listed, not failed: the certificate
-then passes if the engine broke no invariant and was deterministic. The
-Markdown shows the first counterexamples as short step tables
-(`explain.py`), because a file name alone tells a reader nothing.
+* 0, passed: every workload matched (or, under `--allow-divergence`,
+  departed only in values), the monitors found nothing, and the engine
+  was deterministic;
+* 1, failed: a divergence, a crash of the engine, a broken invariant, or
+  nondeterminism. `--allow-divergence` forgives only departures of values:
+  a crash is never a "departure";
+* 3, error: some workload could not be judged (the engine could not start,
+  died, hung or answered garbage), or was skipped after `--max-errors`.
+  An incomplete certificate is never a pass, whatever the rest says.
+
+Divergences are shrunk in a second phase, the first `--max-counterexamples`
+of them in plan order; the rest are listed with their unshrunk workloads.
+The certificate (JSON and Markdown, `certificate_text.py`) records what was
+checked and how much; JUnit XML gives CI one test case per workload.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import multiprocessing
+import math
 import os
 import time
 from collections import Counter
-from typing import Any, Callable, Iterable
-from xml.etree import ElementTree as ET
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..spec.errors import SpecError
 from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from ..spec.invariants import INVARIANTS
-from .campaign import Task, WorkloadResult, run_task
+from .campaign import Task, WorkloadResult, run_task, shrink_result, skipped
+from .certificate_text import junit, markdown
 from .compare import LEVELS
 from .coverage import BEHAVIOURS
 from .engines.vllm_source import vllm_source_info
-from .explain import markdown_table
 from .families import FAMILIES
-from .registry import engine_factory, engine_version, vllm_source_of
+from .registry import engine_factory, engine_version, is_builtin, vllm_source_of
+from .workers import run_all
 
-DETERMINISM_EVERY = 10
-TABLES_SHOWN = 3  # counterexamples drawn as step tables in the Markdown; the rest are listed
+DETERMINISM_EVERY = 10  # our engines and vLLM: every 10th workload runs twice
+DETERMINISM_EVERY_THIRD_PARTY = 3  # an engine we know nothing about is sampled more densely
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 3
+
+
+@dataclass(frozen=True)
+class Options:
+    """How hard to try, and how long to wait: everything a campaign needs besides what it checks."""
+
+    jobs: int = 1
+    step_timeout_s: float = 30.0
+    start_timeout_s: float = 300.0
+    isolate: bool | None = None
+    shrink_budget: int = 400
+    max_counterexamples: int = 10
+    max_errors: int = 5
+
+    def validate(self) -> None:
+        for option, value, floor in (("--jobs", self.jobs, 1), ("--shrink-budget", self.shrink_budget, 0),
+                                     ("--max-counterexamples", self.max_counterexamples, 0),
+                                     ("--max-errors", self.max_errors, 1)):
+            if value < floor:
+                raise SpecError(option, value, f"must be >= {floor}")
+        for option, value in (("--step-timeout", self.step_timeout_s), ("--start-timeout", self.start_timeout_s)):
+            if not (math.isfinite(value) and value >= 0.01):
+                raise SpecError(option, value, "must be a number of seconds >= 0.01")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -54,7 +86,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def plan(engine: str, against: str, level: str, families: list[str], workloads: int, seed: int,
-         shard: tuple[int, int], out_dir: str, shrink_budget_s: float = 60.0, step_timeout_s: float = 30.0) -> list[Task]:
+         shard: tuple[int, int], out_dir: str, options: Options = Options()) -> list[Task]:
     for f in families:
         if f not in FAMILIES:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
@@ -62,31 +94,57 @@ def plan(engine: str, against: str, level: str, families: list[str], workloads: 
         raise SpecError("--level", level, f"must be one of {', '.join(LEVELS)}")
     if workloads < 1:
         raise SpecError("--workloads", workloads, "must be >= 1")
-    engine_factory(engine), engine_factory(against)  # fail fast on a bad engine name
+    options.validate()
+    engine_factory(engine, "--engine", isolate=False), engine_factory(against, "--against", isolate=False)  # fail fast
+    every = DETERMINISM_EVERY if is_builtin(engine) else DETERMINISM_EVERY_THIRD_PARTY
     i, n = shard
     return [
         Task(families[k % len(families)], k // len(families), seed, engine, against, level, out_dir,
-             check_determinism=(k % DETERMINISM_EVERY == 0), shrink_budget_s=shrink_budget_s, step_timeout_s=step_timeout_s)
+             check_determinism=(k % every == 0), shrink_budget=options.shrink_budget,
+             step_timeout_s=options.step_timeout_s, start_timeout_s=options.start_timeout_s, isolate=options.isolate)
         for k in range(workloads) if k % n == i
     ]
 
 
-def run(tasks: list[Task], jobs: int, on_done: Callable[[WorkloadResult], None] = lambda r: None) -> list[WorkloadResult]:
+def _lost(task: Task) -> WorkloadResult:
+    """A workload whose worker process died under it: the engine ran in the harness's own process."""
+    r = WorkloadResult(f"{task.family}-{task.index}", task.family, 0, 0.0)
+    r.error = {"side": "b", "engine": task.engine, "kind": "died", "step": None,
+               "cause": "the worker process running this workload died (the engine ran in process: os._exit, a signal, "
+                        "or out of memory)", "fix": "run the engine in its own process (drop --in-process) to see where"}
+    return r
+
+
+def run(tasks: list[Task], options: Options, on_done: Callable[[WorkloadResult], None] = lambda r: None,
+        ) -> list[WorkloadResult]:
+    """Phase 1 runs every workload; phase 2 shrinks the first `max_counterexamples` divergences."""
     from . import batched
 
+    errors = 0
+
+    def count(r: WorkloadResult) -> None:
+        nonlocal errors
+        errors += r.error is not None
+        on_done(r)
+
+    def too_many() -> bool:
+        return errors >= options.max_errors
+
+    why = f"not run: {options.max_errors} workloads had engine errors before it (--max-errors)"
     if batched.applicable(tasks):  # the torch engine runs a campaign as one batch of instances
-        return batched.run(tasks, on_done)
-    results: list[WorkloadResult] = []
-    if jobs <= 1:
-        for t in tasks:
-            results.append(run_task(t))
-            on_done(results[-1])
-        return results
-    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited engine state
-    with ctx.Pool(jobs) as pool:
-        for r in pool.imap(run_task, tasks):  # in plan order, so reports are stable across --jobs
-            results.append(r)
-            on_done(r)
+        results = batched.run(tasks, count)
+    else:
+        results = run_all(run_task, tasks, options.jobs, _lost, count, too_many, lambda t: skipped(t, why))
+    to_shrink = [k for k, r in enumerate(results) if r.divergence][: options.max_counterexamples]
+    if options.shrink_budget > 0 and to_shrink:
+        jobs = [(tasks[k], results[k]) for k in to_shrink]
+        shrunk = run_all(shrink_result, jobs, options.jobs, lambda job: job[1])
+        for k, r in zip(to_shrink, shrunk):
+            results[k] = r
+    for r in results:
+        if r.divergence and not r.steps_table and not r.shrink_note:
+            r.shrink_note = f"not shrunk: beyond --max-counterexamples {options.max_counterexamples}" \
+                if options.shrink_budget > 0 else "not shrunk: --shrink-budget 0"
     return results
 
 
@@ -96,20 +154,25 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
     per_family: dict[str, dict[str, int]] = {}
     covered: Counter[str] = Counter()
     for r in results:
-        c = per_family.setdefault(r.family, {"workloads": 0, "matched": 0, "steps": 0})
+        c = per_family.setdefault(r.family, {"workloads": 0, "matched": 0, "diverged": 0, "error": 0, "steps": 0})
         c["workloads"] += 1
-        c["matched"] += r.divergence is None
+        c[r.outcome if r.outcome != "skipped" else "error"] += 1
         c["steps"] += r.steps_compared
         covered.update(r.coverage)
     steps = sum(r.steps_compared for r in results)
     nondet = [{"workload": r.name, **r.nondeterministic} for r in results if r.nondeterministic]
     violations = [{"workload": r.name, "violation": v} for r in results for v in r.violations]
     cxs = [{"workload": r.name, "file": r.counterexample_file, "step": r.divergence["step"], "field": r.divergence["field"],
-            "shrunk_size": r.shrunk_size, "a": r.divergence["a"], "b": r.divergence["b"],
-            "shrunk": r.steps_table} for r in results if r.divergence]
+            "shrunk_size": r.shrunk_size, "a": r.divergence["a"], "b": r.divergence["b"], "crash": r.crash,
+            "shrunk": r.steps_table, "shrink_note": r.shrink_note} for r in results if r.divergence]
+    errors = [{"workload": r.name, **r.error} for r in results if r.error]
+    not_run = [{"workload": r.name, "why": r.skipped} for r in results if r.skipped]
+    crashes = [c for c in cxs if c["crash"]]
+    departures = [c for c in cxs if not c["crash"]]
+    outcomes = Counter(r.outcome for r in results)
     source = vllm_source_of(t0.engine)
     return {
-        "version": 1,
+        "version": 2,
         "engine": t0.engine,
         "engine_version": engine_version(t0.engine),
         "against": t0.against,
@@ -120,9 +183,12 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
                      "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index)},
         "vllm_source": vllm_source_info(source) if source is not None else None,
         "allow_divergence": allow_divergence,
-        "passed": (allow_divergence or not cxs) and not nondet and not violations,
-        "departures": cxs if allow_divergence else [],
-        "workloads_run": len(results),
+        "verdict": verdict(errors or not_run, (departures and not allow_divergence) or crashes or nondet or violations),
+        "passed": not (errors or not_run) and (allow_divergence or not departures) and not crashes and not nondet
+        and not violations,
+        "outcomes": {k: outcomes.get(k, 0) for k in ("matched", "diverged", "error", "skipped")},
+        "departures": departures if allow_divergence else [],
+        "workloads_run": len(results) - len(not_run),
         "steps_compared": steps,
         "elapsed_s": round(elapsed_s, 2),
         "steps_per_second": round(steps / elapsed_s, 1) if elapsed_s > 0 else None,
@@ -130,92 +196,30 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         "coverage": {b: covered.get(b, 0) for b in BEHAVIOURS},
         "determinism": {"checked": sum(t.check_determinism for t in tasks), "nondeterministic": nondet},
         "counterexamples": cxs,
+        "errors": errors,
+        "skipped": not_run,
         "invariant_violations": violations,
         "invariants_checked": len(INVARIANTS) + 2,  # the catalogue, plus the two trace-level checks
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
-def markdown(cert: dict[str, Any]) -> str:
-    verdict = "PASSED" if cert["passed"] else "FAILED"
-    lines = [
-        f"# schedspec certificate: `{cert['engine']}` against `{cert['against']}`: {verdict}", "",
-        f"- engine: {cert['engine_version']}; oracle: {cert['against_version']}",
-        f"- levels checked: {', '.join(cert['levels_checked'])}",
-        f"- campaign: seed {cert['campaign']['seed']}, {cert['campaign']['workloads']} workloads, shard {cert['campaign']['shard']}",
-        f"- {cert['workloads_run']} workloads, {cert['steps_compared']} steps compared in {cert['elapsed_s']} s "
-        f"({cert['steps_per_second']} steps/s)", "",
-        "| family | workloads | matched | steps |", "|---|---:|---:|---:|",
-    ]
-    if cert.get("vllm_source"):
-        src = cert["vllm_source"]
-        state = "not a git checkout" if src["commit"] is None else f"commit {src['commit']}, {'dirty' if src['dirty'] else 'clean'}"
-        lines[2:2] = [f"- vLLM source: {src['path']} ({state})"]
-    if cert.get("allow_divergence"):
-        lines[2:2] = [f"- divergence allowed: {len(cert['departures'])} departures listed; only invariants and determinism fail it"]
-    lines += [f"| {f} | {c['workloads']} | {c['matched']} | {c['steps']} |" for f, c in cert["per_family"].items()]
-    lines += ["", "| behaviour | count |", "|---|---:|"]
-    lines += [f"| {b} | {n} |" for b, n in cert["coverage"].items()]
-    det = cert["determinism"]
-    lines += ["", f"Determinism: {det['checked']} workloads run twice; {len(det['nondeterministic'])} differed.",
-              f"Invariant monitors: {cert['invariants_checked']} invariants checked on every step of the engine's "
-              f"traces; {len(cert['invariant_violations'])} violations."]
-    if cert["invariant_violations"]:
-        lines += ["", "## Invariant violations", ""] + [f"- {v['workload']}: {v['violation']}" for v in cert["invariant_violations"]]
-    if cert["counterexamples"]:
-        title = "Departures from the oracle (allowed)" if cert.get("allow_divergence") else "Counterexamples"
-        lines += ["", f"## {title}", "", "| workload | step | field | shrunk size | file |", "|---|---:|---|---|---|"]
-        lines += [f"| {c['workload']} | {c['step']} | `{c['field']}` | {_size(c['shrunk_size'])} | {c['file']} |" for c in cert["counterexamples"]]
-        lines += _step_tables(cert)
-    return "\n".join(lines) + "\n"
+def verdict(incomplete: Any, failed: Any) -> str:
+    return "error" if incomplete else "failed" if failed else "passed"
 
 
-def _size(size: dict[str, int] | None) -> str:
-    return "-" if not size else f"{size['requests']} requests, {size['max_steps']} steps"
+def exit_status(cert: dict[str, Any]) -> int:
+    return {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "error": EXIT_ERROR}[cert["verdict"]]
 
 
-def _step_tables(cert: dict[str, Any]) -> list[str]:
-    """The first few shrunk counterexamples as step tables, each with its replay command and timeline."""
-    lines: list[str] = []
-    shown = [c for c in cert["counterexamples"] if c.get("shrunk")][:TABLES_SHOWN]
-    for c in shown:
-        t = c["shrunk"]
-        n = c["shrunk_size"]["requests"]
-        lines += ["", f"### {c['workload']}: shrunk to {n} request{'s' * (n != 1)}, diverges at step {t['step']} on `{t['field']}`",
-                  "", f"a: `{cert['against']}`, b: `{cert['engine']}`. Replay: `schedspec replay {c['file']}`", ""]
-        if c.get("timeline"):
-            lines += [f"![{c['workload']} timeline]({os.path.basename(c['timeline'])})", ""]
-        lines += markdown_table(t)
-    if len(cert["counterexamples"]) > len(shown):
-        lines += ["", f"({len(cert['counterexamples']) - len(shown)} more counterexamples: replay their files.)"]
-    return lines
-
-
-def junit(cert: dict[str, Any], results: Iterable[WorkloadResult]) -> bytes:
-    results = list(results)
-    allowed = cert.get("allow_divergence", False)  # a listed departure is not a failed test case
-    suite = ET.Element("testsuite", name=f"schedspec-certify-{cert['engine']}", tests=str(len(results)),
-                       failures=str(sum(1 for r in results if (r.divergence and not allowed) or r.nondeterministic or r.violations)),
-                       time=str(cert["elapsed_s"]))
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname=f"certify.{r.family}", name=r.name, time=f"{r.seconds:.3f}")
-        if r.divergence and allowed:
-            ET.SubElement(case, "system-out").text = \
-                f"departs at step {r.divergence['step']} on {r.divergence['field']}: {r.counterexample_file}"
-        if r.divergence and not allowed:
-            d = r.divergence
-            ET.SubElement(case, "failure", message=f"step {d['step']}: {d['field']}: {d['a']!r} != {d['b']!r}").text = \
-                f"counterexample: {r.counterexample_file}"
-        elif r.nondeterministic:
-            ET.SubElement(case, "failure", message=f"nondeterministic at step {r.nondeterministic['step']}")
-        elif r.violations:
-            ET.SubElement(case, "failure", message=r.violations[0]).text = "\n".join(r.violations)
-    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
+OUTPUT_NAMES = ("certificate.json", "certificate.md", "junit.xml")
+OUTPUT_PATTERNS = ("counterexample-*.json", "counterexample-*.png")
 
 
 def write_outputs(out_dir: str, cert: dict[str, Any], results: list[WorkloadResult]) -> list[str]:
+    """The three reports; the caller (`OutDir`) already checked the folder and settled what was there."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = [os.path.join(out_dir, n) for n in ("certificate.json", "certificate.md", "junit.xml")]
+    paths = [os.path.join(out_dir, n) for n in OUTPUT_NAMES]
     write_json_atomic(paths[0], cert)
     write_bytes_atomic(paths[1], markdown(cert).encode())
     write_bytes_atomic(paths[2], junit(cert, results))
@@ -223,12 +227,12 @@ def write_outputs(out_dir: str, cert: dict[str, Any], results: list[WorkloadResu
 
 
 def certify(engine: str, against: str = "reference", level: str = "blocks", families: list[str] | None = None,
-            workloads: int = 100, seed: int = 0, shard: tuple[int, int] = (0, 1), jobs: int = 1,
+            workloads: int = 100, seed: int = 0, shard: tuple[int, int] = (0, 1), options: Options = Options(),
             out_dir: str = "certificate", on_done: Callable[[WorkloadResult], None] = lambda r: None,
             tasks: list[Task] | None = None, allow_divergence: bool = False) -> tuple[dict[str, Any], list[WorkloadResult]]:
-    tasks = tasks or plan(engine, against, level, families or list(FAMILIES), workloads, seed, shard, out_dir)
+    tasks = tasks or plan(engine, against, level, families or list(FAMILIES), workloads, seed, shard, out_dir, options)
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.perf_counter()
-    results = run(tasks, jobs, on_done)
+    results = run(tasks, options, on_done)
     cert = certificate(tasks, results, shard, workloads, time.perf_counter() - t0, allow_divergence)
     return cert, results

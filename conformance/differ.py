@@ -6,9 +6,19 @@ either takes another step. Stopping early matters: an engine that diverged
 tends to crash or livelock a few steps later, and the first difference is
 the one that explains the rest.
 
-An engine that raises, hangs past the per-step timeout, or hands back
-malformed output is itself a divergence, reported at its step, never a crash
-of the harness.
+A run ends in one of three ways, never confused:
+
+* **matched**: both ran to the end and agree;
+* **diverged**: a field differs, or an engine *raised* (a crash of the
+  scheduler is a finding about it: `Divergence.crash`, which
+  `--allow-divergence` never forgives);
+* **error** (`EngineError`): an engine could not start, its process died,
+  it hung past the step deadline, or it answered something malformed.
+  That says nothing about the scheduler, so it is never shrunk and never a
+  counterexample. It names the engine at fault, never the oracle for it.
+
+A start-up failure is retried once: on a loaded machine a driver that
+missed its start deadline usually makes it the second time.
 """
 
 from __future__ import annotations
@@ -16,18 +26,55 @@ from __future__ import annotations
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from ..spec.engine import Engine, EngineFactory, steps
+from ..spec.engine import EngineFactory, steps
+from ..spec.errors import InfrastructureError
 from ..spec.trace import StateSummary, StepRecord
 from ..spec.workload import Workload
 from .compare import first_difference
 
 DEFAULT_STEP_TIMEOUT_S = 30.0
+DEFAULT_START_TIMEOUT_S = 300.0
 
 
 class EngineFailure(Exception):
-    """An engine raised, hung or returned something malformed."""
+    """An in-process engine missed its deadline (the harness's alarm)."""
+
+
+FIXES = {
+    "start": "check that the factory takes one SchedulerConfig and returns an engine "
+             "(docs/engines.md); if the machine is loaded, raise --start-timeout",
+    "died": "the engine's process exited: run the workload alone (`schedspec replay` or the engine under a debugger) "
+            "and read its stderr",
+    "timeout": "a call took longer than --step-timeout: the engine hangs, or the machine is overloaded; "
+               "raise --step-timeout to tell which",
+    "malformed": "return the spec's types (spec/output.py SchedulerOutput, spec/trace.py StateSummary and "
+                 "FinishedRequest); see docs/engines.md",
+}
+
+
+@dataclass(frozen=True)
+class EngineError:
+    """An engine failed as a program, not as a scheduler: the third outcome of a workload."""
+
+    side: str  # "a" (the oracle) or "b" (the engine under test)
+    engine: str
+    kind: str  # start | died | timeout | malformed
+    step: int | None  # None: before the first step
+    cause: str
+
+    @property
+    def fix(self) -> str:
+        return FIXES[self.kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"side": self.side, "engine": self.engine, "kind": self.kind, "step": self.step,
+                "cause": self.cause, "fix": self.fix}
+
+    def __str__(self) -> str:
+        where = "at start" if self.step is None else f"at step {self.step}"
+        return f"engine {self.engine!r} ({self.side}) {self.kind} {where}: {self.cause}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +86,11 @@ class Divergence:
     state_before: StateSummary | None  # None at step 0: the empty initial state
     records: tuple[StepRecord | None, StepRecord | None] = (None, None)
 
+    @property
+    def crash(self) -> bool:
+        """An engine raised: a finding, but one no `--allow-divergence` forgives."""
+        return self.field in ("engine a", "engine b")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "step": self.step,
@@ -48,6 +100,10 @@ class Divergence:
             "state_before": None if self.state_before is None else self.state_before.to_json(),
         }
 
+    def same_as(self, other: "Divergence | None") -> bool:
+        """The same finding again: what replaying a counterexample must give."""
+        return other is not None and (self.step, self.field, self.a, self.b) == (other.step, other.field, other.a, other.b)
+
 
 @dataclass
 class DiffResult:
@@ -55,6 +111,11 @@ class DiffResult:
     steps_compared: int
     records_a: list[StepRecord] = field(default_factory=list)
     records_b: list[StepRecord] = field(default_factory=list)
+    error: EngineError | None = None
+
+    @property
+    def outcome(self) -> str:
+        return "error" if self.error else "diverged" if self.divergence else "matched"
 
 
 @contextmanager
@@ -80,17 +141,65 @@ def step_timeout(seconds: float | None, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _next(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:
+class _Failed(Exception):
+    def __init__(self, kind: str, cause: str) -> None:
+        super().__init__(cause)
+        self.kind, self.cause = kind, cause
+
+
+def _call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
+    """Run one engine call under its deadline; a missed deadline or a broken process becomes `_Failed`."""
     try:
-        with step_timeout(timeout, f"engine {name!r} at step {step}"):
-            return next(it)
-    except StopIteration:
-        return None
-    except EngineFailure:
+        with step_timeout(timeout, what):
+            return fn()
+    except EngineFailure as e:
+        raise _Failed("timeout", str(e)) from None
+    except InfrastructureError as e:
+        raise _Failed(e.kind, f"{e.where}: {e.why}") from None
+
+
+def _next(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:
+    """The engine's next step record, None once its run has ended."""
+    try:
+        return _call(lambda: next(it, None), f"engine {name!r} at step {step}", timeout)
+    except _Failed:
         raise
     except Exception as e:  # noqa: BLE001 - any engine error is a finding, not a harness crash
-        msg = str(e).splitlines()[0] if str(e) else ""
-        raise EngineFailure(f"engine {name!r} raised {type(e).__name__} at step {step}: {msg}") from e
+        raise EngineCrash(f"engine {name!r} raised {_one_line(e)} at step {step}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    """`Type: first line`; an exception relayed from an engine's own process already reads so."""
+    from .engines.isolated import EngineRaised
+
+    if isinstance(e, EngineRaised):
+        return str(e)
+    first = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+class EngineCrash(Exception):
+    """An engine raised inside a step: the scheduler crashed."""
+
+
+def _start(make: EngineFactory, config: Any, name: str, timeout: float | None) -> Any:
+    """Build an engine under the start deadline, once more if the first try failed; `_Failed("start")` otherwise."""
+    from .engines.snapshot import check_engine
+
+    cause = ""
+    for attempt in (1, 2):
+        try:
+            engine = _call(lambda: make(config), f"engine {name!r} start", timeout)
+            return check_engine(engine, f"engine {name!r} factory")
+        except _Failed as e:
+            cause = e.cause
+        except InfrastructureError as e:
+            cause = f"{e.where}: {e.why}"
+        except Exception as e:  # noqa: BLE001 - a factory that raises, or has the wrong signature
+            cause = f"the factory raised {_one_line(e)}"
+        if attempt == 1:
+            cause_1 = cause
+    raise _Failed("start", cause if cause == cause_1 else f"{cause_1}; retried: {cause}")
 
 
 def diff(
@@ -100,30 +209,36 @@ def diff(
     level: str = "blocks",
     timeout: float | None = DEFAULT_STEP_TIMEOUT_S,
     keep_records: bool = False,
+    start_timeout: float | None = DEFAULT_START_TIMEOUT_S,
+    names: tuple[str, str] = ("a", "b"),
 ) -> DiffResult:
-    engines: list[Engine] = []
+    """Run `workload` on both engines in lock-step; `names` label them in errors (the specs the user typed)."""
+    engines: list[Any] = []
+    result = DiffResult(None, 0)
     try:
-        try:
-            engines = [make_a(workload.config), make_b(workload.config)]
-        except Exception as e:  # noqa: BLE001
-            which = "a" if not engines else "b"
-            return DiffResult(Divergence(0, f"engine {which} start", None, f"{type(e).__name__}: {e}", None), 0)
+        for side, make, name in (("a", make_a, names[0]), ("b", make_b, names[1])):
+            try:
+                engines.append(_start(make, workload.config, name, start_timeout))
+            except _Failed as e:
+                result.error = EngineError(side, name, "start", None, e.cause)
+                return result
         a, b = engines
         it_a, it_b = steps(a, workload), steps(b, workload)
         before: StateSummary | None = None
-        result = DiffResult(None, 0)
         step = 0
         while True:
-            try:
-                ra = _next(it_a, a.name, step, timeout)
-            except EngineFailure as e:
-                result.divergence = Divergence(step, "engine a", str(e), None, before)
-                return result
-            try:
-                rb = _next(it_b, b.name, step, timeout)
-            except EngineFailure as e:
-                result.divergence = Divergence(step, "engine b", None, str(e), before, (ra, None))
-                return result
+            records: list[StepRecord | None] = []
+            for side, engine, it, name in (("a", a, it_a, names[0]), ("b", b, it_b, names[1])):
+                try:
+                    records.append(_next(it, getattr(engine, "name", name), step, timeout))
+                except _Failed as e:
+                    result.error = EngineError(side, name, e.kind, step, e.cause)
+                    return result
+                except EngineCrash as e:
+                    crash = (str(e), None) if side == "a" else (None, str(e))
+                    result.divergence = Divergence(step, f"engine {side}", *crash, before, (records[0] if records else None, None))
+                    return result
+            ra, rb = records
             if ra is None or rb is None:
                 if ra is not rb:
                     result.divergence = Divergence(step, "trace length", "ended" if ra is None else "continues",
@@ -132,7 +247,8 @@ def diff(
             try:
                 d = first_difference(ra, rb, level)
             except Exception as e:  # noqa: BLE001 - a record that cannot even be read is malformed
-                result.divergence = Divergence(step, "malformed step record", None, f"{type(e).__name__}: {e}", before, (ra, rb))
+                result.error = EngineError("b", names[1], "malformed", step, f"the step record cannot be compared: "
+                                           f"{type(e).__name__}: {e}")
                 return result
             result.steps_compared += 1
             if keep_records:

@@ -19,6 +19,9 @@ from functools import cache
 from ..spec.engine import EngineFactory
 from ..spec.errors import SpecError
 
+START_TIMEOUT_S = 300.0  # an engine's start and its factory: a vLLM driver under load 8 took over 60 s
+STEP_TIMEOUT_S = 30.0  # one engine call
+
 BUILTIN_ENGINES = ("reference", "vllm", "torch")
 VLLM_SOURCE_PREFIX = "vllm@"
 
@@ -34,45 +37,78 @@ def vllm_source_of(spec: str) -> str | None:
     return spec[len(VLLM_SOURCE_PREFIX):] if spec.startswith(VLLM_SOURCE_PREFIX) else None
 
 
-def engine_factory(spec: str) -> EngineFactory:
+def is_builtin(spec: str) -> bool:
+    return spec in BUILTIN_ENGINES or vllm_source_of(spec) is not None
+
+
+def engine_factory(spec: str, option: str = "--engine", *, isolate: bool | None = None,
+                   start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> EngineFactory:
+    """The factory the harness drives `spec` through.
+
+    A third-party engine (`module:callable`) runs in its own process unless
+    `isolate=False` (`--in-process`), and even then its answers are copied
+    into the spec's frozen types as they are returned (`snapshot.py`). Our
+    own engines run in process, trusted; the real vLLM always runs behind
+    its driver's pipe. `isolate=True` puts any engine but vLLM in a child.
+    """
+    if spec == "vllm" or vllm_source_of(spec) is not None:
+        return in_process_factory(spec, option, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
+    factory = in_process_factory(spec, option)  # imports it here too: a bad name is a one-line error now
+    if isolate is None:
+        isolate = not is_builtin(spec)
+    if isolate:
+        from .engines.isolated import IsolatedFactory
+
+        return IsolatedFactory(spec, start_timeout_s, step_timeout_s)
+    if not is_builtin(spec):
+        from .engines.snapshot import snapshotting
+
+        return snapshotting(factory, spec)
+    return factory
+
+
+def in_process_factory(spec: str, option: str = "--engine", start_timeout_s: float = START_TIMEOUT_S,
+                       step_timeout_s: float = STEP_TIMEOUT_S) -> EngineFactory:
+    """The engine's own factory, in this process, with nothing around it."""
     if spec == "reference":
         from ..reference_impl import ReferenceEngine
 
         return ReferenceEngine
     if spec == "vllm":
-        return _shared_vllm_factory()
+        return _shared_vllm_factory(None, start_timeout_s, step_timeout_s)
     source = vllm_source_of(spec)
     if source is not None:
         from .engines.vllm_source import resolve_vllm_source
 
-        return _shared_vllm_factory(str(resolve_vllm_source(source)))
+        return _shared_vllm_factory(str(resolve_vllm_source(source)), start_timeout_s, step_timeout_s)
     if spec == "torch":
         try:
             from ..gpu_impl.engine import TorchEngine
         except ImportError:
-            raise SpecError("--engine", spec, "the torch engine is not available in this version") from None
+            raise SpecError(option, spec, "the torch engine is not available in this version") from None
         return TorchEngine
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:
             module = importlib.import_module(module_name)
         except Exception as e:  # noqa: BLE001 - a user's module failing to import is their error, reported
-            raise SpecError("--engine", spec, f"cannot import {module_name}: {type(e).__name__}: {e}") from None
+            raise SpecError(option, spec, f"cannot import {module_name}: {type(e).__name__}: {e}") from None
         factory = getattr(module, attr, None)
         if not callable(factory):
-            raise SpecError("--engine", spec, f"{module_name} has no callable {attr!r}")
+            raise SpecError(option, spec, f"{module_name} has no callable {attr!r}")
         return factory
-    raise SpecError("--engine", spec, f"must be one of {', '.join(BUILTIN_ENGINES)} or module:callable")
+    raise SpecError(option, spec, f"must be one of {', '.join(BUILTIN_ENGINES)} or module:callable")
 
 
 @cache
-def _shared_vllm_factory(source: str | None = None) -> EngineFactory:
+def _shared_vllm_factory(source: str | None, start_timeout_s: float, step_timeout_s: float) -> EngineFactory:
     """One pool of vLLM drivers per process and source: a driver costs ~5 s to start and is reused across workloads."""
     from .engines.vllm_pool import vllm_engine_factory
 
+    timeouts = {"init_timeout_s": start_timeout_s, "step_timeout_s": step_timeout_s}
     if not source:
-        return vllm_engine_factory()
-    factory = vllm_engine_factory(source=source)
+        return vllm_engine_factory(**timeouts)
+    factory = vllm_engine_factory(source=source, **timeouts)
     # Start one driver now (it goes back to the pool for the first workload): a tree that cannot
     # even be imported is one clear error, not a failed start, and a shrink, per workload.
     from ..spec.config import SchedulerConfig
@@ -100,5 +136,8 @@ def engine_version(spec: str) -> str:
 
         return f"schedspec {version('schedspec')}"
     module_name = spec.partition(":")[0]
-    mod = importlib.import_module(module_name)
+    try:
+        mod = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001 - a version is a label; the run reports the import failure itself
+        return "unknown"
     return str(getattr(mod, "__version__", "unknown"))

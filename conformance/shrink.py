@@ -73,7 +73,12 @@ def shrink(
     time_budget_s: float = 120.0,
     max_calls: int = 2000,
 ) -> tuple[Workload, int]:
-    """The smallest workload reached that still fails, and how many candidates were tried."""
+    """The smallest workload reached that still fails, and how many candidates were tried.
+
+    `max_calls` is the budget. `time_budget_s` is only a safety cap: the
+    result of a shrink is a smaller witness, never a verdict, so stopping
+    early costs size, not truth.
+    """
     best, calls = workload, 0
     deadline = time.monotonic() + time_budget_s
     improved = True

@@ -22,3 +22,18 @@ class SpecError(ValueError):
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class InfrastructureError(SpecError):
+    """The engine's process, not its decisions: it could not start, died, hung, or spoke garbage.
+
+    The harness keeps these apart from divergences. A driver killed by a
+    loaded machine says nothing about the scheduler inside it, so it must
+    never be shrunk, listed as a departure or forgiven by
+    `--allow-divergence`; it is an `error`, with its own exit status.
+    `kind` says which: start, died, timeout or malformed.
+    """
+
+    def __init__(self, where: str, value: Any, why: str, kind: str = "died") -> None:
+        super().__init__(where, value, why)
+        self.kind = kind

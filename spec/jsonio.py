@@ -24,9 +24,13 @@ from .errors import SpecError
 def read_json(path: str | os.PathLike[str]) -> Any:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(str(p), str(p), "no such file") from None
+    except IsADirectoryError:
+        raise SpecError(str(p), str(p), "is a folder, not a JSON file") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(str(p), f"byte {e.start}", "is not UTF-8 text, so not a JSON file") from None
     except OSError as e:
         raise SpecError(str(p), str(p), f"cannot be read: {e.strerror}") from None
     try:
@@ -44,12 +48,21 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a user's file gets the user's mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, p)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+@cache
+def _umask() -> int:
+    """The process umask. Reading it means setting it, so once, before any thread could race."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @cache

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
 from ...spec.config import SchedulerConfig
-from ...spec.errors import SpecError
+from ...spec.errors import InfrastructureError, SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary
@@ -54,7 +54,7 @@ VLLM_ENV_DIR = Path(__file__).resolve().parents[1] / "vllm_env"
 SETUP_SCRIPT = VLLM_ENV_DIR / "setup_vllm_ref.sh"
 DRIVER = VLLM_ENV_DIR / "driver.py"
 STAMP_NAME = ".vllm-ref-0.33.0"  # written by the setup script once the venv works
-INIT_TIMEOUT_S = 60.0
+INIT_TIMEOUT_S = 300.0  # a loaded 2-core machine took >60 s to start four drivers at once
 STEP_TIMEOUT_S = 30.0
 SOURCE_ENV = "SCHEDSPEC_VLLM_SOURCE"  # read by the driver: a source tree to import `vllm` from
 
@@ -212,7 +212,7 @@ class VllmEngine:
 
     def _call(self, op: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
         if self._proc is None:
-            raise SpecError(self._where(op), None, "the engine is closed")
+            raise InfrastructureError(self._where(op), None, "the engine is closed")
         try:
             try:
                 self._proc.stdin.write(json.dumps({"op": op, **payload}) + "\n")
@@ -267,7 +267,7 @@ class VllmEngine:
     def _die(self, op: str, why: str) -> NoReturn:
         """Kill the driver and raise: after a broken exchange its state is unknown."""
         code, tail = self._kill()
-        raise SpecError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
+        raise InfrastructureError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from schedspec.conformance import batched
-from schedspec.conformance.certify import certify, plan
+from schedspec.conformance.certify import Options, certify, plan
 from schedspec.conformance.differ import diff
 from schedspec.conformance.families import FAMILIES, generate
 from schedspec.gpu_impl import device as device_mod
@@ -194,7 +194,7 @@ def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
         return real(st, slots.flip(1), mask.flip(1))
 
     monkeypatch.setattr(update, "push_free", forward_free)
-    tasks = plan("torch", "reference", "blocks", ["big-batch"], 2, 0, (0, 1), str(tmp_path), shrink_budget_s=0.5)
+    tasks = plan("torch", "reference", "blocks", ["big-batch"], 2, 0, (0, 1), str(tmp_path), Options(shrink_budget=20))
     assert batched.applicable(tasks)
     cert, results = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and cert["counterexamples"]
@@ -220,7 +220,7 @@ def test_batched_certify_reports_a_divergence_that_only_the_batch_shows(tmp_path
         return tokens + 1, count
 
     monkeypatch.setattr(batch, "fake_model", off_by_one)
-    tasks = plan("torch", "reference", "blocks", ["budget"], 2, 0, (0, 1), str(tmp_path), shrink_budget_s=0.5)
+    tasks = plan("torch", "reference", "blocks", ["budget"], 2, 0, (0, 1), str(tmp_path), Options(shrink_budget=20))
     cert, results = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and len(cert["counterexamples"]) == 2
     assert all(os.path.exists(c["file"]) for c in cert["counterexamples"])

@@ -1,0 +1,69 @@
+"""The child side of `isolated.py`: one engine at a time, served over two pipes.
+
+Run as `python -m schedspec.conformance.engines.host IN_FD OUT_FD SPEC`.
+It answers each message with `("ok", value)`, `("raise", "Type: message")`
+when the engine raised, or `("start" | "malformed", value, why)` when the
+engine could not be built or answered something with no JSON form. Its
+stdout and stderr go to a file the parent reads only when the child dies,
+so an engine that prints cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ...spec.errors import InfrastructureError
+from .snapshot import check_engine, encode
+
+
+def _raised(e: BaseException) -> tuple[str, str]:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    first = str(e).splitlines()[0] if str(e) else ""
+    return "raise", f"{type(e).__name__}: {first}{where}"
+
+
+def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
+    from ..registry import in_process_factory
+
+    factory = None
+    engine: Any = None
+    while True:
+        try:
+            message = inbox.recv()
+        except EOFError:  # the parent went away
+            return
+        op = message[0]
+        try:
+            if op == "exit":
+                return
+            if op == "hello":
+                factory = in_process_factory(spec)
+                outbox.send(("ok", None))
+            elif op == "make":
+                engine = check_engine(factory(message[1]), f"the factory {spec!r}")
+                outbox.send(("ok", str(getattr(engine, "name", spec))))
+            elif op == "drop":
+                close = getattr(engine, "close", None)
+                engine = None
+                if close is not None:
+                    close()
+                outbox.send(("ok", None))
+            else:
+                _, method, args = message
+                fn = getattr(engine, method, None)
+                if fn is None and method == "update_draft_token_ids":
+                    outbox.send(("ok", None))  # optional in the protocol
+                    continue
+                outbox.send(("ok", encode(method, fn(*args))))
+        except InfrastructureError as e:
+            outbox.send((e.kind, e.where, e.why))
+        except Exception as e:  # noqa: BLE001 - the engine's exception is its finding, reported, not fatal here
+            outbox.send(("start", "import", f"could not be imported: {_raised(e)[1]}") if op == "hello" else _raised(e))
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False), sys.argv[3])

@@ -1,0 +1,75 @@
+"""Worker processes that survive the work: a task that kills its worker costs that task, not the run.
+
+`multiprocessing.Pool` loses a task whose worker dies (an engine calling
+`os._exit`, the kernel's OOM killer) and then waits for it forever. Here a
+`ProcessPoolExecutor` reports the death as `BrokenProcessPool`, but for
+every task in flight at once, so it cannot say which one did it. So the
+tasks in flight when a pool broke are re-run one at a time, each in a pool
+of its own: the one that breaks its own pool is the culprit, and `lost`
+turns it into a result (an `error`). The rest go on in a fresh pool.
+
+Results come back in plan order, whatever order the workers finish in, so
+reports and certificates do not depend on `--jobs`. `on_done` sees each
+result as it arrives, for progress. `stop()` is asked before each new task
+is handed out; once it says yes, the remaining tasks become `skipped(task)`
+without running (a run whose engine errors every time should not spend
+hours proving it).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def run_all(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, lost: Callable[[T], R],
+            on_done: Callable[[R], None] = lambda r: None, stop: Callable[[], bool] = lambda: False,
+            skipped: Callable[[T], R] | None = None) -> list[R]:
+    results: dict[int, R] = {}
+
+    def finish(i: int, r: R) -> None:
+        results[i] = r
+        on_done(r)
+
+    todo = deque(range(len(tasks)))
+    if jobs <= 1:
+        while todo and not stop():
+            i = todo.popleft()
+            finish(i, fn(tasks[i]))
+    else:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited engine state
+        while todo and not stop():
+            suspects = _run_pool(fn, tasks, todo, jobs, ctx, finish, stop)
+            for i in suspects:  # alone, each in its own pool: whoever breaks it is the one
+                if _run_pool(fn, tasks, deque([i]), 1, ctx, finish, lambda: False):
+                    finish(i, lost(tasks[i]))
+    for i in todo:
+        finish(i, skipped(tasks[i]) if skipped else lost(tasks[i]))
+    return [results[i] for i in range(len(tasks))]
+
+
+def _run_pool(fn: Callable[[T], R], tasks: Sequence[T], todo: deque[int], jobs: int, ctx: multiprocessing.context.BaseContext,
+              finish: Callable[[int, R], None], stop: Callable[[], bool]) -> list[int]:
+    """Run from `todo` until it is empty, `stop()`, or the pool breaks; return the tasks in flight at the break."""
+    in_flight: dict[Future[R], int] = {}
+    with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        while todo or in_flight:
+            while todo and len(in_flight) < jobs and not stop():  # no queue behind the workers: a break loses little
+                i = todo.popleft()
+                in_flight[pool.submit(fn, tasks[i])] = i
+            if not in_flight:
+                break
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for f in done:
+                i = in_flight.pop(f)
+                try:
+                    finish(i, f.result())
+                except BrokenProcessPool:
+                    return sorted([i, *in_flight.values()])
+    return []
