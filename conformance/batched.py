@@ -43,13 +43,12 @@ from typing import Any, Callable, Sequence
 
 from ..spec.engine import run as run_engine
 from ..spec.invariants import check_trace
-from ..spec.trace import StepRecord, Trace
+from ..spec.trace import Trace
 from ..spec.workload import Workload
 from .campaign import Task, WorkloadResult, run_task
-from .compare import Difference, first_difference
+from .compare import compare_records
 from .counterexample import Counterexample
 from .coverage import coverage
-from .differ import Divergence
 from .families import generate
 from .registry import engine_factory, engine_version
 
@@ -61,29 +60,6 @@ DEFAULT_BATCH = 1024
 def applicable(tasks: Sequence[Task]) -> bool:
     return (bool(tasks) and os.environ.get(LOCKSTEP_ENV) != "1"
             and all(t.engine == "torch" and t.against == "reference" for t in tasks))
-
-
-def compare_records(a: Sequence[StepRecord], b: Sequence[StepRecord], level: str) -> tuple[Divergence | None, int]:
-    """The lock-step differ's verdict on two finished traces: first divergence and steps compared."""
-    before = None
-    for step in range(max(len(a), len(b))):
-        ra = a[step] if step < len(a) else None
-        rb = b[step] if step < len(b) else None
-        if ra is None or rb is None:
-            return Divergence(step, "trace length", "ended" if ra is None else "continues",
-                              "ended" if rb is None else "continues", before, (ra, rb)), step
-        try:
-            d = first_difference(ra, rb, level)
-        except Exception as e:  # noqa: BLE001 - a record that cannot be read is malformed, as in differ.diff
-            return Divergence(step, "malformed step record", None, f"{type(e).__name__}: {e}", before, (ra, rb)), step
-        if d is None and ra.model_output != rb.model_output:
-            # In lock-step the harness's fake model answers both engines; in a batch the engine's own
-            # tensor version of it does, so its answers are part of what must agree.
-            d = Difference("model_output", ra.model_output.to_json(), rb.model_output.to_json())
-        if d is not None:
-            return Divergence(step, d.field, d.a, d.b, before, (ra, rb)), step + 1
-        before = ra.state
-    return None, len(a)
 
 
 def _result(task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, again: Trace | None,

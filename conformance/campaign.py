@@ -37,6 +37,7 @@ from ..spec.invariants import check_trace
 from ..spec.trace import Trace
 from ..spec.workload import Workload
 from .counterexample import Counterexample
+from .compare import compare_records
 from .coverage import coverage
 from .differ import DiffResult, Divergence, diff
 from .explain import step_table
@@ -95,10 +96,11 @@ def _factory(spec: str, isolate: bool | None, start_timeout_s: float, step_timeo
     return engine_factory(spec, isolate=isolate, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
 
 
-def _diff(task: Task, workload: Workload, a: str, b: str, level: str, keep_records: bool = False) -> DiffResult:
-    make_a = _factory(a, task.isolate, task.start_timeout_s, task.step_timeout_s)
+def _diff(task: Task, workload: Workload, a: str | None, b: str, level: str, keep_records: bool = False) -> DiffResult:
+    """`diff` with the task's factories and deadlines; `a=None` runs b alone."""
+    make_a = None if a is None else _factory(a, task.isolate, task.start_timeout_s, task.step_timeout_s)
     make_b = _factory(b, task.isolate, task.start_timeout_s, task.step_timeout_s)
-    return diff(workload, make_a, make_b, level, task.step_timeout_s, keep_records, task.start_timeout_s, (a, b))
+    return diff(workload, make_a, make_b, level, task.step_timeout_s, keep_records, task.start_timeout_s, (a or b, b))
 
 
 def skipped(task: Task, why: str) -> WorkloadResult:
@@ -124,12 +126,14 @@ def run_task(task: Task) -> WorkloadResult:
         else:
             out.divergence, out.crash = d.to_json(), d.crash
             _write(task, workload, workload, d, out, 0)
-    elif task.check_determinism:
-        again = _diff(task, workload, task.engine, task.engine, "blocks")
+    elif task.check_determinism:  # run it alone again, and hold the two runs against each other
+        again = _diff(task, workload, None, task.engine, "blocks", keep_records=True)
         if again.error is not None:
             out.error = again.error.to_json()
-        elif again.divergence is not None:
-            out.nondeterministic = {"first": "matched", "second": again.divergence.to_json()}
+        else:
+            flip, _ = compare_records(result.records_b, again.records_b, "blocks")
+            if flip is not None:
+                out.nondeterministic = {"first": "matched", "second": flip.to_json()}
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -141,9 +145,9 @@ def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out:
     if result.divergence is not None and not result.divergence.crash:
         # Past a divergence the oracle says nothing, but the monitors still judge the engine's whole run;
         # driven against itself it runs to the end (`--allow-divergence` rests on this).
-        solo = _diff(task, workload, task.engine, task.engine, "blocks", keep_records=True)
+        solo = _diff(task, workload, None, task.engine, "blocks", keep_records=True)
         if solo.divergence is None and solo.error is None:
-            records_b, complete = solo.records_a, solo.steps_compared < workload.max_steps
+            records_b, complete = solo.records_b, solo.steps_compared < workload.max_steps
     engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
     out.violations = [str(v) for v in check_trace(engine_trace)]
 

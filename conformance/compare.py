@@ -16,9 +16,12 @@ closest to the cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..spec.trace import StepRecord
+
+if TYPE_CHECKING:
+    from .differ import Divergence
 
 LEVELS = ("tokens", "lifecycle", "blocks")
 
@@ -88,3 +91,32 @@ def first_difference(a: StepRecord, b: StepRecord, level: str) -> Difference | N
         extra = (fa if len(fa) > len(fb) else fb)[min(len(fa), len(fb))]
         return Difference(extra[0], extra[1] if len(fa) > len(fb) else "<absent>", extra[1] if len(fb) > len(fa) else "<absent>")
     return None
+
+
+def compare_records(a: Sequence[StepRecord], b: Sequence[StepRecord], level: str) -> tuple[Divergence | None, int]:
+    """The lock-step differ's verdict on two finished traces: first divergence and steps compared.
+
+    Used where the two runs did not happen side by side: a batch of torch
+    instances against the oracle, or an engine's second run against its first.
+    """
+    from .differ import Divergence
+
+    before = None
+    for step in range(max(len(a), len(b))):
+        ra = a[step] if step < len(a) else None
+        rb = b[step] if step < len(b) else None
+        if ra is None or rb is None:
+            return Divergence(step, "trace length", "ended" if ra is None else "continues",
+                              "ended" if rb is None else "continues", before, (ra, rb)), step
+        try:
+            d = first_difference(ra, rb, level)
+        except Exception as e:  # noqa: BLE001 - a record that cannot be read is malformed, as in differ.diff
+            return Divergence(step, "malformed step record", None, f"{type(e).__name__}: {e}", before, (ra, rb)), step
+        if d is None and ra.model_output != rb.model_output:
+            # In lock-step the harness's fake model answers both engines; in a batch the engine's own
+            # tensor version of it does, so its answers are part of what must agree.
+            d = Difference("model_output", ra.model_output.to_json(), rb.model_output.to_json())
+        if d is not None:
+            return Divergence(step, d.field, d.a, d.b, before, (ra, rb)), step + 1
+        before = ra.state
+    return None, len(a)

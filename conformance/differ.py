@@ -204,7 +204,7 @@ def _start(make: EngineFactory, config: Any, name: str, timeout: float | None) -
 
 def diff(
     workload: Workload,
-    make_a: EngineFactory,
+    make_a: EngineFactory | None,
     make_b: EngineFactory,
     level: str = "blocks",
     timeout: float | None = DEFAULT_STEP_TIMEOUT_S,
@@ -212,23 +212,28 @@ def diff(
     start_timeout: float | None = DEFAULT_START_TIMEOUT_S,
     names: tuple[str, str] = ("a", "b"),
 ) -> DiffResult:
-    """Run `workload` on both engines in lock-step; `names` label them in errors (the specs the user typed)."""
+    """Run `workload` on both engines in lock-step; `names` label them in errors (the specs the user typed).
+
+    With `make_a=None`, engine b runs alone, through the same deadlines and
+    error handling, and its records land in both lists: a solo run needs no
+    second engine (a second vLLM driver costs seconds to start).
+    """
     engines: list[Any] = []
     result = DiffResult(None, 0)
+    sides = [("a", make_a, names[0]), ("b", make_b, names[1])] if make_a is not None else [("b", make_b, names[1])]
     try:
-        for side, make, name in (("a", make_a, names[0]), ("b", make_b, names[1])):
+        for side, make, name in sides:
             try:
                 engines.append(_start(make, workload.config, name, start_timeout))
             except _Failed as e:
                 result.error = EngineError(side, name, "start", None, e.cause)
                 return result
-        a, b = engines
-        it_a, it_b = steps(a, workload), steps(b, workload)
+        runs = [(side, engine, steps(engine, workload), name) for (side, _, name), engine in zip(sides, engines)]
         before: StateSummary | None = None
         step = 0
         while True:
             records: list[StepRecord | None] = []
-            for side, engine, it, name in (("a", a, it_a, names[0]), ("b", b, it_b, names[1])):
+            for side, engine, it, name in runs:
                 try:
                     records.append(_next(it, getattr(engine, "name", name), step, timeout))
                 except _Failed as e:
@@ -238,7 +243,7 @@ def diff(
                     crash = (str(e), None) if side == "a" else (None, str(e))
                     result.divergence = Divergence(step, f"engine {side}", *crash, before, (records[0] if records else None, None))
                     return result
-            ra, rb = records
+            ra, rb = records if len(records) == 2 else (records[0], records[0])
             if ra is None or rb is None:
                 if ra is not rb:
                     result.divergence = Divergence(step, "trace length", "ended" if ra is None else "continues",

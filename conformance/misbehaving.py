@@ -98,3 +98,19 @@ class _Mutating(ReferenceEngine):
 
 def mutating(config: SchedulerConfig) -> ReferenceEngine:
     return _Mutating(config)
+
+
+_made = 0
+
+
+def every_second_run_differs(config: SchedulerConfig) -> ReferenceEngine:
+    """Right on its 1st, 3rd, ... run in a process, one token off on the 2nd, 4th, ...: flaky, but predictably so.
+
+    A random engine shows nondeterminism only by luck; this one shows it to
+    the determinism re-run of the very first workload, every time.
+    """
+    from .planted import PerturbedEngine
+
+    global _made
+    _made += 1
+    return ReferenceEngine(config) if _made % 2 else PerturbedEngine(config, "tokens", 1)

@@ -11,6 +11,14 @@ size of what each checker hands back is recorded as (requests, steps).
 
 A mutant that no checker kills fails the run, unless it is argued
 equivalent in `mutants.EQUIVALENT`.
+
+A cell that is not a kill is `survived` only when the checker finished
+without finding the mutant: Z3 proved every check up to N = 3, CrossHair
+explored every path, the state machine ran all its examples. A search cut
+short by the cell's seconds budget (the monitors and the differ search
+until the budget is spent, always) or by a solver timeout reads "budget
+spent" or "unknown": it shows that nothing was found in the time, never
+that the checker misses the mutant (`Kill.verdict`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Callable
 from .mutants import Mutant
 
 CHECKERS = ("monitors", "diff", "z3", "hypothesis", "crosshair")
+BUDGET_SPENT = "budget spent"  # the `what` of a cell whose seconds ran out before its search was done
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,15 @@ class Kill:
     seconds: float
     size: tuple[int, int] | None  # (requests, steps) of the counterexample
 
+    @property
+    def verdict(self) -> str:
+        """killed | survived (the checker finished and missed it) | unknown (its time ran out) | error."""
+        if self.killed:
+            return "killed"
+        if self.what.startswith("checker error"):
+            return "error"
+        return "unknown" if self.what.startswith((BUDGET_SPENT, "unknown")) else "survived"
+
 
 def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
     def run(m: Mutant, budget_s: float) -> Kill:
@@ -41,7 +59,8 @@ def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
         t0 = time.perf_counter()
         f = hunt(m, checker, budget_s=budget_s, shrink_budget_s=budget_s)
         if f is None:
-            return Kill(m.name, checker, False, "survived", time.perf_counter() - t0, None)
+            # hunt() searches until the budget is spent and gives up only then: unknown, not survived
+            return Kill(m.name, checker, False, BUDGET_SPENT, time.perf_counter() - t0, None)
         steps = f.step + 1 if f.step >= 0 else f.workload.max_steps
         what = f.what
         if checker == "diff":
@@ -77,6 +96,7 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
 
     features = tuple(f for f in feature_mode.FEATURES if f in m.families)
     t0 = time.perf_counter()
+    undecided = 0  # checks that timed out, or whose model did not replay: neither proved nor a kill
     for n in (1, 2, 3):
         for fcfs in (True, False):
             for inv in INVARIANTS:
@@ -87,6 +107,10 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
                      if features else prove.run_job(prove.Job(inv.name, n, fcfs, min(left, 30.0), m.name)))
                 if r.verdict == "violated":
                     return Kill(m.name, "z3", True, r.invariant, time.perf_counter() - t0, (n, 1))
+                undecided += r.verdict in ("unknown", "unconfirmed")
+    if undecided:
+        return Kill(m.name, "z3", False, f"unknown: {undecided} checks not proved (timeout or unconfirmed)",
+                    time.perf_counter() - t0, None)
     return Kill(m.name, "z3", False, "proved up to N=3", time.perf_counter() - t0, None)
 
 
@@ -94,9 +118,11 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
     from .state_machine_hunt import hunt_state_machine
 
     t0 = time.perf_counter()
-    f = hunt_state_machine(m, budget_s=max(budget_s, m.min_search_s))
-    if f is None:
-        return Kill(m.name, "hypothesis", False, "survived", time.perf_counter() - t0, None)
+    budget_s = max(budget_s, m.min_search_s)
+    f = hunt_state_machine(m, budget_s=budget_s)
+    if f is None:  # all examples run ("survived"), or the deadline stopped the search first
+        spent = time.perf_counter() - t0
+        return Kill(m.name, "hypothesis", False, BUDGET_SPENT if spent >= budget_s else "survived", spent, None)
     return Kill(m.name, "hypothesis", True, f.what, f.seconds_to_find, tuple(f.size[:2]))
 
 
@@ -113,8 +139,12 @@ def _crosshair(m: Mutant, budget_s: float) -> Kill:
     contract = (contract_name(ALL, feature) if feature else
                 f"check_{expected[0].replace('-', '_')}" if expected else "check_runs")
     r = run_contract(contract, timeout=budget_s, mutant=m.name)
-    if r.verdict != "counterexample":
-        return Kill(m.name, "crosshair", False, r.verdict, r.seconds, None)
+    if r.verdict != "counterexample":  # CrossHair's "unknown" is its per-contract budget running out
+        what = (BUDGET_SPENT if r.verdict == "unknown" else
+                "unknown: counterexample not confirmed" if r.verdict == "unconfirmed" else r.verdict)
+        if r.message.startswith("worker exited"):  # the worker crashed: no search happened at all
+            what = f"checker error: {r.message}"[:120]
+        return Kill(m.name, "crosshair", False, what, r.seconds, None)
     replay = r.replay or {}
     requests = len(replay.get("workload", {}).get("requests", ()))
     size = (requests, replay["step"] + 1) if replay.get("step") is not None and requests else None

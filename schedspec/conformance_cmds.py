@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,34 +32,74 @@ TIMELINES = 5
 
 
 def cmd_certify(args: argparse.Namespace, console: Console) -> int:
+    from .outdir import OutDir
+
     shard = cert_mod.parse_shard(args.shard)
     if args.vllm_source is not None:
         if args.engine != "vllm":
             raise SpecError("--vllm-source", args.vllm_source, f"needs --engine vllm, not --engine {args.engine}")
         args.engine = vllm_source_engine(args.vllm_source)
+    options = cert_mod.Options(jobs=args.jobs, step_timeout_s=args.step_timeout, start_timeout_s=args.start_timeout,
+                               isolate=args.isolate, shrink_budget=args.shrink_budget,
+                               max_counterexamples=args.max_counterexamples, max_errors=args.max_errors)
     tasks = cert_mod.plan(args.engine, args.against, args.level, args.family or list(cert_mod.FAMILIES),
-                          args.workloads, args.seed, shard, args.out)
-    if os.path.exists(os.path.join(args.out, "certificate.json")) and not args.force:
-        raise SpecError("--out", args.out, "already holds a certificate; pass --force to replace it")
-    failures = 0
-    with Progress(TextColumn("certify {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[failures]} diverged"), TimeElapsedColumn(),
-                  console=console, transient=not console.is_terminal) as progress:
-        bar = progress.add_task(f"{args.engine} vs {args.against}", total=len(tasks), failures=0)
-
-        def on_done(result) -> None:
-            nonlocal failures
-            failures += bool(result.divergence or result.nondeterministic or result.violations)
-            progress.update(bar, advance=1, failures=failures)
-
-        cert, results = cert_mod.certify(args.engine, args.against, tasks=tasks, jobs=args.jobs, shard=shard,
-                                         workloads=args.workloads, out_dir=args.out, on_done=on_done,
-                                         allow_divergence=args.allow_divergence)
-    write_timelines(cert)
+                          args.workloads, args.seed, shard, args.out, options)
+    out = OutDir(args.out, args.force, "--out", "certify")
+    out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
+    progress = CampaignProgress(console, len(tasks), f"{args.engine} vs {args.against}")
+    try:
+        with progress:
+            cert, results = cert_mod.certify(args.engine, args.against, tasks=tasks, options=options, shard=shard,
+                                             workloads=args.workloads, out_dir=args.out, on_done=progress.done,
+                                             allow_divergence=args.allow_divergence)
+    except KeyboardInterrupt:
+        out.abandon()
+        raise
+    if not args.no_plots:
+        write_timelines(cert)
     paths = cert_mod.write_outputs(args.out, cert, results)
+    written = paths + [c[k] for c in cert["counterexamples"] for k in ("file", "timeline") if c.get(k)]
+    out.record(written)
     console.print(cert_mod.markdown(cert), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"written: {', '.join(paths)}")
-    return 0 if cert["passed"] else 1
+    console.print(f"written: {', '.join(paths)}", markup=False, highlight=False)
+    status = cert_mod.exit_status(cert)
+    if status == cert_mod.EXIT_ERROR:
+        console.print(f"[red]certify: {len(cert['errors'])} workloads ended in an engine error and "
+                      f"{len(cert['skipped'])} were skipped: the certificate is incomplete (exit 3)")
+    return status
+
+
+class CampaignProgress:
+    """A live bar in a terminal; in a CI log, where a bar is invisible, one plain line per tenth of the run."""
+
+    def __init__(self, console: Console, total: int, what: str) -> None:
+        self.console, self.total, self.what = console, total, what
+        self.n = self.failed = self.errors = 0
+        self.every = max(1, total // 10)
+        self.t0 = time.perf_counter()
+        self.bar = Progress(TextColumn("certify {task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[failures]} failed, {task.fields[errors]} errors"),
+                            TimeElapsedColumn(), console=console, transient=True) if console.is_terminal else None
+
+    def __enter__(self) -> "CampaignProgress":
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.task = self.bar.add_task(self.what, total=self.total, failures=0, errors=0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def done(self, result) -> None:
+        self.n += 1
+        self.errors += bool(result.error or result.skipped)
+        self.failed += bool(result.failed) and not (result.error or result.skipped)
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, failures=self.failed, errors=self.errors)
+        elif self.n % self.every == 0 or self.n == self.total:
+            print(f"certify {self.what}: {self.n}/{self.total} workloads, {self.failed} failed, {self.errors} errors, "
+                  f"{time.perf_counter() - self.t0:.0f} s", file=sys.stderr, flush=True)
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
@@ -73,9 +115,15 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         return 1 if broken else 0
     cx = Counterexample.load(args.file)
     engine_b = vllm_source_engine(args.vllm_source) if args.vllm_source else (args.engine or cx.engine_b)
-    if args.plot and os.path.exists(args.plot) and not args.force:
-        raise SpecError("--plot", args.plot, "exists; pass --force to overwrite it")
-    result = diff(cx.workload, engine_factory(cx.engine_a), engine_factory(engine_b), cx.level, keep_records=True)
+    from .outdir import check_output_file
+
+    check_output_file(args.plot, args.force, "--plot")
+    result = diff(cx.workload, engine_factory(cx.engine_a), engine_factory(engine_b), cx.level, keep_records=True,
+                  names=(cx.engine_a, engine_b))
+    if result.error is not None:
+        console.print(f"replay could not judge the engines: {result.error}\nfix: {result.error.fix}", style="red",
+                      markup=False, highlight=False)
+        return 3
     d = result.divergence
     console.print(f"{args.file}: workload {cx.workload.name!r}, {len(cx.workload.requests)} requests, level {cx.level}",
                   markup=False, highlight=False)
@@ -158,16 +206,35 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--against", default="reference", help="the oracle engine (default: reference)")
     p.add_argument("--level", default="blocks", choices=["tokens", "lifecycle", "blocks"])
     p.add_argument("--family", action="append", help="a workload family (repeatable; default: all)")
-    p.add_argument("--workloads", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard", default="0/1", help="i/n: run every n-th workload starting at i")
-    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--workloads", type=int, default=100, help="how many workloads (default: 100)")
+    p.add_argument("--seed", type=int, default=0, help="campaign seed (default: 0)")
+    p.add_argument("--shard", default="0/1", help="i/n: run every n-th workload starting at i (default: 0/1)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     p.add_argument("--out", default="certificate", help="folder for the certificate, JUnit XML and counterexamples")
-    p.add_argument("--force", action="store_true", help="replace a certificate already in --out")
+    p.add_argument("--force", action="store_true", help="replace the outputs of an earlier run in --out (they are "
+                   "removed first) and any file of the same name")
     p.add_argument("--vllm-source", metavar="PATH", help="with --engine vllm: run the vLLM source tree at PATH "
                    "(a checkout holding vllm/) on the pinned venv's dependencies")
     p.add_argument("--allow-divergence", action="store_true",
-                   help="list departures from the oracle instead of failing; fail only on invariants and nondeterminism")
+                   help="list departures of values from the oracle instead of failing; crashes, broken invariants, "
+                        "nondeterminism and engine errors still fail")
+    g = p.add_argument_group("engine failures and budgets")
+    g.add_argument("--step-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds one engine call may take before the workload is an error (default: 30)")
+    g.add_argument("--start-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds an engine may take to start, and its factory to build it; retried once (default: 300)")
+    iso = g.add_mutually_exclusive_group()
+    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                     help="run the engine in its own process (the default for module:callable)")
+    iso.add_argument("--in-process", dest="isolate", action="store_false",
+                     help="run a module:callable engine in the harness's process (faster; an os._exit kills the run)")
+    g.add_argument("--shrink-budget", type=int, default=400, metavar="N",
+                   help="candidate workloads tried when shrinking one divergence; 0 skips shrinking (default: 400)")
+    g.add_argument("--max-counterexamples", type=int, default=10, metavar="K",
+                   help="divergences shrunk and drawn; the rest are listed unshrunk (default: 10)")
+    g.add_argument("--max-errors", type=int, default=5, metavar="N",
+                   help="after this many engine errors the remaining workloads are skipped (default: 5)")
+    g.add_argument("--no-plots", action="store_true", help="draw no timeline PNGs")
     p.set_defaults(func=cmd_certify)
 
     p = sub.add_parser("replay", help="replay a counterexample on two engines, side by side")
@@ -181,27 +248,48 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    """The monitors judge each step; the consistency rules judge whether the steps follow from one another.
+
+    A trace cut, spliced or edited by hand can pass every monitor, so both run,
+    each as its own rows of the table, and either kind of violation fails.
+    """
+    import sys
+
     from .spec.invariants import INVARIANTS, check_trace
+    from .spec.invariants.consistency import RULES, check_consistency
 
     trace = Trace.load(args.trace)
-    violations = check_trace(trace)
-    table = Table(title=f"{args.trace}: {len(trace.steps)} steps of engine {trace.engine!r}, "
-                        f"{len(INVARIANTS) + 2} invariants")
-    for col in ("invariant", "verdict", "first violation"):
+    total, every = len(trace.steps), 1000  # a long trace says it is alive every 1000 steps, for CI logs
+
+    def progress(what: str):
+        def report(i: int) -> None:
+            if (i + 1) % every == 0:
+                print(f"schedspec check: {what}: {i + 1}/{total} steps", file=sys.stderr, flush=True)
+        return report if total > every else None
+
+    inconsistent = check_consistency(trace, on_step=progress("consistency"))
+    violations = check_trace(trace, on_step=progress("invariants"))
+    names = [name for name, _ in RULES] + [i.name for i in INVARIANTS] + ["finished-reported-once", "stop-is-final"]
+    table = Table(title=f"{args.trace}: {total} steps of engine {trace.engine!r}, {len(RULES)} consistency rules, "
+                        f"{len(names) - len(RULES)} invariants")
+    for col in ("check", "verdict", "first violation"):
         table.add_column(col)
-    first = {v.invariant: v for v in violations}
-    for name in [i.name for i in INVARIANTS] + ["finished-reported-once", "stop-is-final"]:
+    first = {v.invariant: v for v in inconsistent + violations}
+    for name in names:
         v = first.get(name)
-        table.add_row(name, "[red]violated" if v else "[green]holds", f"step {v.step}: {v.detail}" if v else "")
+        table.add_row(name, "[red]violated" if v else "[green]holds", escape(f"step {v.step}: {v.detail}") if v else "",
+                      end_section=name == RULES[-1][0])
     console.print(table)
-    if violations:
-        v = violations[0]
-        console.print(f"[red]first violation: step {v.step}: {v.invariant}: {v.detail}")
+    if inconsistent or violations:
+        v = min(inconsistent + violations, key=lambda v: v.step)  # min keeps the first: consistency wins a tie
+        console.print(f"first violation: step {v.step}: {v.invariant}: {v.detail}", style="red", markup=False,
+                      highlight=False, soft_wrap=True)  # one line, so logs can be grepped for it
         return 1
     return 0
 
 
 def add_check_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="check every invariant at every step of a trace, from any engine")
+    p = sub.add_parser("check", help="check a trace from any engine: every invariant at every step, "
+                       "and that its steps follow from one another")
     p.add_argument("trace", metavar="TRACE.json")
     p.set_defaults(func=cmd_check)

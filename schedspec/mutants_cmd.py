@@ -1,20 +1,43 @@
-"""`schedspec mutants`: the bug zoo as mutants, every checker's score, a table and a heatmap."""
+"""`schedspec mutants`: the bug zoo as mutants, every checker's score, a table and a heatmap.
+
+Exit status: 0 when every mutant is killed by some checker (or argued
+equivalent in `mutants.EQUIVALENT`); 1 when one is not; 2 for bad input,
+including an `--out` that cannot be written or that holds an earlier run's
+tables without `--force` (checked before the first cell runs).
+
+A mutant that no checker killed is reported in one of three ways, because
+they call for different fixes: "survived every checker" when each checker
+finished and missed it (a hole in the checkers); "not killed, budget spent"
+when a cell's search was cut short by `--budget` or a solver timeout
+(`Kill.verdict` "unknown": a larger budget may kill it); "a checker
+failed" when one crashed. None of them passes, and none is drawn as a
+survivor in the tables: "—" marks only a checker that finished.
+"""
 
 from __future__ import annotations
 
 import argparse
 import io
-import multiprocessing
-import os
 import statistics
 
 from rich.console import Console
 from rich.table import Table
 
 from .conformance.mutants import EQUIVALENT, MUTANTS
-from .conformance.mutation import CHECKERS, Kill, run_cell
+from .conformance.mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
+from .outdir import OutDir
+from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic, write_json_atomic
+
+OUTPUTS = ("mutants.json", "mutants.md", "mutants.png")
+
+
+def _missed(k: Kill) -> str:
+    """A cell that is not a kill, in a word or two; "—" only for a checker that finished and missed the mutant."""
+    if k.verdict == "unknown":
+        return BUDGET_SPENT if k.what.startswith(BUDGET_SPENT) else "unknown"
+    return {"error": "checker error", "survived": "—"}[k.verdict]
 
 
 def markdown_table(kills: list[Kill], checkers: list[str]) -> str:
@@ -30,7 +53,7 @@ def markdown_table(kills: list[Kill], checkers: list[str]) -> str:
                 size = f", {k.size[0]} req / {k.size[1]} steps" if k.size else ""
                 cells.append(f"killed {k.seconds:.1f}s ({k.what}{size})")
             else:
-                cells.append("—")
+                cells.append(_missed(k))
         lines.append(f"| `{m.name}` | {m.origin} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -42,7 +65,8 @@ def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
     import matplotlib.pyplot as plt
 
     by = {(k.mutant, k.checker): k for k in kills}
-    grid = [[(1.0 if by[(m.name, c)].killed else 0.0) if (m.name, c) in by else float("nan") for c in checkers]
+    shade = {"killed": 1.0, "unknown": 0.5, "error": 0.5, "survived": 0.0}
+    grid = [[shade[by[(m.name, c)].verdict] if (m.name, c) in by else float("nan") for c in checkers]
             for m in MUTANTS]
     fig, ax = plt.subplots(figsize=(1.6 * len(checkers) + 3, 0.4 * len(MUTANTS) + 1.5))
     ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
@@ -52,8 +76,9 @@ def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
         for j, c in enumerate(checkers):
             k = by.get((m.name, c))
             if k is not None:
-                ax.text(j, i, f"{k.seconds:.1f}s" if k.killed else "survived", ha="center", va="center", fontsize=7)
-    ax.set_title("mutant x checker: green = killed (time to first counterexample)")
+                label = f"{k.seconds:.1f}s" if k.killed else _missed(k).replace("—", "survived")
+                ax.text(j, i, label, ha="center", va="center", fontsize=7)
+    ax.set_title("mutant x checker: green = killed (time to first counterexample), yellow = budget spent")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -61,7 +86,7 @@ def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
+def _check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     checkers = args.checker or list(CHECKERS)
     for c in checkers:
         if c not in CHECKERS:
@@ -71,25 +96,43 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     for name in names:
         if name not in known:
             raise SpecError("--mutant", name, f"is not a mutant of the catalogue ({', '.join(sorted(known))})")
-    cells = [(name, c, args.budget) for name in names for c in checkers]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            kills = pool.map(run_cell, cells, chunksize=1)
-    else:
-        kills = [run_cell(cell) for cell in cells]
+    check_seconds("--budget", args.budget)
+    check_jobs(args.jobs)
+    return checkers, names
+
+
+def _run(cells: list[tuple[str, str, float]], jobs: int) -> list[Kill]:
+    """Every cell, with a progress line as each lands; the kills in the cells' order."""
+    kills: list[Kill] = []
+    with worker_pool(jobs) as pool:
+        for k in pool.imap_unordered(run_cell, cells, chunksize=1):
+            kills.append(k)
+            tally = {v: sum(x.verdict == v for x in kills) for v in ("killed", "survived", "unknown", "error")}
+            how = f"killed in {k.seconds:.1f} s ({k.what})" if k.killed else f"{k.verdict}: {k.what}"
+            progress("mutants", f"{len(kills)}/{len(cells)} cells done, {tally['killed']} killed, "
+                                f"{tally['survived']} survived, {tally['unknown']} budget spent"
+                                + (f", {tally['error']} checker errors" if tally["error"] else "")
+                                + f" ({k.mutant} x {k.checker}: {how})")
+    order = {(name, c): i for i, (name, c, _) in enumerate(cells)}
+    return sorted(kills, key=lambda k: order[(k.mutant, k.checker)])
+
+
+def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
+    checkers, names = _check_args(args)
+    out = OutDir(args.out, args.force, "--out", "mutants")
+    out.prepare(OUTPUTS)  # now, not after an hour of cells
+    kills = _run([(name, c, args.budget) for name in names for c in checkers], args.jobs)
 
     table = Table(title=f"mutants x checkers (budget {args.budget:g} s per cell)")
     table.add_column("mutant")
     for c in checkers:
         table.add_column(c)
     by = {(k.mutant, k.checker): k for k in kills}
-    survivors = []
+    style = {"survived": "red", "unknown": "yellow", "error": "magenta"}
     for name in names:
         row = [by[(name, c)] for c in checkers]
-        if not any(k.killed for k in row):
-            survivors.append(name)
         table.add_row(name, *[f"[green]{k.seconds:.1f}s {k.what}" + (f" {k.size}" if k.size else "") if k.killed
-                              else f"[red]{k.what}" for k in row])
+                              else f"[{style[k.verdict]}]{k.what}" for k in row])
     console.print(table)
     first = [min((k.seconds for k in kills if k.mutant == n and k.killed), default=None) for n in names]
     sizes = [min((k.size for k in kills if k.mutant == n and k.killed and k.size), default=None) for n in names]
@@ -100,22 +143,50 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     if sized:
         console.print(f"median smallest counterexample: {statistics.median(s[0] for s in sized):g} requests, "
                       f"{statistics.median(s[1] for s in sized):g} steps")
-    os.makedirs(args.out, exist_ok=True)
-    write_json_atomic(os.path.join(args.out, "mutants.json"), [k.__dict__ for k in kills])
-    write_bytes_atomic(os.path.join(args.out, "mutants.md"), markdown_table(kills, checkers).encode())
-    write_bytes_atomic(os.path.join(args.out, "mutants.png"), heatmap_png(kills, checkers))
-    console.print(f"written: {args.out}/mutants.json, mutants.md, mutants.png")
-    unexplained = [s for s in survivors if s not in EQUIVALENT]
-    for s in unexplained:
-        console.print(f"[red]survived every checker: {s}")
-    return 1 if unexplained else 0
+    written = [out.file(n) for n in OUTPUTS]
+    write_json_atomic(written[0], [{**k.__dict__, "verdict": k.verdict} for k in kills])
+    write_bytes_atomic(written[1], markdown_table(kills, checkers).encode())
+    write_bytes_atomic(written[2], heatmap_png(kills, checkers))
+    out.record(written)
+    console.print(f"written: {written[0]}, {OUTPUTS[1]}, {OUTPUTS[2]}")
+    return _verdict(names, by, checkers, console)
+
+
+def _verdict(names: list[str], by: dict[tuple[str, str], Kill], checkers: list[str], console: Console) -> int:
+    """1 if a mutant outside EQUIVALENT escaped every checker, with the line that says how it escaped."""
+    escaped: dict[str, list[str]] = {"survived": [], "unknown": [], "error": []}
+    for name in names:
+        row = [by[(name, c)] for c in checkers]
+        if any(k.killed for k in row) or name in EQUIVALENT:
+            continue
+        verdicts = {k.verdict for k in row}
+        how = "unknown" if "unknown" in verdicts else "error" if "error" in verdicts else "survived"
+        escaped[how].append(name)
+        detail = ", ".join(f"{k.checker}: {k.what}" for k in row)
+        console.print({"survived": f"[red]survived every checker: {name}",
+                       "unknown": f"[yellow]not killed, budget spent: {name} ({detail})",
+                       "error": f"[magenta]not killed, a checker failed: {name} ({detail})"}[how])
+    why = []
+    if escaped["survived"]:
+        why.append(f"{len(escaped['survived'])} survived every checker ({', '.join(escaped['survived'])})")
+    if escaped["unknown"]:
+        why.append(f"{len(escaped['unknown'])} not killed before the budget was spent "
+                   f"({', '.join(escaped['unknown'])}); a larger --budget may kill them")
+    if escaped["error"]:
+        why.append(f"{len(escaped['error'])} not killed because a checker failed ({', '.join(escaped['error'])})")
+    if why:
+        progress("mutants", "FAILED: " + "; ".join(why))
+    return 1 if why else 0
 
 
 def add_mutants_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mutants", help="run each bug-zoo mutant through each checker and print the kill table")
     p.add_argument("--checker", action="append", help=f"one of {', '.join(CHECKERS)} (repeatable; default: all)")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--budget", type=float, default=30.0, help="seconds per mutant and checker")
-    p.add_argument("--out", default="mutants", help="folder for mutants.json, mutants.md and mutants.png")
+    p.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    p.add_argument("--budget", type=float, default=30.0, metavar="S",
+                   help=f"seconds per mutant and checker, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)")
+    p.add_argument("--out", default="mutants", metavar="DIR",
+                   help="folder for mutants.json, mutants.md and mutants.png")
+    p.add_argument("--force", action="store_true", help="replace an earlier run's tables in --out")
     p.set_defaults(func=cmd_mutants)

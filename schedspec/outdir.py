@@ -38,6 +38,8 @@ class OutDir:
 
     def __init__(self, path: str, force: bool, option: str = "--out", command: str = "schedspec") -> None:
         self.path, self.force, self.option, self.command = path, force, option, command
+        self.created = False
+        self.patterns: list[str] = []
 
     def prepare(self, names: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
         """Create the folder, prove it writable, and settle conflicts with what is already there.
@@ -46,8 +48,10 @@ class OutDir:
         whose names are only known later (`counterexample-*.json`).
         """
         names, patterns = list(names), list(patterns)
+        self.patterns = names + patterns
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise SpecError(self.option, self.path, "is a file, not a folder; name a folder for the outputs")
+        self.created = not os.path.exists(self.path)
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
@@ -80,6 +84,16 @@ class OutDir:
         rel = sorted({os.path.relpath(p, self.path) for p in written})
         body = {"command": self.command, "files": rel}
         write_bytes_atomic(self.file(MANIFEST), (json.dumps(body, indent=1) + "\n").encode())
+
+    def abandon(self) -> None:
+        """An interrupted run (^C): leave no empty folder, and let `--force` clear what it did write."""
+        if not os.path.isdir(self.path):
+            return
+        ours = [n for n in os.listdir(self.path) if any(fnmatch.fnmatch(n, p) for p in self.patterns)]
+        if ours:
+            self.record(self.file(n) for n in ours)
+        elif self.created and not os.listdir(self.path):
+            os.rmdir(self.path)
 
     def _previous(self) -> list[str]:
         path = self.file(MANIFEST)

@@ -6,19 +6,71 @@ out first (the usual case: the bounded space is far larger than a run can
 cover, so "unknown" means "searched N scenarios, found nothing"); and
 "counterexample" only after the scenario was replayed concretely and broke
 again. The exit status is 1 if any contract has a confirmed counterexample,
-2 for bad input (an unknown contract or mutant, a bad timeout), 0 otherwise.
+2 for bad input (an unknown contract or mutant, a bad timeout, an `--out`
+that cannot be written or holds an earlier run's results without `--force`),
+0 otherwise.
+
+The argument checks and the progress lines that `prove` and `mutants`
+share live here too, so the three long commands refuse the same inputs
+with the same words and report progress the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import math
+import multiprocessing
+import sys
+import threading
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .outdir import OutDir
 from .spec.errors import SpecError
+
+# Below 10 ms neither Z3 nor CrossHair does anything before the clock stops (prove's queries get 50 ms
+# anyway), so a smaller value is a typo, not a request. Above 10^6 s (11 days) Z3's timeout, an unsigned
+# 32-bit count of milliseconds, nears overflow. And 0 is refused, not passed on: Z3 reads it as no limit.
+MIN_SECONDS, MAX_SECONDS = 0.01, 1e6
+T, R = TypeVar("T"), TypeVar("R")
+
+
+def check_seconds(option: str, value: float) -> None:
+    """A time limit, finite and in range: `nan` compares False with everything and would pass a bare `> 0`."""
+    if not (math.isfinite(value) and MIN_SECONDS <= value <= MAX_SECONDS):
+        raise SpecError(option, value, f"must be a number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS:.0f}")
+
+
+def check_jobs(value: int) -> None:
+    if value < 1:
+        raise SpecError("--jobs", value, "must be >= 1")
+
+
+class _Here:
+    """The pool's `imap_unordered`, run in this process: `--jobs 1` spawns nothing and keeps tracebacks local."""
+
+    def __enter__(self) -> "_Here":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def imap_unordered(self, fn: Callable[[T], R], items: Iterable[T], chunksize: int = 1) -> Iterator[R]:
+        return map(fn, items)
+
+
+def worker_pool(jobs: int) -> Any:
+    """Where the work runs. Callers iterate `imap_unordered` (chunksize 1), not `map`: each result comes back as
+    it lands, so progress lines are live, and the jobs still start in the order given."""
+    return multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else _Here()
+
+
+def progress(command: str, line: str) -> None:
+    """One plain line on stderr, flushed: CI logs show it as it happens, with no bar to garble a file."""
+    print(f"{command}: {line}", file=sys.stderr, flush=True)
+
 
 _STYLE = {"counterexample": "red", "unconfirmed": "yellow", "unknown": "yellow",
           "no counterexample within bounds": "green"}
@@ -43,21 +95,26 @@ def _describe(replay: dict | None) -> str:
 
 
 def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.crosshair_runner import CX, check_mutant, check_names, run_contracts
+    from .proofs.crosshair_runner import CX, UNKNOWN, check_mutant, check_names, run_contracts
 
-    if args.timeout <= 0:
-        raise SpecError("--timeout", args.timeout, "must be > 0 seconds")
-    if args.jobs < 1:
-        raise SpecError("--jobs", args.jobs, "must be >= 1")
+    check_seconds("--timeout", args.timeout)
+    check_jobs(args.jobs)
     names = check_names(args.contract)
     check_mutant(args.mutant)
-    if args.out and os.path.exists(os.path.join(args.out, "results.json")) and not args.force:
-        raise SpecError("--out", args.out, "already holds results.json; pass --force to replace it")
-    with Progress(TextColumn("crosshair {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        bar = progress.add_task(args.mutant or "reference", total=len(names))
-        results = run_contracts(names, args.timeout, args.mutant, args.jobs,
-                                on_done=lambda r: progress.update(bar, advance=1))
+    out = OutDir(args.out, args.force, "--out", "contracts") if args.out else None
+    if out:  # before CrossHair runs: a bad folder is an error now, not after the search
+        out.prepare(["results.json"], ["*.workload.json"])
+    lock, done = threading.Lock(), []
+
+    def on_done(r) -> None:  # called from the runner's threads
+        with lock:
+            done.append(r)
+            cx, unknown = sum(x.verdict == CX for x in done), sum(x.verdict == UNKNOWN for x in done)
+            progress("contracts", f"{len(done)}/{len(names)} contracts done, {cx} with a counterexample, "
+                                  f"{unknown} unknown ({r.contract}: {r.verdict}, {r.seconds:.1f} s, "
+                                  f"{r.scenarios} scenarios)")
+
+    results = run_contracts(names, args.timeout, args.mutant, args.jobs, on_done=on_done)
     title = (f"CrossHair contracts on the reference{f' with mutant {args.mutant}' if args.mutant else ''}, "
              f"{args.timeout:g} CPU-s each")
     table = Table(title=title)
@@ -74,15 +131,17 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
                       str(r.scenarios), cx)
     console.print(table)
     confirmed = [r for r in results if r.verdict == CX]
-    if args.out:
+    if out:
         from .spec.jsonio import write_json_atomic
 
-        os.makedirs(args.out, exist_ok=True)
-        write_json_atomic(os.path.join(args.out, "results.json"), {
+        written = [out.file("results.json")]
+        write_json_atomic(written[0], {
             "timeout_cpu_s": args.timeout, "mutant": args.mutant, "results": [r.to_json() for r in results]})
         for r in confirmed:  # each scenario as a workload file, so `schedspec simulate` can show it step by step
-            write_json_atomic(os.path.join(args.out, f"{r.contract}.workload.json"), r.replay["workload"])
-        console.print(f"results written to {args.out}/results.json"
+            written.append(out.file(f"{r.contract}.workload.json"))
+            write_json_atomic(written[-1], r.replay["workload"])
+        out.record(written)
+        console.print(f"results written to {written[0]}"
                       + (", counterexample workloads beside it" if confirmed else ""))
     if confirmed:
         console.print(f"[red]{len(confirmed)} contract(s) with a confirmed counterexample")
@@ -92,11 +151,13 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("contracts", help="run CrossHair on the reference's contracts (bounded; see docs/crosshair.md)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="CrossHair's budget per contract, in CPU seconds (default 30)")
+                   help=f"CrossHair's budget per contract, in CPU seconds, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} "
+                        "(default 30)")
     p.add_argument("--contract", action="append", metavar="NAME",
                    help="a contract (check_token_bounds) or its check (token-bounds); repeatable; default: all")
     p.add_argument("--mutant", metavar="NAME", help="plant this mutant of the reference first (conformance/mutants.py)")
     p.add_argument("--jobs", type=int, default=1, help="contracts run side by side (default 1)")
     p.add_argument("--out", metavar="DIR", help="write results.json here, and each counterexample as a workload file")
-    p.add_argument("--force", action="store_true", help="replace the results already in --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run's results in --out (they are removed first)")
     p.set_defaults(func=cmd_contracts)

@@ -1,20 +1,83 @@
-"""`schedspec prove`: the invariant catalogue, proved inductive for every N up to a bound."""
+"""`schedspec prove`: the invariant catalogue, proved inductive for every N up to a bound.
+
+Exit status: 0 when every check is `proved` (or `n/a`); 1 when any is
+`violated` or `unconfirmed`, and when any is `unknown` (a Z3 timeout)
+unless `--allow-unknown` says a partial proof is acceptable; 2 for bad
+input. An `unknown` fails by default because a run that proved 431 of 432
+checks has not proved the catalogue, and a CI job that goes green on it
+would claim otherwise. The last line on stderr says why a run failed.
+
+The counterexample folder is prepared before the first query: an `--out`
+that is a file or cannot be written, or that holds an earlier run's
+counterexamples (without `--force`), fails in a second, not after an hour
+of proofs. A folder this run created and left empty is removed again, so a
+clean run leaves nothing behind.
+"""
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import time
+from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
 
+from .outdir import OutDir
+from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .spec.errors import SpecError
 from .spec.invariants import BY_NAME, INVARIANTS
 
 MARK = {"proved": "[green]proved", "violated": "[red]VIOLATED", "unknown": "[yellow]unknown",
         "unconfirmed": "[magenta]unconfirmed", "n/a": "[dim]n/a"}
+FAILS = ("violated", "unconfirmed")  # unconfirmed: the encoding drifted from the reference, a bug in the proof
+
+
+def _check_args(args: argparse.Namespace) -> list[str]:
+    """Every argument, before anything is built or written; the invariants to prove."""
+    names = list(dict.fromkeys(args.invariant or [i.name for i in INVARIANTS]))  # a repeated name runs once
+    for name in names:
+        if name not in BY_NAME:
+            raise SpecError("--invariant", name, f"is not an invariant of the catalogue; known: {', '.join(BY_NAME)}")
+    if args.mutant:
+        from .conformance.mutants import BY_NAME as MUTANTS
+
+        if args.mutant not in MUTANTS:
+            raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
+    if args.max_requests < 1:
+        raise SpecError("--max-requests", args.max_requests, "must be >= 1")
+    check_seconds("--timeout", args.timeout)
+    check_jobs(args.jobs)
+    return names
+
+
+def _tally(results: list) -> str:
+    counts = Counter(r.verdict for r in results)
+    extra = f", {counts['unconfirmed']} unconfirmed" if counts["unconfirmed"] else ""
+    return f"{counts['violated']} violated, {counts['unknown']} unknown{extra}"
+
+
+def _run(todo: list, run_job, jobs: int) -> list:
+    """Every job, with a progress line per finished (policy, N) row and per check that is not proved.
+
+    The jobs start in (policy, N) order, which keeps a worker's cached
+    encoding useful (prove._encoded); the results are put back in that order."""
+    left = Counter((j.fcfs, j.n) for j in todo)
+    results: list = []
+    t0 = time.perf_counter()
+    with worker_pool(jobs) as pool:
+        for r in pool.imap_unordered(run_job, todo, chunksize=1):
+            results.append(r)
+            row = (r.policy == "fcfs", r.n)
+            left[row] -= 1
+            done = f"{len(results)}/{len(todo)} checks done, {_tally(results)}"
+            if r.verdict not in ("proved", "n/a"):
+                progress("prove", f"{r.verdict}: {r.invariant} at N={r.n} ({r.policy}) after {r.seconds:.1f} s")
+            if not left[row]:
+                progress("prove", f"{r.policy} N={r.n} finished at {time.perf_counter() - t0:.1f} s; {done}")
+    order = {(j.fcfs, j.n, j.invariant): i for i, j in enumerate(todo)}
+    return sorted(results, key=lambda r: order[(r.policy == "fcfs", r.n, r.invariant)])
 
 
 def cmd_prove(args: argparse.Namespace, console: Console) -> int:
@@ -27,25 +90,14 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         from .proofs.prove import jobs, run_job
     if args.max_requests is None:
         args.max_requests = 4 if args.feature else 8
-
-    names = args.invariant or [i.name for i in INVARIANTS]
-    for name in names:
-        if name not in BY_NAME:
-            raise SpecError("--invariant", name, "is not an invariant of the catalogue")
-    if args.mutant:
-        from .conformance.mutants import BY_NAME as MUTANTS
-
-        if args.mutant not in MUTANTS:
-            raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
-    if args.max_requests < 1:
-        raise SpecError("--max-requests", args.max_requests, "must be >= 1")
-    todo = jobs(args.max_requests, names, args.policy or ["fcfs", "priority"], args.timeout, args.mutant)
+    names = _check_args(args)
+    created = not os.path.exists(args.out)
+    out = OutDir(args.out, args.force, "--out", "prove")
+    out.prepare(patterns=["proof-*.json"])
+    policies = list(dict.fromkeys(args.policy or ["fcfs", "priority"]))
+    todo = jobs(args.max_requests, names, policies, args.timeout, args.mutant)
     t0 = time.perf_counter()
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(run_job, todo, chunksize=1)
-    else:
-        results = [run_job(j) for j in todo]
+    results = _run(todo, run_job, args.jobs)
     elapsed = time.perf_counter() - t0
 
     for policy in dict.fromkeys(r.policy for r in results):
@@ -63,15 +115,40 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         table.add_row("[bold]sum (CPU)", *[f"{sum(r.seconds for r in mine if r.n == n):.1f}s "
                                              f"({sum(r.cpu_seconds for r in mine if r.n == n):.1f}s)" for n in ns])
         console.print(table)
-    bad = [r for r in results if r.verdict in ("violated", "unconfirmed")]
+    bad = [r for r in results if r.verdict in FAILS]
+    written = []
     for r in bad:
-        path = os.path.join(args.out, f"proof-{r.policy}-{r.invariant}-N{r.n}.json")
-        write_state_counterexample(path, r.invariant, r.n, r.policy, r.state, r.sampled, args.mutant)
-        console.print(f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; written to {path}")
+        written.append(out.file(f"proof-{r.policy}-{r.invariant}-N{r.n}.json"))
+        write_state_counterexample(written[-1], r.invariant, r.n, r.policy, r.state, r.sampled, args.mutant)
+        console.print(f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; "
+                      f"written to {written[-1]}")
+    if written or not created:
+        out.record(written)
+    else:  # a clean run leaves no empty folder behind in the working directory
+        try:
+            os.rmdir(args.out)
+        except OSError:
+            pass
     counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
     console.print(f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "
                   + ", ".join(f"{n} {v}" for v, n in counts.items()))
-    return 1 if bad else 0
+    return _verdict(counts, args.allow_unknown)
+
+
+def _verdict(counts: dict[str, int], allow_unknown: bool) -> int:
+    """The exit status, and the one line that says why a run failed (or what it accepted)."""
+    why = [f"{counts[v]} check{'s' if counts[v] != 1 else ''} {v}" for v in FAILS if counts[v]]
+    unknown = counts["unknown"]
+    if unknown and not allow_unknown:
+        why.append(f"{unknown} check{'s' if unknown != 1 else ''} unknown (Z3 timed out); "
+                   "pass --allow-unknown to accept them, or a larger --timeout to settle them")
+    if why:
+        progress("prove", "FAILED: " + "; ".join(why))
+        return 1
+    if unknown:
+        progress("prove", f"passed, with {unknown} unknown check{'s' if unknown != 1 else ''} accepted "
+                          "(--allow-unknown)")
+    return 0
 
 
 def add_prove_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,10 +157,17 @@ def add_prove_parser(sub: argparse._SubParsersAction) -> None:
                    help="prove for every N from 1 to this (default 8; 4 with --feature)")
     p.add_argument("--invariant", action="append", help="only this invariant (repeatable)")
     p.add_argument("--policy", action="append", choices=["fcfs", "priority"], help="only this policy (repeatable)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per check; past it the verdict is unknown")
-    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help=f"seconds per check, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30); past it the verdict "
+                        "is unknown")
+    p.add_argument("--allow-unknown", action="store_true",
+                   help="exit 0 even if some checks are unknown (timed out); violated ones still fail")
+    p.add_argument("--jobs", type=int, default=1, help="checks run side by side (default 1)")
     p.add_argument("--mutant", help="plant this mutant (conformance/mutants.py) in the reference and the encoding")
     p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching", "async"],
                    help="put this feature of issue 7 in the step (proofs/features.py); repeatable")
-    p.add_argument("--out", default="proof-counterexamples", help="folder for counterexample files")
+    p.add_argument("--out", default="proof-counterexamples", metavar="DIR",
+                   help="folder for counterexample files (proof-*.json), written only when a check fails")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run's counterexamples in --out (they are removed first)")
     p.set_defaults(func=cmd_prove)

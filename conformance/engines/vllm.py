@@ -103,6 +103,7 @@ class VllmEngine:
             raise SpecError("vllm engine", str(venv),
                             f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`")
         self.init_timeout_s, self.step_timeout_s = init_timeout_s, step_timeout_s
+        self._summary: dict[str, Any] | None = None  # the state the last op brought back; None: ask
         self._step: int | None = None  # the index of the step being driven; None before init
         self.source = resolve_vllm_source(source) if source is not None else None
         env = {k: v for k, v in os.environ.items() if k != SOURCE_ENV}  # never a stray source from the caller's env
@@ -127,7 +128,7 @@ class VllmEngine:
 
     def reset(self, config: SchedulerConfig) -> None:
         """A fresh scheduler with `config`, in the same driver process (no second vLLM import)."""
-        self._step = None
+        self._step, self._summary = None, None
         reply = self._call("init", self.init_timeout_s, config=config.to_dict())
         self.config, self.vllm_version, self._step = config, reply.get("vllm_version", ""), 0
         self.vllm_file = reply.get("vllm_file", "")
@@ -156,18 +157,27 @@ class VllmEngine:
     # ---- the Engine protocol --------------------------------------------------
 
     def add_request(self, request: Request) -> None:
+        self._summary = None
         self._call("add", self.step_timeout_s, request=dataclasses.asdict(request))
 
     def abort_request(self, request_id: str) -> FinishedRequest | None:
+        self._summary = None
         reply = self._call("abort", self.step_timeout_s, request_id=request_id)
         return self._parse("abort", lambda: _finished(reply["finished"]) if reply["finished"] is not None else None)
 
     def schedule(self) -> SchedulerOutput:
+        self._summary = None
         reply = self._call("schedule", self.step_timeout_s)
+        self._summary = reply.pop("summary", None)
         return self._parse("schedule", lambda: SchedulerOutput.from_json(reply))
 
     def summary(self) -> StateSummary:
-        reply = self._call("summary", self.step_timeout_s)
+        """The state now: the one schedule() or update_from_output() brought back, if nothing happened since."""
+        reply, self._summary = self._summary, None
+        if reply is None:
+            reply = self._call("summary", self.step_timeout_s)
+        else:  # kept for a second read too: the loop reads the state twice after some ops
+            self._summary = reply
         return self._parse("summary", lambda: StateSummary.from_json(reply))
 
     def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
@@ -176,13 +186,16 @@ class VllmEngine:
         The driver keeps every scheduled output until it is updated and checks
         that `output` is the oldest of them (vLLM's batch queue is FIFO).
         """
+        self._summary = None
         reply = self._call("update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json())
+        self._summary = reply.get("summary")
         finished = self._parse("update", lambda: {rid: _finished(f) for rid, f in reply["finished"].items()})
         self._step = (self._step or 0) + 1
         return finished
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         """Sync spec decode: vLLM's `Scheduler.update_draft_token_ids(DraftTokenIds(...))`, in the mapping's order."""
+        self._summary = None
         self._call("draft", self.step_timeout_s, draft_token_ids={rid: list(t) for rid, t in draft_token_ids.items()})
 
     def reset_unchecked(self, config: Mapping[str, Any]) -> None:
@@ -192,7 +205,7 @@ class VllmEngine:
         `SchedulerConfig` cannot carry them; a test that shows the crash sends
         the dict as is. Never used by the harness.
         """
-        self._step = None
+        self._step, self._summary = None, None
         reply = self._call("init", self.init_timeout_s, config=dict(config))
         self.vllm_version, self.vllm_file, self._step = reply.get("vllm_version", ""), reply.get("vllm_file", ""), 0
 

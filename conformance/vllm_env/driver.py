@@ -14,8 +14,8 @@ Design notes
 * Ops: init {config} -> {ok, vllm_version} (again at any time: a fresh
   scheduler with a new config, without paying the ~5 s import again);
   add {request}; abort {request_id} -> {finished: FinishedRequest|null};
-  schedule -> SchedulerOutput; summary -> StateSummary;
-  update {output, model_output} -> {finished: {id: FinishedRequest}};
+  schedule -> SchedulerOutput + {summary}; summary -> StateSummary;
+  update {output, model_output} -> {finished: {id: FinishedRequest}, summary};
   draft {draft_token_ids: {id: [token, ...]}} -> {ok}; close.
   Any failure answers {"error": "<one line>"} and the driver keeps serving;
   the line names the innermost vLLM frame (`at vllm/...py:LINE`), so a
@@ -25,6 +25,9 @@ Design notes
   is `cpu_scheduler.py`, a sibling module this file imports by name: its
   own folder is put on `sys.path` however this file was loaded (as a
   script, or by path from the benchmark's timer).
+* schedule and update also answer the `StateSummary` after them: the
+  engine loop reads the summary right after both, so this halves the
+  round trips of a step (the adapter keeps it until the next op).
 * Outputs wait in a FIFO until updated: the sync loop updates the step it
   just scheduled, the async loop (`step_with_batch_queue`) the oldest one
   still in flight, while a newer one already is. An update must name the
@@ -141,6 +144,7 @@ class Driver:
                    "new_block_ids": None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])}
                   for i, rid in enumerate(cr.req_ids)]
         return {
+            "summary": self.op_summary(),  # the state after the op, read now: saves the next round trip
             "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],
             "scheduled_new_reqs": new,
             "scheduled_cached_reqs": cached,
@@ -181,7 +185,7 @@ class Driver:
         order = req_ids + [rid for rid in self.live if rid not in so.num_scheduled_tokens]
         finished = {rid: _finished(self.live.pop(rid)) for rid in order
                     if rid in self.live and self.live[rid].is_finished()}
-        return {"finished": finished}
+        return {"finished": finished, "summary": self.op_summary()}
 
     def op_draft(self, draft_token_ids: dict) -> dict:
         # What EngineCore.post_step hands the scheduler after a sync step (core.py:699-706).

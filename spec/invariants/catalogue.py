@@ -67,6 +67,15 @@ def budget_conservation(v: StepView) -> Any:
                 _all([implies(r.scheduled, and_(r.num_scheduled > 0, r.pre_live)) for r in v.rows]))
 
 
+def budget_detail(v: StepView) -> str:
+    """The numbers behind a budget-conservation violation: the sentence alone does not say by how much."""
+    total = sum(r.num_scheduled for r in v.rows)
+    bad = [r for r in v.rows if r.scheduled and not (r.num_scheduled > 0 and r.pre_live)]
+    if total > v.token_budget or not bad:
+        return f"scheduled {total} tokens, budget {v.token_budget}"
+    return f"{bad[0].request_id} is scheduled {bad[0].num_scheduled} tokens (live before the step: {bad[0].pre_live})"
+
+
 def no_starvation_after_prepend(v: StepView) -> Any:
     rules = []
     for r in v.rows:

@@ -14,12 +14,12 @@ trace and are checked here on the step records themselves:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..request import RequestStatus
 from ..trace import Trace
 from .build import views_from_trace
-from .catalogue import INVARIANTS, Invariant
+from .catalogue import INVARIANTS, Invariant, budget_detail
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,17 @@ def _names(invariants: Iterable[Invariant] | None) -> tuple[Invariant, ...]:
     return tuple(invariants) if invariants is not None else INVARIANTS
 
 
-def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, history: bool = True) -> list[Violation]:
-    """Every violation, in step order (at most one per invariant: the first)."""
+def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, history: bool = True,
+                on_step: Callable[[int], None] | None = None) -> list[Violation]:
+    """Every violation, in step order (at most one per invariant: the first). `on_step(i)`: the i-th step is done."""
     found: dict[str, Violation] = {}
-    for view, rec in zip(views_from_trace(trace), trace.steps):
+    for i, (view, rec) in enumerate(zip(views_from_trace(trace), trace.steps)):
         for inv in _names(invariants):
             if inv.name not in found and not inv.holds(view):
                 detail = problem_detail(inv.name, view) or inv.sentence
                 found[inv.name] = Violation(inv.name, rec.step, detail)
+        if on_step is not None:
+            on_step(i)
     if history:
         for v in _history(trace):
             found.setdefault(v.invariant, v)
@@ -51,7 +54,9 @@ def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, his
 
 
 def problem_detail(name: str, view) -> str:
-    """The concrete problem behind a violated id-level invariant, which says more than its sentence."""
+    """The concrete problem behind a violated id-level or budget invariant, which says more than its sentence."""
+    if name == "budget-conservation":
+        return budget_detail(view)
     return {"block-conservation": view.ids_problem, "refcounts-match-tables": view.refs_problem,
             "cached-blocks-match-tokens": view.cache_problem}.get(name, "")
 

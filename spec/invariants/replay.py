@@ -136,7 +136,9 @@ class TraceReplay:
             self.spec[rid] = len(drafts)
         self.counters = {}
         for s in rec.in_flight:
-            old = self.records[s]
+            old = self.records.get(s)
+            if old is None:  # names no step seen: the consistency check reports it (trace-in-flight)
+                continue
             for rid, n in old.output.num_scheduled_tokens.items():
                 p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
                 if s < self.last_preempted.get(rid, -1):

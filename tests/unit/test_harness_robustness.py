@@ -154,3 +154,10 @@ def test_bad_certify_arguments_are_one_line_errors(argv, field, capsys, tmp_path
     assert main(argv + ["--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("schedspec: error: " + field) and "\n" not in err
+
+
+def test_a_second_run_that_differs_is_nondeterminism_not_a_pass(tmp_path):
+    rc, cert, _ = certify(tmp_path, M + "every_second_run_differs", workloads=1, name="flaky")
+    assert rc == 1 and not cert["passed"] and cert["outcomes"]["matched"] == 1
+    (n,) = cert["determinism"]["nondeterministic"]
+    assert n["first"] == "matched" and n["second"]["field"] == "output.num_scheduled_tokens"

@@ -108,3 +108,24 @@ def test_a_manifest_never_makes_force_delete_outside_the_folder(tmp_path):
     (out / MANIFEST).write_text(json.dumps({"command": "certify", "files": ["../victim.txt", str(victim)]}))
     OutDir(str(out), True).prepare(["certificate.json"])
     assert victim.read_text() == "keep"
+
+
+def test_an_interrupted_run_leaves_no_empty_folder(tmp_path):
+    """^C during a hanging factory: exit 130, and no empty --out left behind to trip the next run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "schedspec.cli", "certify", "--engine",
+                             "schedspec.conformance.misbehaving:hanging_factory", "--workloads", "1", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not out.exists()
