@@ -1,6 +1,6 @@
 """Time per `schedule()` (and per `update_from_output()`) with N running decodes, per engine.
 
-The setting follows the vLLM CPU guide's benchmark (§7.9): N requests with
+The setting follows the vLLM CPU guide's 1000-running-decodes benchmark: N requests with
 short prompts and a long `max_tokens`, stepped until all N are decoding; then
 `--steps` decode steps are timed, `schedule()` and `update_from_output()`
 separately. Every engine measured in one run sees the same workload, so the

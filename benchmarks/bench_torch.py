@@ -1,7 +1,7 @@
 """The torch engine against the reference and the real vLLM 0.33.0, in one run, so the ratios compare like with like.
 
 Two measurements, both in the steady decode state of the vLLM CPU guide's
-benchmark (§7.9): requests with 16-token prompts and a long `max_tokens`,
+benchmark (1000 running decodes): requests with 16-token prompts and a long `max_tokens`,
 stepped until every one of them decodes (one token each per step); then
 steps are timed.
 

@@ -11,7 +11,7 @@
 #   2. `schedspec certify --engine torch --level blocks` with SCHEDSPEC_TORCH_DEVICE=cuda on
 #      $WORKLOADS workloads (default 900, every family, prefix caching, spec decode and async included; the batched path), then 45 workloads in
 #      lock-step mode (TorchEngine, B = 1, on CUDA).                                    -> cert/, certify.txt
-#   3. the unit tests of the torch engine and its issue-7 features, with the CUDA-vs-CPU checks. -> tests.txt
+#   3. the unit tests of the torch engine and its three features (prefix caching, spec decode, async scheduling), with the CUDA-vs-CPU checks. -> tests.txt
 #   4. benchmarks/bench_torch.py on cpu and cuda (the reference and torch-cpu run on this machine's
 #      CPU, so the ratios are within one run; vLLM has no venv there and is skipped).     -> bench.md, bench.json
 # 7 files come back (the device tool returns at most 8; junit.xml is dropped), plus counterexamples if any.

@@ -13,7 +13,7 @@ agreement covers:
   the head of the queue (blocks, the full-sequence gate, or chunking off).
 * `stop_eos`, `stop_token`, `stop_max_tokens`, `stop_max_model_len`, `abort`: how requests ended.
 
-The features of issue 7, each counted only where the records show it for sure:
+The three features (prefix caching, spec decode, async scheduling), each counted only where the records show it for sure:
 
 * `prefix_hit`: an admission started from cached blocks (its
   `NewRequestData.num_computed_tokens > 0`); `prefix_self_hit`: the
@@ -76,7 +76,7 @@ def _stop_kind(request, status: RequestStatus, outputs: tuple[int, ...], max_mod
 
 
 class _FeatureTracker:
-    """The issue-7 counters; some need earlier records (proposed drafts, outputs still in flight)."""
+    """The counters of the three features; some need earlier records (proposed drafts, outputs still in flight)."""
 
     def __init__(self) -> None:
         self.proposed: dict[str, int] = {}  # drafts proposed after the last step, per request

@@ -141,7 +141,7 @@ def big_batch(d: Draw) -> Workload:
     return Workload(cfg, _requests(d, n, L, 48, 6, 8), max_steps=MAX_STEPS)
 
 
-# ---- Prefix caching, speculative decoding, async scheduling (issue 7). ----
+# ---- The three features: prefix caching, speculative decoding, async scheduling. ----
 # Small on purpose too: block size 2-8, pools of a few blocks, at most ~60 steps.
 FEATURE_MAX_STEPS = 60
 

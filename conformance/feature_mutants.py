@@ -1,4 +1,4 @@
-"""Mutants of prefix caching, spec decode and async scheduling (issue 7): the bug-zoo entries the features make live, and classic ones.
+"""Mutants of the three features: the bug-zoo entries the features make live, and classic ones.
 
 Written like `mutants.MUTANTS` (one snippet found exactly once in one
 function, replaced), and appended to it. Each names the families whose

@@ -4,7 +4,8 @@ Two checkers live here, both driven by the seeded families:
 
 * `monitors`: simulate the mutated reference and run the invariant monitors
   on its trace. A mutant that trips one of vLLM's own assertions inside the
-  reference (the end-of-step asserts of scheduler.py:1619-1640, which the
+  reference (the end-of-step asserts of
+  `vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1619-1639)`, which the
   reference keeps) is reported as caught by that assertion: those asserts are
   vLLM's built-in monitors of I-1, I-3 and I-4.
 * `diff`: compare the mutated reference's trace with the pristine one's at

@@ -114,7 +114,7 @@ MUTANTS += FEATURE_MUTANTS
 EQUIVALENT: dict[str, str] = {
     "clamp-L-off-by-one": "The running-pass clamp n <= L - C - 1 never binds without drafts: a prefill chunk stops at "
                           "T <= L - 1 and a decode has C = T - 1 < L - 1, so L - C instead of L - C - 1 is unobservable "
-                          "in the core scope (semantics doc D4 shows it binding once drafts exist).",
+                          "in the core scope (D4 shows it binding once drafts exist).",
     "Z3": "0.33.0 already caps every running chunk at L - C - 1 and rejects a prompt of L tokens upstream "
           "(workload validation does the same), so 'keep the -1 for prefill chunks' is the pinned code itself.",
     "Z5": "The skip that Z5 re-queues in reverse needs a schedule() while a preempted request's output is still in "

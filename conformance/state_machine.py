@@ -220,7 +220,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.trace_violations = None
 
     def _drafts(self, out: SchedulerOutput, model_output: ModelRunnerOutput, post):
-        """Sync spec decode: the drafter's proposals, set after the update (core.py:699-706)."""
+        """Sync spec decode: the drafter's proposals, set after the update
+        (`vllm/v1/engine/core.py:EngineCore.post_step`)."""
         if self.run.config.num_speculative_tokens == 0 or out.total_num_scheduled_tokens == 0:
             return post, {}
         self.drafter.workload = self.run.workload()  # the drafter reads the requests that have arrived so far

@@ -1,7 +1,8 @@
 """What the state machine draws: bounds, configs and requests vLLM 0.33.0 accepts.
 
 Every strategy has a fixed shape (see `state_machine`'s docstring for why),
-and the feature knobs of issue 7 are drawn only when `Bounds.features` is
+and the knobs of the three features (prefix caching, spec decode, async
+scheduling) are drawn only when `Bounds.features` is
 on, so the core-scope machine draws exactly what it drew before them. All
 prompts are the same token, so under prefix caching every request shares a
 prefix with every other: hits, shared blocks and evictions are routine.
@@ -32,7 +33,8 @@ class Bounds:
     max_model_len: tuple[int, int] = (4, 16)
     block_sizes: tuple[int, ...] = (2, 1, 4, 8)
     # Usable blocks hold between one and this many max_model_len sequences. vLLM refuses to start unless
-    # one fits (kv_cache_planning.py:151-183); with fewer, a long request only livelocks.
+    # one fits (vllm/v1/core/kv_cache_planning.py:check_enough_kv_cache_memory); with fewer, a long request only
+    # livelocks.
     max_sequences_in_cache: int = 2
     max_num_seqs: int = 5
     max_tokens: int = 40

@@ -5,7 +5,7 @@ one step advances all of them with tensor programs over every request of
 every instance; nothing loops over requests or instances in Python. It
 runs on CUDA, and on the CPU where no GPU is present (`device.py`).
 
-How one step maps onto vLLM (semantics doc §3-§5, §9):
+How one step maps onto vLLM (§3, §4, §5, §9):
 
 * `step.py`       schedule(): the preamble, the two passes, C's advance;
 * `running.py`    the RUNNING pass: grants by prefix sums after the clamps,
@@ -27,7 +27,7 @@ How one step maps onto vLLM (semantics doc §3-§5, §9):
                   drafter, for the batched runner;
 * `batch_queue.py` async scheduling's queue of steps in flight.
 
-Issue 7's features, in tensors: spec decode keeps `spec_token_ids` as a
+The three features (prefix caching, spec decode, async scheduling), in tensors: spec decode keeps `spec_token_ids` as a
 padded `[B, R, k]` tensor and its length; async scheduling keeps the
 placeholder, in-flight and stale counters per slot and the steps in
 flight in `BatchQueue`; prefix caching keeps the block hashes `[B, R, W]`,

@@ -7,7 +7,7 @@ tensor rule of `fake_model.py`, the same rule as `spec.engine.fake_model`),
 and `update_from_output()`. Each instance then ends on its own, exactly
 where `steps()` would stop it: once nothing is running or waiting, nothing
 finished in the update, and no arrival or abort is still to come; or after
-its workload's `max_steps` (a livelock, semantics doc D1).
+its workload's `max_steps` (a livelock, D1).
 
 Spec decode: after the update the drafter's proposals (the tensor rule of
 `fake_model.propose`) are set as `update_draft_token_ids` would. Async

@@ -1,4 +1,4 @@
-"""The batch queue of async scheduling (`step_with_batch_queue`, core.py:708-822), for B instances.
+"""The batch queue of async scheduling (vllm/v1/engine/core.py:EngineCore.step_with_batch_queue), for B instances.
 
 Under async scheduling a step's output is absorbed by a later step: each
 instance queues the steps it scheduled (at most 2 in flight, the V1 runner

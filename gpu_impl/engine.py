@@ -156,7 +156,8 @@ class TorchEngine:
 
     @_threads
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
-        """The drafter's proposals after a sync step (scheduler.py:2862-2881)."""
+        """The drafter's proposals after a sync step
+        (vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids)."""
         known = [(self.slot[rid], tuple(d)) for rid, d in draft_token_ids.items() if rid in self.slot]
         if not known:
             return

@@ -72,8 +72,8 @@ def propose(st: BatchState, n_sched: Tensor, num_gen: Tensor) -> tuple[Tensor, T
 
 
 def update_draft_token_ids(st: BatchState, drafts: Tensor, count: Tensor) -> None:
-    """scheduler.py:2862-2881 for the requests with drafts (`count` > 0) that are still live: a prefill
-    chunk drops them (T39), the others take them as spec_token_ids."""
+    """vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids for the requests with drafts (`count` > 0)
+    that are still live: a prefill chunk drops them (T39), the others take them as spec_token_ids."""
     give = (count > 0) & st.live_mask()
     st.nspec = torch.where(give, torch.where(st.chunk, 0, count), st.nspec)
     st.spec_tok = torch.where(give[..., None], drafts, st.spec_tok)

@@ -1,6 +1,6 @@
 """The free-block queue under prefix caching: an order key per block, exact ids for pops, frees and touches.
 
-With caching on, vLLM's free queue (`block_pool.py`, semantics doc §3.4)
+With caching on, vLLM's free queue (vllm/v1/core/block_pool.py:BlockPool, §3.4)
 is touched in three places, not one: freed blocks without a hash are
 prepended in reverse table order (`prepend_n`), freed blocks with a hash are
 appended at the tail (`append_n`, LRU eviction), and a prefix hit takes a

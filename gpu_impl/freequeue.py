@@ -1,9 +1,10 @@
 """The free-block queue as a ring buffer, and block allocation with exact ids.
 
 Block ids are observable (the model runner writes KV into them), so the order
-of vLLM's free queue is semantics, not detail (semantics doc §9.A.16, T43-T45,
+of vLLM's free queue is semantics, not detail (§9.A.16, T43-T45,
 D5). With prefix caching off, vLLM's `BlockPool` only ever does two things to
-it (block_pool.py:706-740, :816-849; kv_cache_utils.py:438 `prepend_n`):
+it (vllm/v1/core/block_pool.py:BlockPool.get_new_blocks, vllm/v1/core/block_pool.py:BlockPool.free_blocks,
+vllm/v1/core/kv_cache_utils.py:FreeKVCacheBlockQueue.prepend_n):
 
 * `get_new_blocks(k)`: pop k ids from the **front**;
 * `free_blocks(reversed(table))`: put a request's blocks at the **front**,
@@ -59,7 +60,8 @@ def pop_alloc(st: BatchState, slots: Tensor, asks: Tensor, also: Tensor | None =
     """Give each listed request `asks` new blocks from the front of its instance's free queue, in list order.
 
     `slots` [B, N] lists slots in order; `asks` [B, N] >= 0 (0: nothing for this entry). The caller has
-    already checked that the asks fit (allocate_slots checks capacity before popping, kv_cache_manager.py:582-587).
+    already checked that the asks fit (allocate_slots checks capacity before popping,
+    vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (582-588)).
     `also`, a 0-d tensor, is read back in the same synchronisation and returned as an int.
     """
     B, N = slots.shape
@@ -88,8 +90,9 @@ def pop_alloc(st: BatchState, slots: Tensor, asks: Tensor, also: Tensor | None =
 
 
 def push_free(st: BatchState, slots: Tensor, mask: Tensor) -> None:
-    """Free every block of the masked requests, request by request in list order (`_free_blocks`,
-    scheduler.py:3031-3067; single_type_kv_cache_manager.py:591-599 frees in reverse)."""
+    """Free every block of the masked requests, request by request in list order
+    (vllm/v1/core/sched/scheduler.py:Scheduler._free_blocks;
+    vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.free frees in reverse)."""
     B, N = slots.shape
     if N == 0:
         return

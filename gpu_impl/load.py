@@ -2,7 +2,7 @@
 
 Python glue, run when requests are added, never per step. It turns each
 `Request` into the columns the step reads: prompt length, `max_tokens`,
-the effective EOS (None under `ignore_eos`, request.py), the stop tokens,
+the effective EOS (None under `ignore_eos`, `spec/request.py`), the stop tokens,
 priority and arrival time, and, for the batched runner, the arrival step and
 the fake model's planted tokens. Everything is built on the host and moved
 to the device in one copy per column.
@@ -32,7 +32,7 @@ class Entry:
 
 
 def priority_order_key(request: Request) -> tuple[int, float, str]:
-    """`Request.__lt__` (request.py:357-367): priority, arrival_time, request_id; `id()` never decides."""
+    """vllm/v1/request.py:Request.__lt__: priority, arrival_time, request_id; `id()` never decides."""
     return (request.priority, request.arrival_time, request.request_id)
 
 

@@ -10,7 +10,8 @@ blocks, live requests), like the reference's own output construction.
 Layout (spec/output.py): `num_scheduled_tokens` in grant order (RUNNING pass
 in running order, then admissions in order); `scheduled_new_reqs` = new
 admissions then resumed ones, each with all its blocks and C before the
-advance (the V2 runner lists resumed requests as new, scheduler.py:1642-1644);
+advance (the V2 runner lists resumed requests as new,
+vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1642-1644));
 `scheduled_cached_reqs` = the RUNNING pass's grants with only the blocks
 allocated in this step, None if none; `scheduled_spec_decode_tokens` = the
 drafts among each grant, in grant order (-1 for padding and placeholders).

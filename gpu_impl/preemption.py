@@ -1,6 +1,6 @@
 """Preemption by recompute, for every instance whose RUNNING pass hit an allocation failure.
 
-vLLM (scheduler.py:912-994, semantics doc §9.A.7-8): when request j cannot
+vLLM (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (912-994), §9.A.7, §9.A.8): when request j cannot
 get its blocks, victims are preempted one at a time until j's allocation
 fits or j itself is the victim. Its `num_new_tokens` is fixed before that
 loop; only the free-block count changes between retries. So the victims
@@ -111,20 +111,22 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Te
     taken = idx < count[:, None]  # in victim order
     victims = torch.zeros_like(p.alive).scatter(1, vo, taken)  # in running order
 
-    # A PRIORITY victim scheduled earlier in this step gives its grant back (scheduler.py:935-945, Z1).
+    # A PRIORITY victim scheduled earlier in this step gives its grant back
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (950-968), Z1).
     p.budget = p.budget + torch.where(victims, p.grant, torch.zeros_like(p.grant)).sum(1)
     p.grant = torch.where(victims, torch.zeros_like(p.grant), p.grant)
     p.alive = p.alive & ~victims
     p.preempted = p.preempted | victims
 
-    # _preempt_request (scheduler.py:1799-1843): free (in victim order), PREEMPTED, C = 0, prepend.
+    # vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request: free (in victim order), PREEMPTED, C = 0, prepend.
     victim_slots = order.gather(1, vo)
     push_free(st, victim_slots, taken)
     in_slots = torch.zeros_like(p.alive).scatter(1, order, victims)
     st.status = torch.where(in_slots, torch.full_like(st.status, PREEMPTED), st.status)
     zeros = torch.zeros_like(st.C)
     st.C = torch.where(in_slots, zeros, st.C)
-    # Drafts are dropped, placeholders reset, and output still in flight becomes stale (:1826-1836).
+    # Drafts are dropped, placeholders reset, and output still in flight becomes stale
+    # (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1823-1836)).
     st.nspec = torch.where(in_slots, zeros, st.nspec)
     st.stale = torch.where(in_slots, st.inflight, st.stale)
     st.P = torch.where(in_slots, zeros, st.P)
@@ -143,5 +145,6 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Te
     p.grant = p.grant.scatter_add(1, j, torch.where(survived, n_j, 0)[:, None])
     p.budget = p.budget - torch.where(survived, n_j, 0)
     p.cursor = torch.where(failing, jf + 1, p.cursor)
-    # FCFS self-preemption ends the pass (`break`); PRIORITY continues (`continue`, :982-994).
+    # FCFS self-preemption ends the pass (`break`); PRIORITY continues (`continue`,
+    # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (982-994)).
     p.done = p.done | (failing & self_preempted & ~st.prio_policy)

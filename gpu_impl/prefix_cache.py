@@ -89,7 +89,7 @@ def lookup(st: BatchState, hashes: Tensor, limit: Tensor) -> tuple[Tensor, Tenso
     """The prefix hit of one request per instance: its hashes [B, H], at most `limit` [B] blocks.
 
     Returns the hit blocks [B, H] and how many lead the row (get_computed_blocks: the longest run
-    of cached blocks from the start, kv_cache_manager.py:266-328).
+    of cached blocks from the start, vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks).
     """
     B, H = hashes.shape
     if H == 0:

@@ -20,7 +20,7 @@ def cdiv(a: Tensor, b: Tensor) -> Tensor:
 
 
 def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tensor, input_budget: Tensor) -> Tensor:
-    """scheduler.py:756-767 (semantics doc §9.A.4): fixed once per step.
+    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769), §9.A.4: fixed once per step.
 
     A lone request (running + waiting <= 1) is never capped; the adaptive
     variant floors a positive threshold by the fair share of the batch,
@@ -32,7 +32,8 @@ def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tenso
 
 
 def clamp_to_threshold(n: Tensor, threshold: Tensor) -> Tensor:
-    """`if 0 < long_prefill_token_threshold < num_new_tokens` (scheduler.py:845, :1331): min(n, thr) when thr > 0."""
+    """`if 0 < long_prefill_token_threshold < num_new_tokens`
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (844-845, 1332-1333)): min(n, thr) when thr > 0."""
     return torch.where(threshold > 0, torch.minimum(n, threshold), n)
 
 
@@ -49,7 +50,8 @@ def grants(asks: Tensor, budget: Tensor) -> Tensor:
 
 
 def blocks_for(num_tokens: Tensor, max_model_len: Tensor, block_size: Tensor) -> Tensor:
-    """Blocks that hold `num_tokens` slots, capped at the model length (kv_cache_manager.py:550-553, §9.A.2)."""
+    """Blocks that hold `num_tokens` slots, capped at the model length
+    (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553), §9.A.2)."""
     return cdiv(torch.minimum(num_tokens, max_model_len), block_size)
 
 
@@ -59,18 +61,19 @@ def first_index(mask: Tensor, cols: Tensor, default: int) -> Tensor:
     return torch.where(mask, cols, default).min(1).values
 
 
-# ---- Prefix caching, speculative decoding, async scheduling (issue 7). ----
+# ---- The three features: prefix caching, speculative decoding, async scheduling. ----
 
 def max_prefix_hit_blocks(num_tokens: Tensor, block_size: Tensor) -> Tensor:
-    """kv_cache_manager.py:301-302: a hit never covers the last token, which is recomputed for its logits."""
+    """vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302): a hit never covers the
+    last token, which is recomputed for its logits."""
     return torch.div(num_tokens - 1, block_size, rounding_mode="floor")
 
 
 def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor,
                      num_computed_tokens: Tensor, max_model_len: Tensor) -> Tensor:
-    """scheduler.py:1309-1328: a decode-like admission (one token left, no prefill chunk in the running
-    pass, and a running request already scheduled or a prefix hit) is padded to 1 + k tokens when
-    1 + k + 1 positions fit under L."""
+    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330): a decode-like admission (one token left, no
+    prefill chunk in the running pass, and a running request already scheduled or a prefix hit) is padded
+    to 1 + k tokens when 1 + k + 1 positions fit under L."""
     return ((k > 0) & (num_new_tokens == 1) & ~prefill_scheduled
             & (any_running_scheduled | (num_computed_tokens > 0))
             & (num_computed_tokens + 1 + k + 1 <= max_model_len))
@@ -78,16 +81,18 @@ def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tenso
 
 def num_scheduled_spec_tokens(num_new_tokens: Tensor, num_computed_tokens: Tensor, num_tokens: Tensor,
                               num_output_placeholders: Tensor) -> Tensor:
-    """scheduler.py:1010-1025: the scheduled tokens beyond T + P are drafts (what the clamps left of them)."""
+    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025): the scheduled tokens beyond T + P are drafts
+    (what the clamps left of them)."""
     return (num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders).clamp(min=0)
 
 
 def num_rejected_drafts(num_scheduled_drafts: Tensor, num_generated: Tensor) -> Tensor:
-    """scheduler.py:2352-2355: each sampled token past the first confirms one draft."""
+    """vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2355): each sampled token past the first
+    confirms one draft."""
     return num_scheduled_drafts - (num_generated - 1).clamp(min=0)
 
 
 def async_max_tokens_reached(P: Tensor, C: Tensor, num_prompt_tokens: Tensor, max_tokens: Tensor) -> Tensor:
-    """scheduler.py:797-806 (async): even if every in-flight draft is rejected, the step in flight
-    reaches max_tokens, so no further step is scheduled."""
+    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async): even if every in-flight draft is
+    rejected, the step in flight reaches max_tokens, so no further step is scheduled."""
     return (P > 0) & (C + 2 - P >= num_prompt_tokens + max_tokens)

@@ -1,16 +1,16 @@
-"""The RUNNING pass (scheduler.py:793-1037), for all instances at once.
+"""The RUNNING pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)), for all instances at once.
 
 vLLM walks `running` in order. Each request asks
 `min(clamp_thr(T + S + P - C), L - C - 1)` tokens (S drafts, P async
 placeholders; 0 under the async max-tokens skip rule) (the threshold clamp, then the
 max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1) and
 gets `min(ask, budget left)`; an ask of 0 is skipped with `continue`, not
-`break` (:891-906); the pass stops when the budget is spent. With
+`break` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (891-909)); the pass stops when the budget is spent. With
 non-negative asks the grants are prefix sums:
 `grant_i = min(cum_ask_i, B) - min(cum_ask_{i-1}, B)` (`rules.grants`).
 
 Blocks: request i needs `k_i = max(cdiv(min(min(C, L) + n, L), bs) - held, 0)` new
-blocks (kv_cache_manager.py:550-587; no watermark and no full-sequence gate
+blocks (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-588); no watermark and no full-sequence gate
 for RUNNING requests), taken from the front of the free queue in order. The
 first request whose cumulative need exceeds the free count is where vLLM
 starts preempting (`preemption.py`).
@@ -74,7 +74,8 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
     L, bs = st.L[:, None], st.bs[:, None]
     owed = (st.owed() if st.any_spec or st.any_async else st.num_tokens() - st.C).gather(1, order)
     ask = torch.minimum(rules.clamp_to_threshold(owed, threshold[:, None]), L - C - 1).clamp(min=0)
-    if st.any_async:  # the step in flight already reaches max_tokens: skip (`continue`, :797-806)
+    if st.any_async:  # the step in flight already reaches max_tokens: skip (`continue`,
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814))
         P = st.P.gather(1, order)
         done = rules.async_max_tokens_reached(P, C, st.prompt_len.gather(1, order), st.max_tokens.gather(1, order))
         ask = torch.where(done, torch.zeros_like(ask), ask)

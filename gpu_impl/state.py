@@ -1,6 +1,6 @@
 """The full state of B independent scheduler instances, in padded tensors.
 
-Layout (semantics doc §2): every instance has R request *slots*; a slot
+Layout (§2): every instance has R request *slots*; a slot
 holds one request for its whole life (it is never reused), so a request is
 addressed by `(instance, slot)` and its id lives only in the Python glue.
 
@@ -16,12 +16,13 @@ Queues are not stored as lists. `running` is the RUNNING slots ordered by
 `run_pos` (an admission appends: `run_ctr` counts up). FCFS `waiting` is the
 WAITING/PREEMPTED slots ordered by `wait_pos`: an arrival takes `wait_tail`
 (counting up), a preempted request is prepended with `wait_head` (counting
-down), exactly `deque.append` / `appendleft` (request_queue.py:75-128).
+down), exactly `deque.append` / `appendleft`
+(vllm/v1/core/sched/request_queue.py:FCFSRequestQueue).
 PRIORITY `waiting` is ordered by `prio_rank`, the rank of
-(priority, arrival_time, request_id) (`Request.__lt__`, request.py:357-367),
+(priority, arrival_time, request_id) (vllm/v1/request.py:Request.__lt__),
 because a heap's every observable use depends only on that order.
 
-Issue 7 adds per slot: drafts (`spec_tok` [B, R, k] and `nspec`), the
+The three features add per slot: drafts (`spec_tok` [B, R, k] and `nspec`), the
 async counters (`P`, `inflight`, `stale`), `chunk` (is_prefill_chunk),
 `nprop` (drafter proposals used), and for prefix caching `ncached`, the
 block hashes `bhash` [B, R, W] with `nhash`, and the running hash residues
@@ -59,7 +60,7 @@ SLOT_FIELDS: dict[str, tuple[torch.dtype, float | int | bool]] = {
     "max_tokens": (I64, 0), "run_pos": (I64, 0), "wait_pos": (I64, 0), "prio_rank": (I64, 0),
     "prio": (I64, 0), "arrival": (F64, 0.0), "eos": (I64, 0), "has_eos": (BOOL, False),
     "fin_pending": (BOOL, False), "add_rank": (I64, 0), "arrival_step": (I64, -1), "plen": (I64, 0),
-    # Issue 7. Spec decode: len(spec_token_ids), proposals used. Async: output placeholders (P), in-flight
+    # The three features. Spec decode: len(spec_token_ids), proposals used. Async: output placeholders (P), in-flight
     # and stale-output tokens. is_prefill_chunk as the last _update_after_schedule left it.
     "nspec": (I64, 0), "nprop": (I64, 0), "P": (I64, 0), "inflight": (I64, 0), "stale": (I64, 0),
     "chunk": (BOOL, False),
@@ -97,7 +98,8 @@ class BatchState:
 
         c = configs
         # min(token_budget, input_budget): both fall by every grant, and the passes stop when either is 0
-        # (scheduler.py:793-796, :1050-1053; draft slots are 0 without a drafting method).
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (795-798, 1062-1069); draft slots are 0 without a
+        # drafting method).
         self.budget0 = col(min(x.token_budget, x.max_num_batched_tokens) for x in c)
         self.input_budget0 = col(x.max_num_batched_tokens for x in c)
         self.max_active = col(x.max_num_active_reqs for x in c)
@@ -123,7 +125,8 @@ class BatchState:
         # The keyed free queue replaces the ring for the whole batch when any instance caches.
         self.keyed = any(x.enable_prefix_caching for x in c)
         cmax = max(int(self.cap.max()) if B else 1, 1)
-        # The free queue starts as [1, 2, ..., num_gpu_blocks - 1] (block_pool.py:191).
+        # The free queue starts as [1, 2, ..., num_gpu_blocks - 1]
+        # (vllm/v1/core/block_pool.py:BlockPool.__init__ (191)).
         self.ring = torch.arange(1, cmax + 1, dtype=I32, device=dev).repeat(B, 1)
         self.head = torch.zeros(B, dtype=I64, device=dev)
         self.free = self.cap.clone()
@@ -161,11 +164,12 @@ class BatchState:
         return c
 
     def num_tokens(self) -> torch.Tensor:
-        """T = prompt + outputs (request.py:294-304)."""
+        """T = prompt + outputs (vllm/v1/request.py:Request.num_tokens)."""
         return self.prompt_len + self.num_out
 
     def owed(self) -> torch.Tensor:
-        """num_tokens_with_spec + num_output_placeholders - num_computed_tokens (scheduler.py:839)."""
+        """num_tokens_with_spec + num_output_placeholders - num_computed_tokens
+        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843))."""
         return self.num_tokens() + self.nspec + self.P - self.C
 
     def grow_slots(self, need: int) -> None:
@@ -228,7 +232,7 @@ class BatchState:
 
     # ---- arrivals ---------------------------------------------------------------
     def arrive(self, mask: torch.Tensor) -> None:
-        """`add_request` (scheduler.py:2931-2962) for the masked slots, in slot order within an instance:
+        """vllm/v1/core/sched/scheduler.py:Scheduler.add_request for the masked slots, in slot order within an instance:
         status WAITING, appended at the FCFS tail (PRIORITY orders by `prio_rank` instead)."""
         rank = mask.long().cumsum(1) - 1
         self.wait_pos = torch.where(mask, self.wait_tail[:, None] + rank, self.wait_pos)

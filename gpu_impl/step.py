@@ -1,11 +1,13 @@
 """`schedule()` for B instances: the preamble, the two passes, and `_update_after_schedule`.
 
-The order is vLLM's (scheduler.py:699-1877): the finished ids collected
-since the last step are handed out and forgotten (I-18); the long-prefill
-threshold is fixed once from `len(running) + len(waiting)` (:756-767); the
-RUNNING pass; the WAITING pass only where nothing was preempted; then C
-advances by the grants (:1845-1877; C counts scheduled tokens, not finished
-ones).
+The order is vLLM's (vllm/v1/core/sched/scheduler.py:Scheduler.schedule, then
+`Scheduler._update_after_schedule`): the finished ids collected since the last
+step are handed out and forgotten (I-18); the long-prefill threshold is fixed
+once from `len(running) + len(waiting)`
+(vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769)); the RUNNING pass; the
+WAITING pass only where nothing was preempted; then C advances by the grants
+(vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule; C counts scheduled
+tokens, not finished ones).
 
 The result, `StepOut`, is in slot space and says everything the output
 needs: grants and their order in `num_scheduled_tokens` (the RUNNING pass's
@@ -16,7 +18,8 @@ slots, and the scheduled drafts. `materialize.py` turns it into
 `SchedulerOutput`s. Spec decode: the drafts the clamps left are scheduled
 and a granted request's drafts are consumed; async: placeholders grow in
 `_update_after_schedule`. Feature work runs only in batches that have the
-feature, so the plain decode step costs what it did before issue 7.
+feature, so the plain decode step costs what it did before the three features
+(prefix caching, spec decode, async scheduling) joined.
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ def schedule(st: BatchState) -> StepOut:
     preempted = torch.zeros_like(rp.preempted)
     if rp.rounds > 1:  # a single round means no allocation failed, so nothing was preempted
         preempted = preempted.scatter(1, rp.order, rp.preempted)
-    # Drafts the clamps left (:1010-1025); a granted request's spec_token_ids are consumed either way.
+    # Drafts the clamps left (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025)); a granted request's
+    # spec_token_ids are consumed either way.
     n_spec, spec_vals = zeros, st.spec_tok
     if st.any_spec:
         n_spec = torch.where(n_sched > 0, rules.num_scheduled_spec_tokens(n_sched, st.C, st.num_tokens(), st.P), zeros)
@@ -89,7 +93,8 @@ def schedule(st: BatchState) -> StepOut:
         sched_key = torch.minimum(sched_key, big.scatter(1, wp.order, torch.where(wp.admitted, st.R + rp.idx, big)))
         kind_wait = torch.where(wp.admitted, torch.where(wp.resumed, RESUMED, NEW), NONE)
         kind = kind + zeros.scatter(1, wp.order, kind_wait)
-        if st.any_spec:  # a padded admission lists k placeholder drafts (:1578-1582)
+        if st.any_spec:  # a padded admission lists k placeholder drafts
+            # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1578-1582))
             padded = zeros.bool().scatter(1, wp.order, wp.padded)
             n_spec = torch.where(padded, st.k[:, None].expand_as(n_spec), n_spec)
             spec_vals = torch.where(padded[..., None], torch.full_like(spec_vals, -1), spec_vals)
@@ -99,9 +104,11 @@ def schedule(st: BatchState) -> StepOut:
 
 
 def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> None:
-    """C advances by the grants, and so do the in-flight tokens (:1845-1877); is_prefill_chunk is set
+    """C advances by the grants, and so do the in-flight tokens
+    (vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule); is_prefill_chunk is set
     for the scheduled. AsyncScheduler then owes every scheduled request that is not mid-prefill its
-    sampled token and drafts as placeholders, with k placeholder drafts (async_scheduler.py:24-56)."""
+    sampled token and drafts as placeholders, with k placeholder drafts
+    (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule)."""
     st.C = st.C + n_sched
     if not (st.any_spec or st.any_async):  # nothing reads the in-flight count or is_prefill_chunk
         return

@@ -1,7 +1,7 @@
 """`update_from_output` with the stop checks, and aborts, for B instances.
 
-update_from_output (scheduler.py:2259-2676): every scheduled request that
-sampled a token appends it and runs `check_stop` (utils.py:98-140), in this
+vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output: every scheduled request that
+sampled a token appends it and runs `check_stop` (vllm/v1/core/sched/utils.py:check_stop), in this
 order (§9.A.11):
 
 1. EOS: the effective `eos_token_id`, None under `ignore_eos` (`has_eos`);
@@ -12,15 +12,16 @@ order (§9.A.11):
 
 EOS and stop tokens finish as FINISHED_STOPPED, the caps as
 FINISHED_LENGTH_CAPPED. The stopped are freed in `num_scheduled_tokens`
-order (the order of the loop at :2311), each prepending its reversed table, and their ids are
-reported by the next `schedule()`. Outputs survive preemption, so the
-output count is never reset.
+order (the order of the loop at
+vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2313)), each
+prepending its reversed table, and their ids are reported by the next
+`schedule()`. Outputs survive preemption, so the output count is never reset.
 
-Aborts (`finish_requests`, :2964-3029) are applied one id at a time in the
+Aborts (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests) are applied one id at a time in the
 order given, like the engine loop does: a request not yet added or already
 finished is left alone, and an id named twice is finished once.
 
-Issue 7 (semantics doc §5, §6). A step may return several tokens per
+Spec decode and async scheduling (§5, §6). A step may return several tokens per
 request (accepted drafts + 1): rejected drafts roll C and P back, each
 token is appended and checked in turn (a loop over token positions, at most
 1 + k), and a stop trims the rest and keeps C one short of T. Output of a

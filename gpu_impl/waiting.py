@@ -1,5 +1,6 @@
-"""The WAITING pass (scheduler.py:1049-1616) as a longest admissible prefix.
+"""The WAITING pass as a longest admissible prefix.
 
+vLLM: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616).
 It runs only in instances that preempted nothing in this step (§9.A.6).
 vLLM pops the waiting queue in order and stops at the first request that
 cannot be admitted. The one skip rule in scope is stale async output
@@ -9,18 +10,22 @@ of the queue minus the skipped, and without a prefix cache every condition
 of request i depends only on what the requests before it took (with
 caching it does not: `waiting_cached.py`):
 
-* `len(running) < max_num_active_reqs` (:1062-1074): i < limit - running;
-* budget left > 0 (:1050), with grants by prefix sums as in the RUNNING pass;
+* `len(running) < max_num_active_reqs` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1070-1074)):
+  i < limit - running;
+* budget left > 0 (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1062)), with grants
+  by prefix sums as in the RUNNING pass;
   a waiting request asks `clamp_thr(T)`: T, not the prompt, because a
   resumed request recomputes its outputs too, and C = 0 (no prefix cache);
   a one-token ask under spec decode is padded to 1 + k (and breaks the
   pass if 1 + k exceeds the budget left);
-* chunked prefill off and the ask above the budget left: break (:1361-1368);
+* chunked prefill off and the ask above the budget left: break
+  (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1337-1344));
 * the full-sequence gate `cdiv(min(T, L), bs)` when
   `scheduler_reserve_full_isl`, and the slot check `cdiv(min(n, L), bs)`,
   each plus the watermark `int(watermark * num_gpu_blocks)`, which counts
   only while `running` is non-empty, and that includes requests admitted
-  earlier in this same pass (kv_cache_manager.py:518-549, §9.A.17, D7).
+  earlier in this same pass
+  (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (518-548), §9.A.17, D7).
   Both must fit in the free blocks left by the requests before it.
 
 The admitted prefix is the running product of those conditions. Admitted
@@ -57,10 +62,10 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     the RUNNING pass preempted nothing, so the queue is still exactly that.
 
     Without a prefix cache (C = 0 for every waiting request) a request's decisions still depend only
-    on what the requests before it took, with two twists of issue 7: a request whose pre-preemption
-    output is in flight is skipped (`continue`: it takes nothing and keeps its place, since skipped
-    requests return to the head in order), and a one-token admission may be padded to 1 + k, which
-    breaks the pass if 1 + k exceeds the budget left."""
+    on what the requests before it took, with two twists from async scheduling and spec decode: a
+    request whose pre-preemption output is in flight is skipped (`continue`: it takes nothing and keeps
+    its place, since skipped requests return to the head in order), and a one-token admission may be
+    padded to 1 + k, which breaks the pass if 1 + k exceeds the budget left."""
     B, R = st.B, st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices

@@ -7,7 +7,8 @@ them (T41); their pops evict cached hashes it might have hit; their touches
 take ref-0 hit blocks out of the free queue, which changes what counts as
 evictable. None of that is a prefix sum, so this pass walks the queue: round
 j takes the j-th waiting request of every instance, as one tensor program
-over the batch, exactly as vLLM's loop would take it (scheduler.py:1049-1616):
+over the batch, exactly as vLLM's loop would take it
+(vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616)):
 
 1. stale output in flight: skip (`continue`; it keeps its place);
 2. `len(running) >= max_num_active_reqs`, or no budget: break;

@@ -159,8 +159,8 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
     leanings tilt the search toward what breaks schedulers: several requests,
     long outputs, and too few blocks.
 
-    `feature` (concrete: a feature contract's own) turns on one feature of
-    issue 7: prefix caching (every prompt is the same token, so prefixes are
+    `feature` (concrete: a feature contract's own) turns on one of the three
+    features: prefix caching (every prompt is the same token, so prefixes are
     shared and hit), spec decode (k in 1..2; each request's drafts and
     accepted count are picked once from `draws`, and every proposal is
     that), or async scheduling (k in 0..2, mostly 0, drafts the same way).

@@ -26,7 +26,7 @@ seed is fixed and every contract branches the same way, so all contracts
 run the same scenarios in the same order, and one long run of `check_all`
 covers what a run of each would. `check_all_with_async` (and
 `_with_prefix_caching`, `_with_spec_decode`) states every check on
-scenarios with that feature of issue 7 on, taking one more argument,
+scenarios with that one of the three features on, taking one more argument,
 `Draws` (k and the drafts); each is a search of its own.
 
 `explain` replays a contract concretely on given arguments and says what
@@ -119,7 +119,8 @@ def contract_name(check: str, feature: str | None = None) -> str:
     return "check_" + (check.replace("-", "_") or "runs") + (f"_with_{feature.replace('-', '_')}" if feature else "")
 
 
-# The features of issue 7: each in scenarios of its own, with one contract stating every check there.
+# The three features (prefix caching, spec decode, async scheduling): each in scenarios of its own,
+# with one contract stating every check there.
 FEATURES = ("prefix-caching", "spec-decode", "async")
 # contract function name -> the check it states ("": only the reference's own asserts; "all": every check).
 CONTRACTS: dict[str, str] = {contract_name(c): c for c in ["", *(i.name for i in INVARIANTS), *HISTORY_CHECKS, ALL]}

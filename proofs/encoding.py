@@ -65,7 +65,8 @@ def _count(flags) -> Int:
 
 
 def _key_gt(a: Slot, b: Slot) -> Bool:
-    """(priority, arrival) strictly larger: the victim key of scheduler.py:925-928."""
+    """(priority, arrival) strictly larger: the victim key of
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (932-936)."""
     return or_(a.priority > b.priority, and_(a.priority == b.priority, a.arrival > b.arrival))
 
 
@@ -74,7 +75,7 @@ def _key_eq(a: Slot, b: Slot) -> Bool:
 
 
 def heap_before(a: Slot, b: Slot) -> Bool:
-    """`Request.__lt__` (request.py:357-367): priority, then arrival, then request id."""
+    """vllm/v1/request.py:Request.__lt__: priority, then arrival, then request id."""
     return or_(_key_gt(b, a), and_(_key_eq(a, b), a.id_rank < b.id_rank))
 
 
@@ -138,7 +139,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         owed = _plus(s.num_tokens, S[i] if spec else 0, P[i] if asy else 0) - C[i]
         n_i = rules.running_num_new_tokens(owed, thr, budget, L, C[i])
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
-        if asy:  # scheduler.py:797-806: the step in flight already reaches max_tokens: `continue`
+        # The step in flight already reaches max_tokens: `continue`
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)).
+        if asy:
             trying = and_(trying, not_(rules.async_max_tokens_reached(P[i], C[i], s.num_prompt_tokens, s.max_tokens)))
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
         for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
@@ -184,7 +187,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))
         if c.fcfs:
             active = and_(active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
-        if spec:  # scheduler.py:1010-1025: what the clamps left of the drafts; the drafts are consumed
+        # What the clamps left of the drafts; the drafts are consumed
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025)).
+        if spec:
             left = rules.num_scheduled_spec_tokens(n_i, C[i], s.num_tokens, P[i] if asy else 0)
             drafts[i] = ite(and_(ok, S[i] > 0, left > 0), min_(left, S[i]), drafts[i])  # spec_token_ids[:left]
             S[i] = ite(and_(ok, S[i] > 0), 0, S[i])
@@ -221,7 +226,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
         gates, n_p, need, (h, ev, hit, pad) = size_admission(c, slots, sel, T, Cp, held, free, budget, thr, num_run,
                                                              prefill_scheduled, any_running_scheduled, inputs)
-        if asy:  # a request whose output from before its preemption is in flight is skipped (scheduler.py:1076-1090)
+        if asy:  # a request whose output from before its preemption is in flight is skipped
+            # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089))
             held_back = or_(*[and_(sel[j], stale[j]) for j in range(N)])
             go, go_on = and_(go, not_(held_back), *gates), and_(go, held_back)
         else:

@@ -5,7 +5,8 @@ hashes, which the encoding abstracts to counts. So the hit is a free input
 of each waiting slot, bounded as the reference bounds it:
 
 * `hit_blocks` in 0 .. `rules.max_prefix_hit_blocks(T, bs)`: the lookup
-  never covers the last token (kv_cache_manager.py:301-302; a mutant of the
+  never covers the last token
+  (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302); a mutant of the
   rule, Z7, moves this bound in the reference and here alike);
 * `evictable` in 0 .. hit_blocks, and at most the free blocks: those hit
   blocks have ref count 0 and sit in the free queue, so taking them costs a

@@ -66,7 +66,8 @@ def sample(s: Any, C: Int, drafts: Int, sampled: Any, L: Int, k: Int) -> dict[st
     bound the free model outputs.
     """
     m = 1 + s.num_accepted
-    # scheduler.py:2352-2364: rejected drafts roll C back (P is 0 in the synchronous engine).
+    # Rejected drafts roll C back (P is 0 in the synchronous engine):
+    # vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2364).
     C = ite(and_(sampled, drafts > 0, C > 0), C - rules.num_rejected_drafts(drafts, m), C)
     p = first_stop(s, m, L)
     done = and_(sampled, p <= m)

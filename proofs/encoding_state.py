@@ -1,7 +1,7 @@
 """The encoding's data: a symbolic (or concrete) pre-state of N request slots, the config, and the step's result.
 
 Every field is an int or a bool, or a Z3 term standing for one. The
-features of issue 7 add fields whose defaults are their values with the
+three features (prefix caching, spec decode, async scheduling) add fields whose defaults are their values with the
 feature off, so the core encoding never sees them (`encoding.py`).
 """
 

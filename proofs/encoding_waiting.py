@@ -2,9 +2,10 @@
 
 `encoding.step` calls this for each position of the waiting pass, with the
 slot at that position selected by `sel`. It is the arithmetic of
-scheduler.py:1092-1346 and `allocate_slots` (kv_cache_manager.py:530-600)
-in vLLM's order: the prefix-cache lookup (`Config.prefix_caching`), the
-spec-decode padding and its budget break (`Config.spec_decode`), the
+vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1092-1346) and
+vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (531-588) in vLLM's
+order: the prefix-cache lookup (`Config.prefix_caching`), the spec-decode
+padding and its budget break (`Config.spec_decode`), the
 threshold, head-of-line blocking under no chunked prefill, the full-sequence
 gate and the slot check. With both features off it builds exactly the terms
 of the core encoding, in the same order, so the core formula is unchanged.
@@ -35,7 +36,8 @@ def size_admission(c: Any, slots: list[Any], sel: list[Any], T: Int, Cp: Int, he
         h, ev = (sum(ite(sel[j], getattr(slots[j], f), 0) for j in range(N)) for f in ("hit_blocks", "evictable"))
         hit = h * bs
         inputs += lookup_bounds(or_(*sel), T, h, ev, free, bs)
-    if c.spec_decode:  # a decode-like admission is padded to 1 + k, or the pass breaks (scheduler.py:1309-1328)
+    if c.spec_decode:  # a decode-like admission is padded to 1 + k, or the pass breaks
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330))
         pad = rules.pads_spec_decode(k, T - hit if c.prefix_caching else T, prefill_scheduled,
                                      any_running_scheduled, hit, L)
         gates.append(not_(and_(pad, 1 + k > budget)))

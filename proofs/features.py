@@ -1,4 +1,4 @@
-"""Feature-mode proofs: the catalogue proved inductive with the features of issue 7 in the step.
+"""Feature-mode proofs: the catalogue proved inductive with the three features in the step.
 
 `schedspec prove --feature spec-decode` runs this instead of the core run of
 `prove.py`, and reuses its machinery (the solver, the goal, the Optimize

@@ -11,7 +11,7 @@ which is why each finding is replayed on the reference for many steps).
 Two properties are checked this way:
 
 * `no-livelock`: no live request is stuck forever. vLLM 0.33.0 breaks it
-  (semantics doc D1): a request whose full sequence needs more blocks than
+  (D1): a request whose full sequence needs more blocks than
   the pool has is preempted or never admitted, and never finished or
   rejected.
 * `fits-alone-is-admitted`: a waiting request whose full sequence fits in

@@ -3,11 +3,12 @@
 vLLM 0.33.0 keeps everything async in the base class (in-flight and stale
 counters, the max-tokens skip rule, placeholder decrements in
 `update_from_output`) except one thing, the only place placeholders grow
-(`async_scheduler.py:24-56`): after the base class has advanced C, every
-scheduled request that is not mid-prefill is owed its sampled token (plus
-any drafts) as an output placeholder, and gets `[-1] * k` placeholder
+(`vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule`):
+after the base class has advanced C, every scheduled request that is not
+mid-prefill is owed its sampled token (plus any drafts) as an output
+placeholder, and gets `[-1] * k` placeholder
 drafts, which the worker fills in. So the next step already schedules
-1 + k tokens for it, one step ahead of its output (semantics §6, D2).
+1 + k tokens for it, one step ahead of its output (§6, D2).
 """
 
 from __future__ import annotations

@@ -4,16 +4,18 @@ Block ids are observable (the model runner writes KV into them), so the
 order of the free queue is part of the semantics, not an implementation
 detail:
 
-* Block 0 is the null block, taken at start and never freed (:191).
-* `get_new_blocks` pops from the front (:706-740). Under prefix caching a
+* Block 0 is the null block, taken at start and never freed
+  (vllm/v1/core/block_pool.py:BlockPool.__init__ (191)).
+* `get_new_blocks` pops from the front (vllm/v1/core/block_pool.py:BlockPool.get_new_blocks). Under prefix caching a
   popped block that still carries a hash from an earlier owner is evicted
-  from the cache first (`_maybe_evict_cached_block`).
-* `free_blocks` receives a request's blocks already reversed (:816-849).
+  from the cache first (vllm/v1/core/block_pool.py:BlockPool._maybe_evict_cached_block).
+* `free_blocks` receives a request's blocks already reversed
+  (vllm/v1/core/block_pool.py:BlockPool.free_blocks).
   Blocks whose ref count drops to 0 and that carry no hash (or all of them,
   with caching off) go to the front in that order, reused first (LIFO);
   hashed blocks go to the tail, so the cache evicts least recently used
   first, chain tails before their parents.
-* `touch` (:792-810) takes a hit block: a block with ref count 0 sits in the
+* `touch` (vllm/v1/core/block_pool.py:BlockPool.touch) takes a hit block: a block with ref count 0 sits in the
   free queue as an eviction candidate and leaves it.
 
 The cache maps a hash to the blocks cached under it in insertion order
@@ -44,7 +46,8 @@ class BlockPool:
         self.block_hash: dict[int, int] = {b: h for h, bs in self.cached_block_hash_to_block.items() for b in bs}
 
     def get_num_free_blocks(self) -> int:
-        """Every block in the free queue, cached-but-unreferenced ones included (:912-919)."""
+        """Every block in the free queue, cached-but-unreferenced ones included
+        (vllm/v1/core/block_pool.py:BlockPool.get_num_free_blocks)."""
         return len(self.free_block_queue)
 
     def get_cached_block(self, block_hash: int) -> int | None:
@@ -74,7 +77,8 @@ class BlockPool:
 
     def cache_full_blocks(self, blocks: list[int], block_hashes: tuple[int, ...], num_cached_blocks: int,
                           num_full_blocks: int) -> None:
-        """Register `blocks[num_cached_blocks:num_full_blocks]` under their hashes (:226-300)."""
+        """Register `blocks[num_cached_blocks:num_full_blocks]` under their hashes
+        (vllm/v1/core/block_pool.py:BlockPool.cache_full_blocks)."""
         for i in range(num_cached_blocks, num_full_blocks):
             block, block_hash = blocks[i], block_hashes[i]
             if self.block_hash.get(block) == block_hash:

@@ -1,6 +1,6 @@
 """`get_computed_blocks`, `allocate_slots`, `cache_blocks` and `free`: the KV side of every decision.
 
-The simple case of vLLM 0.33.0's `KVCacheManager` (`kv_cache_manager.py:266-637`):
+The simple case of vLLM 0.33.0's `KVCacheManager` (`vllm/v1/core/kv_cache_manager.py:KVCacheManager`):
 one full-attention group, hash size equal to block size, no connector, no
 sliding window. The arithmetic is in `rules.py`, shared with the Z3
 encoding; this file is the order of operations around it:
@@ -41,7 +41,8 @@ class KVCacheManager:
         self.block_pool = block_pool
 
     def get_computed_blocks(self, request: LiveRequest) -> tuple[list[int], int]:
-        """The prefix-cache hit: the blocks, and the tokens they cover (:266-328)."""
+        """The prefix-cache hit: the blocks, and the tokens they cover
+        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks)."""
         if not self.enable_caching:
             return [], 0
         hit_blocks = []
@@ -95,12 +96,14 @@ class KVCacheManager:
         num_new_blocks = rules.num_blocks_to_allocate(num_tokens_need_slot, len(request.block_ids), bs)
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
         request.block_ids.extend(new_blocks)
-        # Drafts are not final, so caching stops at T (:618-625).
+        # Drafts are not final, so caching stops at T
+        # (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (621-625)).
         self.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
         return new_blocks
 
     def cache_blocks(self, request: LiveRequest, num_tokens: int) -> None:
-        """Register the request's full blocks among its first `num_tokens` tokens (:477-541)."""
+        """Register the request's full blocks among its first `num_tokens` tokens
+        (vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks)."""
         if not self.enable_caching:
             return
         block_hashes = request.block_hashes

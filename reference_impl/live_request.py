@@ -43,7 +43,7 @@ class LiveRequest:
         self.block_size = block_size
         self._block_hashes: tuple[int, ...] = ()
 
-    # ---- vLLM's derived properties (request.py:294-304) ----
+    # ---- vLLM's derived properties (vllm/v1/request.py:Request (294-304)) ----
     @property
     def num_prompt_tokens(self) -> int:
         return self.spec.num_prompt_tokens
@@ -91,7 +91,7 @@ class LiveRequest:
         return self.status.is_finished
 
     def sort_key(self) -> tuple[int, float, str]:
-        """`Request.__lt__` (request.py:357-367); `id()` never decides between distinct ids."""
+        """vllm/v1/request.py:Request.__lt__; `id()` never decides between distinct ids."""
         return (self.spec.priority, self.spec.arrival_time, self.request_id)
 
     # ---- the crossing ----

@@ -1,7 +1,7 @@
-"""`schedule()`: vLLM 0.33.0's V1 scheduling step, in vLLM's order (scheduler.py:699-1877).
+"""`schedule()`: vLLM 0.33.0's V1 scheduling step, in vLLM's order.
 
-Read it beside vLLM's `Scheduler.schedule`. The structure is the same: the
-preamble, the RUNNING pass with its allocate-or-preempt loop, the WAITING pass
+Read it beside vllm/v1/core/sched/scheduler.py:Scheduler.schedule. The structure
+is the same: the preamble, the RUNNING pass with its allocate-or-preempt loop, the WAITING pass
 (skipped entirely in a step that preempted), the output, and
 `_update_after_schedule`. What vLLM does for subsystems outside our scope
 (connectors, encoders, LoRA, mamba, streaming, pauses, prefill cadence) is
@@ -28,7 +28,8 @@ from .update import SchedulerUpdates
 
 NUM_SAMPLED_TOKENS_PER_STEP = 1  # generate models; 0 only for pooling and diffusion
 DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 for ngram-like drafters, as for none
-NUM_LOOKAHEAD_TOKENS = 0  # ngram-like drafters need no lookahead slots (config/vllm.py:625-652)
+# ngram-like drafters need no lookahead slots (vllm/config/vllm.py:VllmConfig.num_lookahead_tokens)
+NUM_LOOKAHEAD_TOKENS = 0
 
 
 class Scheduler(SchedulerUpdates):
@@ -54,7 +55,7 @@ class Scheduler(SchedulerUpdates):
         self.num_spec_tokens = config.num_speculative_tokens
 
     def add_request(self, request: Request) -> None:
-        """scheduler.py:2931-2962: a new request joins the back of the waiting queue."""
+        """vllm/v1/core/sched/scheduler.py:Scheduler.add_request: a new request joins the back of the waiting queue."""
         live = LiveRequest(request, self.config.block_size)
         self.waiting.add_request(live)
         self.requests[request.request_id] = live
@@ -74,7 +75,8 @@ class Scheduler(SchedulerUpdates):
         draft_slots = DRAFT_SLOTS
         prefill_scheduled = False
 
-        # The threshold is fixed once per step from the number of eligible requests (:756-767).
+        # The threshold is fixed once per step from the number of eligible requests
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769)).
         long_prefill_token_threshold = rules.effective_threshold(
             config.long_prefill_token_threshold,
             len(self.running) + len(self.waiting),
@@ -82,7 +84,8 @@ class Scheduler(SchedulerUpdates):
             input_budget,
         )
 
-        # ---- First, schedule the RUNNING requests (:793-1037). ----
+        # ---- First, schedule the RUNNING requests. ----
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)
         req_index = 0
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
@@ -104,7 +107,8 @@ class Scheduler(SchedulerUpdates):
                 NUM_SAMPLED_TOKENS_PER_STEP,
             )
             if num_new_tokens == 0:
-                # `continue`, not `break`: deliberately not strict FCFS (:902-904).
+                # `continue`, not `break`: deliberately not strict FCFS
+                # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (905-907)).
                 req_index += 1
                 continue
 
@@ -156,7 +160,8 @@ class Scheduler(SchedulerUpdates):
                     )
                 request.spec_token_ids = []
 
-        # ---- Next, schedule the WAITING requests, unless this step preempted (:1049-1616). ----
+        # ---- Next, schedule the WAITING requests, unless this step preempted. ----
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616)
         if rules.waiting_pass_allowed(len(preempted_reqs)):
             step_skipped_waiting: deque[LiveRequest] = deque()
             while token_budget > 0:
@@ -219,12 +224,13 @@ class Scheduler(SchedulerUpdates):
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed_tokens  # the prefix hit becomes computed
                 if pad_spec_decode:
-                    assert num_new_tokens == 1 + self.num_spec_tokens  # :1579, safe by the config check
+                    # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579); the config check makes it safe.
+                    assert num_new_tokens == 1 + self.num_spec_tokens
                     scheduled_spec_decode_tokens[request.request_id] = (-1,) * self.num_spec_tokens
             # Skipped requests go back to the head in their original order (T38, Z5).
             self.waiting.prepend_requests(step_skipped_waiting)
 
-        # ---- The step's own assertions (:1617-1640). ----
+        # ---- The step's own assertions (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1619-1639)). ----
         assert sum(num_scheduled_tokens.values()) <= config.token_budget
         assert token_budget >= 0 and input_budget >= 0
         assert len(self.running) <= config.max_num_running_reqs
@@ -232,7 +238,8 @@ class Scheduler(SchedulerUpdates):
 
         output = SchedulerOutput(
             num_scheduled_tokens=num_scheduled_tokens,
-            # The V2 model runner lists resumed requests as new, with all their blocks (:1642-1644).
+            # The V2 model runner lists resumed requests as new, with all their blocks
+            # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1642-1644)).
             scheduled_new_reqs=tuple(
                 NewRequestData(r.request_id, r.num_computed_tokens, tuple(req_to_new_blocks[r.request_id]), resumed)
                 for reqs, resumed in ((scheduled_new_reqs, False), (scheduled_resumed_reqs, True))
@@ -251,7 +258,8 @@ class Scheduler(SchedulerUpdates):
         return output
 
     def _preempt_request(self, request: LiveRequest) -> None:
-        """Preemption by recompute (:1799-1843); the caller has already removed it from `running`."""
+        """Preemption by recompute (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request); the caller has
+        already removed it from `running`."""
         assert request.status == RequestStatus.RUNNING, "Only running requests can be preempted"
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
@@ -264,7 +272,8 @@ class Scheduler(SchedulerUpdates):
         self.waiting.prepend_request(request)
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
-        """C advances when a step is scheduled, not when it finishes: it counts optimistically (:1845-1877)."""
+        """C advances when a step is scheduled, not when it finishes: it counts optimistically
+        (vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule)."""
         for req_id, num_scheduled_token in output.num_scheduled_tokens.items():
             request = self.requests[req_id]
             request.num_computed_tokens += num_scheduled_token

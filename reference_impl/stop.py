@@ -1,4 +1,4 @@
-"""`check_stop` (`vllm/v1/core/sched/utils.py:98-140`), run after each appended token.
+"""`check_stop` (`vllm/v1/core/sched/utils.py:check_stop`), run after each appended token.
 
 The order is the semantics (bug-zoo Z4 and Z13 are both about it):
 

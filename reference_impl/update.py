@@ -1,9 +1,9 @@
 """The other half of the scheduler: absorbing model output, and finishing requests.
 
-`update_from_output` (scheduler.py:2259-2676) walks the step's requests in
+`update_from_output` (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output) walks the step's requests in
 `num_scheduled_tokens` order, appends each sampled token and checks for a
 stop after every one (`stop.py`), trims what follows a stop, and frees the
-finished. `finish_requests` (:2964-3029) is the abort path. Both end in
+finished. `finish_requests` (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests) is the abort path. Both end in
 `_free_request`, which frees the blocks in reverse and queues the id for the
 next `schedule()`'s `finished_req_ids` (I-18).
 """
@@ -65,7 +65,8 @@ class SchedulerUpdates:
                 )
                 if (not output_is_stale and status_before_stop == RequestStatus.RUNNING
                         and (had_output_placeholders or self.num_spec_tokens > 0)):
-                    # Async or spec: register only what is processed, not what is in flight (:2399-2407).
+                    # Async or spec: register only what is processed, not what is in flight
+                    # (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415)).
                     # It runs before a stopped request is freed, so its blocks free as cached (to the tail).
                     self.kv_cache_manager.cache_blocks(
                         request, request.num_computed_tokens - request.num_in_flight_tokens)
@@ -77,7 +78,7 @@ class SchedulerUpdates:
                 else:
                     stopped_preempted_reqs.add(req_id)
 
-        # remove_all keeps the survivors' order (utils.py:65-95).
+        # remove_all keeps the survivors' order (vllm/v1/core/sched/utils.py:remove_all).
         if stopped_running_reqs:
             self.running = [r for r in self.running if r.request_id not in stopped_running_reqs]
         if stopped_preempted_reqs:
@@ -87,7 +88,8 @@ class SchedulerUpdates:
     def _update_request_with_output(
         self: "Scheduler", request: LiveRequest, new_token_ids: list[int], is_stale: bool = False
     ) -> tuple[list[int], bool]:
-        """Append and check per token; on a stop, trim the rest and keep C one short of T (:2744-2770)."""
+        """Append and check per token; on a stop, trim the rest and keep C one short of T
+        (vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output)."""
         num_new_tokens = len(new_token_ids)
         stopped = False
         for num_new, output_token_id in enumerate(new_token_ids, 1):
@@ -105,7 +107,8 @@ class SchedulerUpdates:
         return new_token_ids, stopped
 
     def update_draft_token_ids(self: "Scheduler", draft_token_ids: Mapping[str, Sequence[int]]) -> None:
-        """Sync spec decode: the drafter's proposals, set after update_from_output (:2862-2881)."""
+        """Sync spec decode: the drafter's proposals, set after update_from_output
+        (vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids)."""
         for req_id, spec_token_ids in draft_token_ids.items():
             request = self.requests.get(req_id)
             if request is None or request.is_finished():
@@ -118,7 +121,8 @@ class SchedulerUpdates:
     def finish_requests(self: "Scheduler", request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
         """Abort from outside. Ids are processed in the order given: the free order decides block ids."""
         assert finished_status.is_finished
-        # vLLM takes `set(request_ids)` (scheduler.py:2983), so an id named twice is finished once;
+        # vLLM takes `set(request_ids)` (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests (2983)), so an id
+        # named twice is finished once;
         # dict.fromkeys dedups too but keeps the given order, which decides the free order.
         request_ids = dict.fromkeys([request_ids] if isinstance(request_ids, str) else request_ids)
         valid_requests = []
@@ -139,7 +143,8 @@ class SchedulerUpdates:
         return valid_requests
 
     def _free_request(self: "Scheduler", request: LiveRequest) -> None:
-        """scheduler.py:3031-3067: report next step, free the blocks, forget the request."""
+        """vllm/v1/core/sched/scheduler.py:Scheduler._free_request and `_free_blocks`: report next step, free the
+        blocks, forget the request."""
         assert request.is_finished()
         self.finished_req_ids.add(request.request_id)
         self.kv_cache_manager.free(request)

@@ -165,7 +165,8 @@ def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="checks run side by side (default 1)")
     p.add_argument("--mutant", help="plant this mutant (conformance/mutants.py) in the reference and the encoding")
     p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching", "async"],
-                   help="put this feature of issue 7 in the step (proofs/features.py); repeatable")
+                   help="put this feature (prefix caching, spec decode or async scheduling) in the step "
+                        "(proofs/features.py); repeatable")
     p.add_argument("--out", default="proof-counterexamples", metavar="DIR",
                    help="folder for counterexample files (proof-*.json), written only when a check fails")
     p.add_argument("--force", action="store_true",

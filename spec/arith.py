@@ -12,8 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 
+# Plain values, tested first by identity of type: a monitor asks "symbolic?" ~25,000 times a step of a large
+# trace, and the module-name test alone was the largest cost of `schedspec check`.
+_CONCRETE = frozenset({bool, int, float, str, type(None)})
+
+
 def is_symbolic(x: Any) -> bool:
-    return type(x).__module__.startswith("z3")
+    return type(x) not in _CONCRETE and type(x).__module__.startswith("z3")
 
 
 def _z3():
@@ -23,7 +28,8 @@ def _z3():
 
 
 def ite(cond: Any, then: Any, otherwise: Any) -> Any:
-    if is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise):
+    if (type(cond) not in _CONCRETE or type(then) not in _CONCRETE or type(otherwise) not in _CONCRETE) and (
+            is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise)):
         return _z3().If(cond, then, otherwise)
     return then if cond else otherwise
 
@@ -36,24 +42,31 @@ def max_(a: Any, b: Any) -> Any:
     return ite(a >= b, a, b)
 
 
+def _any_symbolic(xs: tuple[Any, ...]) -> bool:
+    for x in xs:
+        if type(x) not in _CONCRETE and is_symbolic(x):
+            return True
+    return False
+
+
 def and_(*xs: Any) -> Any:
-    if any(is_symbolic(x) for x in xs):
+    if _any_symbolic(xs):
         return _z3().And(*xs)
     return all(xs)
 
 
 def or_(*xs: Any) -> Any:
-    if any(is_symbolic(x) for x in xs):
+    if _any_symbolic(xs):
         return _z3().Or(*xs)
     return any(xs)
 
 
 def not_(x: Any) -> Any:
-    return _z3().Not(x) if is_symbolic(x) else not x
+    return _z3().Not(x) if type(x) not in _CONCRETE and is_symbolic(x) else not x
 
 
 def implies(a: Any, b: Any) -> Any:
-    if is_symbolic(a) or is_symbolic(b):
+    if (type(a) not in _CONCRETE or type(b) not in _CONCRETE) and (is_symbolic(a) or is_symbolic(b)):
         return _z3().Implies(a, b)
     return (not a) or b
 

@@ -1,7 +1,7 @@
 """Block hashes: the prefix-cache key of every full block of a request's tokens.
 
 vLLM hashes each full block as `hash((parent_hash, block_token_ids, extra_keys))`
-with sha256 (`kv_cache_utils.py:707-737`), so a block's hash fingerprints the
+with sha256 (`vllm/v1/core/kv_cache_utils.py:hash_block_tokens`), so a block's hash fingerprints the
 whole prefix that ends at it. Which function computes the fingerprint is not
 observable: the scheduler only ever asks "is this prefix cached, and by which
 block". So the spec picks one every engine can compute cheaply and exactly:

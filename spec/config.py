@@ -36,7 +36,8 @@ class SchedulerConfig:
     scheduler_reserve_full_isl: bool = True
     max_num_scheduled_tokens: int | None = None  # None: max_num_batched_tokens
     max_num_active_seqs: int | None = None  # None: max_num_seqs
-    # The three features of issue 7. Each is off by default, as in vLLM's test harness.
+    # The three features (prefix caching, spec decode, async scheduling). Each is off by default,
+    # as in vLLM's test harness.
     enable_prefix_caching: bool = False  # CacheConfig.enable_prefix_caching
     num_speculative_tokens: int = 0  # k of an ngram-like drafter: no lookahead slots, no draft slots
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
@@ -46,7 +47,7 @@ class SchedulerConfig:
             object.__setattr__(self, "max_model_len", self.max_num_batched_tokens)
         _validate(self)
 
-    # Derived limits, named as in `Scheduler.__init__` (scheduler.py:131-143).
+    # Derived limits, named as in vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (131-143).
     @property
     def max_num_running_reqs(self) -> int:
         return self.max_num_seqs
@@ -64,7 +65,7 @@ class SchedulerConfig:
 
     @property
     def watermark_blocks(self) -> int:
-        # kv_cache_manager.py:209 counts the null block too.
+        # vllm/v1/core/kv_cache_manager.py:KVCacheManager.__init__ (210) counts the null block too.
         return int(self.watermark * self.num_gpu_blocks)
 
     @property
@@ -119,7 +120,7 @@ def _validate(c: SchedulerConfig) -> None:
     need("watermark", isinstance(w, (int, float)) and not isinstance(w, bool), "must be a number")
     need("watermark", 0.0 <= w < 1.0, "must be in [0, 1)")
 
-    # verify_max_model_len (config/scheduler.py:317-362), in vLLM's order.
+    # vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len, in vLLM's order.
     need(
         "max_num_batched_tokens",
         c.enable_chunked_prefill or c.max_num_batched_tokens >= c.max_model_len,
@@ -142,7 +143,7 @@ def _validate(c: SchedulerConfig) -> None:
     )
     # Not a vLLM check: vLLM 0.33.0 accepts this config and then crashes. The threshold is
     # applied after spec-decode padding, so a padded admission is clipped below 1 + k and
-    # `assert num_new_tokens == 1 + k` (scheduler.py:1579) fails (semantics 9.A.4.5, exp1).
+    # `assert num_new_tokens == 1 + k` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579)) fails (§9.A.4, exp1).
     # The reference refuses the config instead of reproducing the crash; the harness pins
     # vLLM's crash as a known divergence (tests/unit/test_vllm_known_bugs.py).
     k = c.num_speculative_tokens
@@ -150,5 +151,5 @@ def _validate(c: SchedulerConfig) -> None:
         "long_prefill_token_threshold",
         not (k > 0 and 1 <= c.long_prefill_token_threshold < 1 + k),
         f"must be 0 or >= 1 + num_speculative_tokens ({1 + k}): vLLM 0.33.0 crashes on a padded "
-        "spec-decode admission (assert at scheduler.py:1579)",
+        "spec-decode admission (assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579))",
     )

@@ -72,7 +72,11 @@ def schema(name: str) -> dict[str, Any]:
 
 def validate(data: Any, schema_name: str, where: str) -> None:
     """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path."""
-    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    validate_with(jsonschema.Draft202012Validator(schema(schema_name)), data, where)
+
+
+def validate_with(validator: Any, data: Any, where: str) -> None:
+    """`validate` with a validator built once: a streamed trace checks each of its steps against one."""
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is None:
         return

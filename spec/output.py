@@ -4,7 +4,7 @@
 the tokens granted per request in vLLM's order, the block ids the runner must
 use, and the id sets. It uses the V2 model runner's layout, the default where
 supported: a resumed request is listed among the new ones, with its full block
-table (scheduler.py:1642-1644). `resumed` marks it, so that the lifecycle
+table (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1642-1644)). `resumed` marks it, so that the lifecycle
 comparison can still tell a resume from a first admission.
 
 `ModelRunnerOutput` is the fake runner's answer: the sampled tokens per

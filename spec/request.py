@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 
 class RequestStatus(enum.IntEnum):
-    """vLLM's statuses, in vLLM's order (`vllm/v1/request.py:370-386`).
+    """vLLM's statuses, in vLLM's order (`vllm/v1/request.py:RequestStatus (373-386)`).
 
     The order matters: vLLM defines `is_finished(s)` as `s > PREEMPTED`.
     The statuses that only optional subsystems produce (grammar, remote KV,

@@ -66,7 +66,8 @@ class RequestState:
 
     @property
     def num_owed_tokens(self) -> int:
-        """The seed formula: what this request is owed before any clamp (scheduler.py:839-843)."""
+        """The seed formula: what this request is owed before any clamp
+        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843))."""
         return self.num_tokens_with_spec + self.num_output_placeholders - self.num_computed_tokens
 
 

@@ -175,19 +175,24 @@ def _check_ids(workload: Workload, steps: list[StepRecord], where: str) -> None:
     """Every id a step mentions must be a request of the workload: the monitors look them up."""
     known = {r.request_id for r in workload.requests}
     for i, s in enumerate(steps):
-        mentioned = {
-            "added": s.added, "aborted": s.aborted,
-            "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
-            "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
-            "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),
-            "output.preempted_req_ids": tuple(s.output.preempted_req_ids),
-            "output.finished_req_ids": tuple(s.output.finished_req_ids),
-            "model_output": tuple(s.model_output.sampled_token_ids),
-            "state.running": s.state.running, "state.waiting": s.state.waiting,
-            "state.requests": tuple(s.state.requests), "finished": tuple(s.finished),
-            "draft_token_ids": tuple(s.draft_token_ids),
-        }
-        for field, ids in mentioned.items():
-            for rid in ids:
-                if rid not in known:
-                    raise SpecError(f"{where}.steps[{i}].{field}", rid, "names a request that is not in the workload")
+        check_step_ids(known, s, f"{where}.steps[{i}]")
+
+
+def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) -> None:
+    """`_check_ids` for one step, which `where` names: a streamed trace checks each step as it is read."""
+    mentioned = {
+        "added": s.added, "aborted": s.aborted,
+        "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
+        "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
+        "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),
+        "output.preempted_req_ids": tuple(s.output.preempted_req_ids),
+        "output.finished_req_ids": tuple(s.output.finished_req_ids),
+        "model_output": tuple(s.model_output.sampled_token_ids),
+        "state.running": s.state.running, "state.waiting": s.state.waiting,
+        "state.requests": tuple(s.state.requests), "finished": tuple(s.finished),
+        "draft_token_ids": tuple(s.draft_token_ids),
+    }
+    for name, ids in mentioned.items():
+        for rid in ids:
+            if rid not in known:
+                raise SpecError(f"{where}.{name}", rid, "names a request that is not in the workload")

@@ -105,6 +105,8 @@ class _Host:
         return self.proc.poll() is None
 
     def kill(self) -> tuple[int | None, str]:
+        if self._stderr.closed:  # killed before: nothing left to read
+            return self.proc.returncode, ""
         if self.proc.poll() is None:
             self.proc.kill()
         code = self.proc.wait()

@@ -14,7 +14,8 @@ Design notes
   `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
   CUDA wheel), a paper KV cache of one full-attention group, every scheduler
   knob passed explicitly so no platform hook can pick a default for us.
-* The three features of issue 7 map onto vLLM's own knobs:
+* The three features (prefix caching, spec decode, async scheduling) map
+  onto vLLM's own knobs:
   `enable_prefix_caching` onto `CacheConfig`; `num_speculative_tokens = k`
   onto an ngram `SpeculativeConfig`, the one method with no lookahead slots
   and no draft slots (`num_lookahead_tokens == 0`,

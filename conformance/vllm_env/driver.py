@@ -21,7 +21,7 @@ Design notes
   the line names the innermost vLLM frame (`at vllm/...py:LINE`), so a
   failed vLLM assert says which one.
 * Building the scheduler (the stub model, the CPU wiring, the three
-  features of issue 7 and the checks that vLLM built what the spec assumes)
+  features (prefix caching, spec decode, async scheduling) and the checks that vLLM built what the spec assumes)
   is `cpu_scheduler.py`, a sibling module this file imports by name: its
   own folder is put on `sys.path` however this file was loaded (as a
   script, or by path from the benchmark's timer).
@@ -113,7 +113,8 @@ class Driver:
         params = SamplingParams(max_tokens=q["max_tokens"], min_tokens=q["min_tokens"],
                                 ignore_eos=q["ignore_eos"], stop_token_ids=list(q["stop_token_ids"]))
         # What the engine does with the model's EOS: check_stop reads `eos_token_id`,
-        # which stays None under ignore_eos (sampling_params.py:775-787).
+        # which stays None under ignore_eos
+        # (vllm/sampling_params.py:SamplingParams.update_from_generation_config (781-782)).
         params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
         r = Request(request_id=q["request_id"], prompt_token_ids=list(q["prompt_token_ids"]),
                     sampling_params=params, pooling_params=None, arrival_time=q["arrival_time"],
@@ -188,7 +189,7 @@ class Driver:
         return {"finished": finished, "summary": self.op_summary()}
 
     def op_draft(self, draft_token_ids: dict) -> dict:
-        # What EngineCore.post_step hands the scheduler after a sync step (core.py:699-706).
+        # What EngineCore.post_step hands the scheduler after a sync step (vllm/v1/engine/core.py:EngineCore.post_step).
         req_ids = list(draft_token_ids)
         self._sched().update_draft_token_ids(
             DraftTokenIds(req_ids=req_ids, draft_token_ids=[list(draft_token_ids[rid]) for rid in req_ids]))

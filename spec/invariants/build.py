@@ -45,7 +45,7 @@ class Blocks:
     cache_problem: str = ""
 
 
-def _ranks(requests: Mapping[str, Request]) -> dict[str, int]:
+def arrival_ranks(requests: Mapping[str, Request]) -> dict[str, int]:
     times = sorted({r.arrival_time for r in requests.values()})
     rank = {t: i for i, t in enumerate(times)}
     return {rid: rank[r.arrival_time] for rid, r in requests.items()}
@@ -59,9 +59,13 @@ def make_view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Map
               post: Mapping[str, Counts], pre_queues: tuple[tuple[str, ...], tuple[str, ...]],
               post_queues: tuple[tuple[str, ...], tuple[str, ...]], out: SchedulerOutput, pre_free: int,
               post_free: int, blocks: Blocks = Blocks(), model_output: ModelRunnerOutput | None = None,
-              finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
-    """`model_output` is the output update_from_output absorbed in this step (None: no update)."""
-    ranks = _ranks(requests)
+              finished: Mapping[str, FinishedRequest] | None = None, ranks: Mapping[str, int] | None = None) -> StepView:
+    """`model_output` is the output update_from_output absorbed in this step (None: no update).
+
+    `ranks` is `arrival_ranks(requests)`, which a caller whose `requests` never change (a trace's replay: the
+    whole workload) computes once: sorting every arrival time at every step made a check quadratic in the requests.
+    """
+    ranks = ranks if ranks is not None else arrival_ranks(requests)
     pre_run, pre_wait = (_pos(q) for q in pre_queues)
     post_run, post_wait = (_pos(q) for q in post_queues)
     hits = {n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs}
@@ -110,7 +114,7 @@ def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid:
     """Whether the tokens the request kept end in its EOS or a stop token.
 
     With drafts a step returns several tokens, appended one by one with a
-    stop check after each (utils.py:98-140): a length cap reached on an
+    stop check after each (vllm/v1/core/sched/utils.py:check_stop): a length cap reached on an
     earlier token trims the rest, stop token included. `num_tokens` is T
     before the update, which schedule() never changes.
     """
@@ -174,7 +178,7 @@ def refs_problem(s: SchedulerState) -> str:
 
 
 def cache_problem(s: SchedulerState) -> str:
-    """kv_cache_manager.py cache_blocks: a request's first num_cached_blocks blocks are cached under the hashes of
+    """vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks: a request's first num_cached_blocks blocks are cached under the hashes of
     its own tokens, and no later block of its table is cached (a reused block forgets its old hash)."""
     hash_of = s.block_hash_of()
     if sum(map(len, s.cached_block_hash_to_block.values())) != len(hash_of):

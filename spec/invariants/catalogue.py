@@ -1,15 +1,15 @@
 """The invariant catalogue: each rule of vLLM 0.33.0 that must hold at every step, stated once.
 
 Each `Invariant` has a name, one sentence, the place in vLLM 0.33.0 that
-makes it hold, the semantics doc (I-n) and bug-zoo ids it answers to, and a
+makes it hold, the invariant (I-n) and bug-zoo ids it answers to (docs/glossary.md), and a
 predicate over a `StepView`. The predicates use `spec.arith` instead of
 `min`, `if` and `and`, so the same function checks a concrete trace and
 builds the Z3 formula that `proofs/` proves inductive.
 
 The user's four come first: non-negative owed tokens, budget conservation,
 no starvation after prepend, and no waiting admission in a step that
-preempted. The invariants of prefix caching, spec decode and async
-scheduling (issue 7) come last; over a view of a run without those
+preempted. The invariants of the three features (prefix caching, spec
+decode, async scheduling) come last; over a view of a run without those
 features every one of them holds trivially, so they cost the core scope
 nothing. The ones the features bend are stated for all configurations,
 not gated off: blocks may exceed need once drafts are rejected, shared
@@ -87,7 +87,8 @@ def no_starvation_after_prepend(v: StepView) -> Any:
                 implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
                 for q in v.rows if q is not r]))))
         # Nobody behind a waiting preempted request is admitted before it, unless its output from before the
-        # preemption is still in flight (async): then it is skipped until that drains (scheduler.py:1076-1090).
+        # preemption is still in flight (async): then it is skipped until that drains
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
         rules.append(_all([
             implies(and_(r.pre_preempted, r.pre_num_stale_output_tokens == 0, q.pre_waiting,
                          r.pre_wait_pos < q.pre_wait_pos, q.admitted), r.admitted)
@@ -117,8 +118,9 @@ def block_conservation(v: StepView) -> Any:
 
 
 def blocks_match_tokens(v: StepView) -> Any:
-    # Rejected drafts roll C back but not the blocks (single_type_kv_cache_manager.py:231-235), so with
-    # spec decode a request may hold more than C needs; never fewer: every computed position has a slot (I-11).
+    # Rejected drafts roll C back but not the blocks, so with spec decode a request may hold more than C
+    # needs; never fewer: every computed position has a slot (I-11). See
+    # vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.get_num_blocks_to_allocate (231-236).
     def ok(r: Row) -> Any:
         need = cdiv(min_(r.post_num_computed_tokens, v.max_model_len), v.block_size)
         return and_(r.post_num_blocks >= need, implies(v.num_speculative_tokens == 0, r.post_num_blocks <= need))
@@ -152,7 +154,8 @@ def chunk_bounds(v: StepView) -> Any:
     alone = _sum([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
     thr = v.long_prefill_token_threshold
     capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
-    # A padded spec-decode admission must leave room for 1 + k + 1 positions (scheduler.py:1320-1325).
+    # A padded spec-decode admission must leave room for 1 + k + 1 positions
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1325)).
     return _all([and_(implies(and_(r.pre_running, r.num_scheduled > 0),
                               r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1),
                       implies(and_(r.admitted, r.num_scheduled_spec > 0),
@@ -196,11 +199,13 @@ def progress_when_idle(v: StepView) -> Any:
     # admission stops at a head that does not fit (head-of-line blocking), even if a later request would.
     # With spec decode, a head whose prefix hit leaves one token is padded to 1 + k tokens, which need slots up
     # to T + k and 1 + k of the budget, or it waits ("prefer to not schedule than schedule un-padded",
-    # scheduler.py:1326-1328): the whole sequence fitting is not enough. Two livelocks of vLLM 0.33.0, like D1.
+    # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1326-1328)): the whole sequence fitting is not enough. Two
+    # livelocks of vLLM 0.33.0, like D1.
     k = v.num_speculative_tokens
     nothing_running = _all([not_(r.pre_running) for r in v.rows])
     need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
-    # A preempted head whose output is still in flight (stale) is skipped until it drains (scheduler.py:1076-1090).
+    # A preempted head whose output is still in flight (stale) is skipped until it drains
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
     fits = or_(*[and_(r.pre_wait_pos == 0, r.pre_num_stale_output_tokens == 0, n <= v.pre_num_free_blocks)
                  for r, n in zip(v.rows, need)]) if v.rows else False
     return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), _sum([r.num_scheduled for r in v.rows]) > 0)
@@ -227,10 +232,11 @@ def running_served_while_budget_lasts(v: StepView) -> Any:
 
 
 def placeholders_match_in_flight(v: StepView) -> Any:
-    # The async strengthening (issue 7, docs/proofs.md): what ties P to the steps in flight. Stale output is
+    # The async strengthening (docs/proofs.md): what ties P to the steps in flight. Stale output is
     # in flight from before a preemption (_preempt_request sets stale = in-flight, P = 0), and the rest of the
     # in-flight tokens were scheduled since, each advancing C by as much (C is 0 after the preemption) and at
-    # most 1 + drafts of them adding placeholders (async_scheduler.py:24-56). Placeholders exist only for a
+    # most 1 + drafts of them adding placeholders
+    # (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule). Placeholders exist only for a
     # running request whose decode caught up with T + P: a caught-up decode leaves T + P - C = 1, and an
     # update keeps it (T and P move by the tokens returned, P and C both lose the rejected drafts).
     def ok(r: Row) -> Any:
@@ -242,64 +248,68 @@ def placeholders_match_in_flight(v: StepView) -> Any:
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("owed-nonnegative", "Every live request is owed num_tokens_with_spec + num_output_placeholders - num_computed_tokens >= 0 tokens.",
-              "scheduler.py:839-856 (every clamp is a min with the owed count); :2361-2364, :2767-2769", ("I-14", "OWED"), owed_nonnegative, state=True),
+              "every clamp is a min with the owed count: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857); rollbacks: "
+              "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364), vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2766-2769)", ("I-14", "OWED"), owed_nonnegative, state=True),
     Invariant("budget-conservation", "The scheduled tokens sum to at most the token budget (the remaining budget stays >= 0), and only live requests are scheduled.",
-              "scheduler.py:847-849, :1346, asserts :1620, :1631", ("I-1", "I-24", "BUDGET"), budget_conservation),
+              "the mins and asserts of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (846-848, 1346, 1620, 1631)", ("I-1", "I-24", "BUDGET"), budget_conservation),
     Invariant("no-starvation-after-prepend", "A preempted request goes to the head of waiting (FCFS), and no request behind a preempted one is admitted before it.",
-              "scheduler.py:1840 (prepend_request), request_queue.py:95", ("I-7", "RESUME"), no_starvation_after_prepend),
+              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1842); vllm/v1/core/sched/request_queue.py:FCFSRequestQueue.prepend_request", ("I-7", "RESUME"), no_starvation_after_prepend),
     Invariant("no-admission-after-preemption", "A step that preempted admits no waiting request.",
-              "scheduler.py:1050", ("I-6", "NOPREEMPT-ADMIT"), no_admission_after_preemption),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050)", ("I-6", "NOPREEMPT-ADMIT"), no_admission_after_preemption),
     Invariant("seqs-limit", "At most max_num_seqs requests run, and at most that many are scheduled.",
-              "scheduler.py:1071-1074, assert :1633", ("I-3", "SEQS"), seqs_limit, state=True),
+              "the gate and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1070-1074, 1633)", ("I-3", "SEQS"), seqs_limit, state=True),
     Invariant("scheduled-subset-running", "Every scheduled request is running after the step; a preempted request has no tokens in it.",
-              "scheduler.py:950-966 (refund), assert :1637-1639", ("I-4", "SUBSET"), scheduled_subset_running),
+              "the refund and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (950-968, 1637-1639)", ("I-4", "SUBSET"), scheduled_subset_running),
     Invariant("block-conservation", "Free blocks plus held blocks equal the usable blocks; no block is held twice or free twice.",
-              "block_pool.py:706-740, :816-849; kv_cache_manager.py:582-587", ("I-10", "CONSERVE", "ATOMIC"), block_conservation, state=True),
+              "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.free_blocks; vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (582-588)", ("I-10", "CONSERVE", "ATOMIC"), block_conservation, state=True),
     Invariant("blocks-match-tokens", "A running request holds exactly the blocks its computed tokens need: ceil(min(C, L) / block_size).",
-              "kv_cache_manager.py:550-553, single_type_kv_cache_manager.py:229-236", ("I-11", "CONSERVE"), blocks_match_tokens, state=True),
+              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553); vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.get_num_blocks_to_allocate (230-236)", ("I-11", "CONSERVE"), blocks_match_tokens, state=True),
     Invariant("waiting-holds-nothing", "A waiting or preempted request has num_computed_tokens 0 and holds no blocks.",
-              "scheduler.py:1825-1831 (_preempt_request), :2697-2707", ("I-7", "I-17", "NOLEAK"), waiting_holds_nothing, state=True),
+              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1817-1822); vllm/v1/core/sched/scheduler.py:Scheduler._holds_kv_blocks", ("I-7", "I-17", "NOLEAK"), waiting_holds_nothing, state=True),
     Invariant("one-place", "Every live request is in exactly one of running and waiting.",
-              "scheduler.py:2540-2550 (remove_all), :2964-3029", ("I-17",), one_place, state=True),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2543-2550); vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests", ("I-17",), one_place, state=True),
     Invariant("token-bounds", "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it.",
-              "scheduler.py:851-856; utils.py:115-120 (check_stop)", ("I-15", "I-21", "MAXTOK"), token_bounds, state=True),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (850-857); vllm/v1/core/sched/utils.py:check_stop (114-119)", ("I-15", "I-21", "MAXTOK"), token_bounds, state=True),
     Invariant("chunk-bounds", "A running request's chunk stops at position L - 1, and no chunk exceeds the long-prefill threshold unless the request was alone.",
-              "scheduler.py:845-856, :1331, :756-767", ("I-15", "MAXTOK"), chunk_bounds),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769, 844-857, 1332-1333)", ("I-15", "MAXTOK"), chunk_bounds),
     Invariant("fcfs-victim-is-latest", "Under FCFS the victims are the tail of the running order: nobody admitted after a victim survives it.",
-              "scheduler.py:938 (running.pop())", ("I-8", "VICTIM"), fcfs_victim_is_latest),
+              "`running[-1]`, then `running.pop()`: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (938, 970)", ("I-8", "VICTIM"), fcfs_victim_is_latest),
     Invariant("priority-victim-is-least-important", "Under PRIORITY a victim's (priority, arrival) is at least that of every request still running.",
-              "scheduler.py:925-928 (max over running)", ("I-9", "VICTIM"), priority_victim_is_least_important),
+              "max over running: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (932-936)", ("I-9", "VICTIM"), priority_victim_is_least_important),
     Invariant("skipped-keep-order", "Waiting requests that stay waiting keep their relative order.",
-              "scheduler.py:1054-1060, :1606-1610", ("I-22", "ORDER"), skipped_keep_order),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1054-1060, 1607-1610)", ("I-22", "ORDER"), skipped_keep_order),
     Invariant("progress-when-idle", "With nothing running, a head of waiting whose whole sequence fits in the free blocks gets tokens.",
-              "scheduler.py:1435-1452 (allocate_slots succeeds), kv_cache_manager.py:531-549", ("PROGRESS",), progress_when_idle),
+              "allocate_slots succeeds: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1435-1452); vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (531-548)", ("PROGRESS",), progress_when_idle),
     Invariant("stop-token-finishes", "A request that samples its EOS or a stop token finishes as FINISHED_STOPPED, even at a length cap or below min_tokens.",
-              "utils.py:98-140 (check_stop order)", ("STOP", "I-21"), stop_token_finishes),
+              "the order of vllm/v1/core/sched/utils.py:check_stop", ("STOP", "I-21"), stop_token_finishes),
     Invariant("running-owes-tokens", "After a synchronous step every running request owes at least one token: a sampled token always follows a completed prefill.",
-              "scheduler.py:1863 (is_prefill_chunk), :2744-2770 (append)", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
+              "vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule (1863-1865); vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
     Invariant("running-served-while-budget-lasts", "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",
-              "scheduler.py:793-1037 (continue only on n == 0)", ("PROGRESS", "MAXTOK"), running_served_while_budget_lasts),
-    # Prefix caching, spec decode, async scheduling (issue 7): features.py.
+              "`continue` only on n == 0: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)", ("PROGRESS", "MAXTOK"), running_served_while_budget_lasts),
+    # The three features (prefix caching, spec decode, async scheduling): features.py.
     Invariant("placeholder-counters", "Output placeholders, in-flight and stale output tokens are >= 0, and all three are 0 in the synchronous engine.",
-              "asserts scheduler.py:2323, :2769; async_scheduler.py:24-56 (the only increment)", ("I-12", "I-13"),
+              "the asserts of vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2323) and vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2769); "
+              "the only increment, vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule", ("I-12", "I-13"),
               placeholder_counters, state=True),
     Invariant("computed-behind-known-tokens", "A running request has computed at most all but the last of its tokens and placeholders (C <= T + P - 1): rejected drafts and trimmed tokens are rolled back.",
-              "scheduler.py:2352-2364 (rejection), :2744-2770 (trim)", ("I-14", "I-25", "SPEC"),
+              "rejection: vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2349-2364); trim: vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output", ("I-14", "I-25", "SPEC"),
               computed_behind_known_tokens, state=True),
     Invariant("drafts-within-held", "The drafts scheduled are at most those held (k for a padded admission), only after all of T + P is scheduled, so never in a prefill chunk; at most k drafts are held.",
-              "scheduler.py:1010-1025, :1569-1583, :2873-2876", ("I-19", "SPEC"), drafts_within_held),
+              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025, 1578-1582); vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids (2872-2876)", ("I-19", "SPEC"), drafts_within_held),
     Invariant("no-decode-past-max-tokens", "No step samples past max_tokens: a sampling request has fewer than max_tokens outputs, counting the one token an in-flight step guarantees.",
-              "scheduler.py:797-806 (async skip rule)", ("MAXTOK", "Z2"), no_decode_past_max_tokens),
+              "the async skip rule, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)", ("MAXTOK", "Z2"), no_decode_past_max_tokens),
     Invariant("refcounts-match-tables", "Every block's ref count is the number of block tables holding it, and the free queue holds exactly the unreferenced blocks.",
-              "block_pool.py:706-740 (get_new_blocks), :792-810 (touch), :816-849 (free)", ("I-10", "CONSERVE", "ATOMIC"),
+              "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.touch; vllm/v1/core/block_pool.py:BlockPool.free_blocks", ("I-10", "CONSERVE", "ATOMIC"),
               refcounts_match_tables, state=True),
     Invariant("prefix-hit-below-last-token", "A prefix hit is whole blocks and never covers an admitted request's last token; without prefix caching there is none.",
-              "kv_cache_manager.py:301-302, assert scheduler.py:1220", ("I-16", "PREFIX-LAST"), prefix_hit_below_last_token),
+              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302); the assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1220)", ("I-16", "PREFIX-LAST"), prefix_hit_below_last_token),
     Invariant("cached-blocks-match-tokens", "A request's first num_cached_blocks blocks are cached under the hashes of its own tokens, and none of its later blocks is cached.",
-              "kv_cache_manager.py:477-541 (cache_blocks), block_pool.py:226-300, :742-790 (evict on reuse)", ("PREFIX",),
+              "vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks; vllm/v1/core/block_pool.py:BlockPool.cache_full_blocks; "
+              "evict on reuse: vllm/v1/core/block_pool.py:BlockPool._maybe_evict_cached_block", ("PREFIX",),
               cached_blocks_match_tokens, state=True),
     Invariant("placeholders-match-in-flight", "Stale output is part of what is in flight; the rest was computed since (in-flight - stale <= C) and bounds the placeholders; only a running request whose decode caught up holds placeholders, and then T + P - C = 1.",
-              "scheduler.py:1799-1877 (_preempt_request, _update_after_schedule); async_scheduler.py:24-56; update.py rollback",
+              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request; vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule; "
+              "vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule; the rollback in vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364)",
               ("I-12", "I-13", "ASYNC"), placeholders_match_in_flight, state=True),
 )
 

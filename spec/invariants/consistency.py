@@ -50,6 +50,7 @@ from typing import Callable, Iterable
 from ..engine import drained_after
 from ..request import RequestStatus
 from ..trace import StateSummary, StepRecord, Trace
+from ..workload import Workload
 from .monitor import Violation
 from .replay import TraceReplay
 from .views import StepView
@@ -66,49 +67,75 @@ RULE_NAMES = tuple(name for name, _ in RULES)
 
 
 def check_consistency(trace: Trace, on_step: Callable[[int], None] | None = None) -> list[Violation]:
-    """Every rule's first violation, in step order; `on_step(i)` after the i-th record is checked."""
-    found: dict[str, Violation] = {}
+    """Every rule's first violation, in step order; `on_step(i)` after the i-th record is checked.
 
-    def report(rule: str, i: int, problems: Iterable[str]) -> None:
-        for detail in problems:
-            found.setdefault(rule, Violation(rule, i, detail))
-
-    replay = TraceReplay(trace)
-    prompt = {rid: r.num_prompt_tokens for rid, r in replay.requests.items()}
-    queue: tuple[int, ...] = ()
+    One pass over `trace.steps`, so they may be a stream (`trace_stream.StreamedTrace`).
+    """
+    consistency = Consistency(trace.workload, TraceReplay(trace))
     for i, rec in enumerate(trace.steps):
+        consistency.step(rec)
+        if on_step is not None:
+            on_step(i)
+    return consistency.finish(trace.end)
+
+
+class Consistency:
+    """`check_consistency` a step at a time, driving a replay it may share with the monitors (`onepass`).
+
+    Between steps it keeps the batch queue, the last record and the first
+    violation of each rule; the replay keeps what it keeps (`replay.py`).
+    """
+
+    def __init__(self, workload: Workload, replay: TraceReplay) -> None:
+        self.workload, self.replay = workload, replay
+        self.prompt = {rid: r.num_prompt_tokens for rid, r in replay.requests.items()}
+        self.queue: tuple[int, ...] = ()
+        self.found: dict[str, Violation] = {}
+        self.num_steps, self.last = 0, None
+
+    def _report(self, rule: str, i: int, problems: Iterable[str]) -> None:
+        for detail in problems:
+            self.found.setdefault(rule, Violation(rule, i, detail))
+
+    def step(self, rec: StepRecord) -> StepView:
+        """Check the next record and advance the replay; the step's view, for the monitors."""
+        i, replay, report = self.num_steps, self.replay, self._report
         where = f"steps[{i}]"
         if rec.step != i:
             report("trace-step-numbers", i, [f"{where}.step is {rec.step}, expected {i}"])
-        report("trace-inputs", i, _inputs(trace, i, rec, where))
-        report("trace-in-flight", i, _in_flight(trace, queue, rec, where))
-        queue = rec.in_flight
+        report("trace-inputs", i, _inputs(self.workload, i, rec, where))
+        report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
+        self.queue = rec.in_flight
         before = replay.last
         absorbed = rec if rec.updated_step == rec.step else replay.records.get(rec.updated_step)
         report("trace-membership", i, _membership(before, rec, where))
         view = replay.step(rec)
         report("trace-counters", i, _counters(view, before, rec, absorbed, replay.last_preempted, where))
-        report("trace-counters", i, _aborted_outputs(before, rec, prompt, where))
-        if on_step is not None:
-            on_step(i)
-    report("trace-end", max(len(trace.steps) - 1, 0), _end(trace))
-    order = {name: k for k, name in enumerate(RULE_NAMES)}
-    return sorted(found.values(), key=lambda v: (v.step, order[v.invariant]))
+        report("trace-counters", i, _aborted_outputs(before, rec, self.prompt, where))
+        self.num_steps, self.last = i + 1, rec
+        return view
+
+    def finish(self, end: str) -> list[Violation]:
+        found = dict(self.found)
+        for detail in _end(self.workload, end, self.num_steps, self.last):
+            found.setdefault("trace-end", Violation("trace-end", max(self.num_steps - 1, 0), detail))
+        order = {name: k for k, name in enumerate(RULE_NAMES)}
+        return sorted(found.values(), key=lambda v: (v.step, order[v.invariant]))
 
 
-def _inputs(trace: Trace, i: int, rec: StepRecord, where: str) -> Iterable[str]:
-    arrivals = tuple(r.request_id for r in trace.workload.arrivals_at(i))
+def _inputs(workload: Workload, i: int, rec: StepRecord, where: str) -> Iterable[str]:
+    arrivals = tuple(r.request_id for r in workload.arrivals_at(i))
     if rec.added != arrivals:
         yield f"{where}.added is {list(rec.added)}, but the workload's arrivals at step {i} are {list(arrivals)}"
-    aborts = tuple(trace.workload.aborts_at(i))
+    aborts = tuple(workload.aborts_at(i))
     if rec.aborted != aborts:
         yield f"{where}.aborted is {list(rec.aborted)}, but the workload's aborts at step {i} are {list(aborts)}"
 
 
-def _in_flight(trace: Trace, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
+def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
     if not rec.scheduled and (rec.output.num_scheduled_tokens or rec.model_output.sampled_token_ids):
         yield f"{where}.output grants {rec.output.total_num_scheduled_tokens} tokens, but the step scheduled nothing"
-    if not trace.workload.config.async_scheduling:
+    if not workload.config.async_scheduling:
         if rec.updated_step != rec.step:
             yield f"{where}.updated_step is {rec.updated_step}, but a synchronous step absorbs itself ({rec.step})"
         if rec.in_flight or not rec.scheduled:
@@ -213,20 +240,18 @@ def _aborted_outputs(before: StateSummary, rec: StepRecord, prompt: dict[str, in
                   f"but it had {had} when aborted"
 
 
-def _end(trace: Trace) -> Iterable[str]:
-    w = trace.workload
-    if not trace.steps:
-        yield f"steps: the trace has 0 steps, but every run records step 0 (end is {trace.end!r})"
+def _end(w: Workload, end: str, n: int, last: StepRecord | None) -> Iterable[str]:
+    """`last` is the last of the `n` records, None when there are none."""
+    if last is None:
+        yield f"steps: the trace has 0 steps, but every run records step 0 (end is {end!r})"
         return
-    last = trace.steps[-1]
     drained = drained_after(last, w) and not last.in_flight
-    n = len(trace.steps)
-    if trace.end == "drained" and not drained:
+    if end == "drained" and not drained:
         yield f"end is 'drained', but step {n - 1} does not drain: {_not_drained(last, w.last_event_step)}"
-    elif trace.end != "drained" and drained:
-        yield f"end is {trace.end!r}, but step {n - 1} drained: a run that drains says 'drained'"
-    elif trace.end != "drained" and n != w.max_steps:
-        yield f"end is {trace.end!r}, but the trace has {n} steps, not workload.max_steps = {w.max_steps}"
+    elif end != "drained" and drained:
+        yield f"end is {end!r}, but step {n - 1} drained: a run that drains says 'drained'"
+    elif end != "drained" and n != w.max_steps:
+        yield f"end is {end!r}, but the trace has {n} steps, not workload.max_steps = {w.max_steps}"
     if n > w.max_steps:
         yield f"steps: the trace has {n} steps, more than workload.max_steps = {w.max_steps}"
 

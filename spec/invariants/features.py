@@ -1,4 +1,4 @@
-"""The predicates of prefix caching, speculative decoding and async scheduling (issue 7).
+"""The predicates of the three features: prefix caching, speculative decoding and async scheduling.
 
 Written like the rest of the catalogue, over a `StepView` of ints or Z3
 terms, and listed in `catalogue.INVARIANTS`. Two of them read concrete-only
@@ -58,7 +58,8 @@ def drafts_within_held(v: StepView) -> Any:
 def no_decode_past_max_tokens(v: StepView) -> Any:
     # MAXTOK in its scheduling form (bug zoo Z2): a step that samples for a request samples output number
     # T - prompt + 1, one further per step in flight; at most one step is in flight at schedule() (batch
-    # queue of 2), and only its one sampled token is guaranteed, so min(P, 1) of it counts (scheduler.py:797-806).
+    # queue of 2), and only its one sampled token is guaranteed, so min(P, 1) of it counts
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)).
     def samples(r: Row) -> Any:
         return and_(r.scheduled, _base(r) + r.num_scheduled >= r.pre_num_tokens + r.pre_num_output_placeholders)
     return _all([implies(samples(r), r.pre_num_tokens + min_(r.pre_num_output_placeholders, 1) - r.num_prompt_tokens

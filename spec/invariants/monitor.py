@@ -14,12 +14,14 @@ trace and are checked here on the step records themselves:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from ..request import RequestStatus
-from ..trace import Trace
-from .build import views_from_trace
+from ..trace import StepRecord, Trace
+from ..workload import Workload
 from .catalogue import INVARIANTS, Invariant, budget_detail
+from .replay import TraceReplay
+from .views import StepView
 
 
 @dataclass(frozen=True)
@@ -38,19 +40,50 @@ def _names(invariants: Iterable[Invariant] | None) -> tuple[Invariant, ...]:
 
 def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, history: bool = True,
                 on_step: Callable[[int], None] | None = None) -> list[Violation]:
-    """Every violation, in step order (at most one per invariant: the first). `on_step(i)`: the i-th step is done."""
-    found: dict[str, Violation] = {}
-    for i, (view, rec) in enumerate(zip(views_from_trace(trace), trace.steps)):
-        for inv in _names(invariants):
-            if inv.name not in found and not inv.holds(view):
-                detail = problem_detail(inv.name, view) or inv.sentence
-                found[inv.name] = Violation(inv.name, rec.step, detail)
+    """Every violation, in step order (at most one per invariant: the first). `on_step(i)`: the i-th step is done.
+
+    One pass over `trace.steps`, so they may be a stream (`trace_stream.StreamedTrace`).
+    """
+    replay, monitor = TraceReplay(trace), Monitor(trace.workload, invariants, history)
+    for i, rec in enumerate(trace.steps):
+        monitor.step(replay.step(rec), rec)
         if on_step is not None:
             on_step(i)
-    if history:
-        for v in _history(trace):
+    return monitor.finish(trace.end)
+
+
+class Monitor:
+    """`check_trace` a step at a time, for a caller that replays the trace itself (`onepass.check_all`).
+
+    It keeps the first violation of each check and the history's per-request
+    bookkeeping: O(requests), nothing per step.
+    """
+
+    def __init__(self, workload: Workload, invariants: Iterable[Invariant] | None = None, history: bool = True) -> None:
+        self.invariants = _names(invariants)
+        self.found: dict[str, Violation] = {}
+        self.history = History(workload) if history else None
+        self.history_found: dict[str, Violation] = {}
+
+    def step(self, view: StepView, rec: StepRecord) -> None:
+        for inv in self.invariants:
+            if inv.name not in self.found and not inv.holds(view):
+                detail = problem_detail(inv.name, view) or inv.sentence
+                self.found[inv.name] = Violation(inv.name, rec.step, detail)
+        if self.history is not None:
+            for v in self.history.step(rec):
+                self.history_found.setdefault(v.invariant, v)
+
+    def finish(self, end: str) -> list[Violation]:
+        """The violations, as `check_trace` orders them: the history's after the step invariants', then by step."""
+        found = dict(self.found)
+        history = dict(self.history_found)
+        if self.history is not None:
+            for v in self.history.finish(end):
+                history.setdefault(v.invariant, v)
+        for v in history.values():
             found.setdefault(v.invariant, v)
-    return sorted(found.values(), key=lambda v: v.step)
+        return sorted(found.values(), key=lambda v: v.step)
 
 
 def problem_detail(name: str, view) -> str:
@@ -72,15 +105,27 @@ def trace_violations(trace: Trace) -> list[Violation]:
 
 
 def _history(trace: Trace) -> Iterable[Violation]:
-    requests = {r.request_id: r.request for r in trace.workload.requests}
-    L = trace.workload.config.max_model_len
-    finished_at: dict[str, int] = {}
-    reported: dict[str, int] = {}
+    history = History(trace.workload)
     for rec in trace.steps:
+        yield from history.step(rec)
+    yield from history.finish(trace.end)
+
+
+class History:
+    """The checks that span the trace, fed a step at a time; what it keeps is per request, not per step."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.requests = {r.request_id: r.request for r in workload.requests}
+        self.L = workload.config.max_model_len
+        self.finished_at: dict[str, int] = {}
+        self.reported: dict[str, int] = {}
+
+    def step(self, rec: StepRecord) -> Iterator[Violation]:
+        finished_at, reported = self.finished_at, self.reported
         for rid in rec.aborted:  # aborted before schedule(), so reported by this very step
             if rid in rec.finished:
                 finished_at[rid] = rec.step
-        for rid in rec.output.finished_req_ids:
+        for rid in sorted(rec.output.finished_req_ids):  # a frozenset: its order would hang on the hash seed
             if rid in reported:
                 yield Violation("finished-reported-once", rec.step, f"{rid} reported again (first at step {reported[rid]})")
             elif rid not in finished_at:
@@ -88,11 +133,13 @@ def _history(trace: Trace) -> Iterable[Violation]:
             reported[rid] = rec.step
         for rid, f in rec.finished.items():
             finished_at[rid] = rec.step
-            yield from _stop_is_final(rec.step, rid, requests[rid], f.status, f.output_token_ids, L)
-    if trace.end == "drained":
-        for rid, step in finished_at.items():
-            if rid not in reported:
-                yield Violation("finished-reported-once", step, f"{rid} finished but was never reported")
+            yield from _stop_is_final(rec.step, rid, self.requests[rid], f.status, f.output_token_ids, self.L)
+
+    def finish(self, end: str) -> Iterator[Violation]:
+        if end == "drained":
+            for rid, step in self.finished_at.items():
+                if rid not in self.reported:
+                    yield Violation("finished-reported-once", step, f"{rid} finished but was never reported")
 
 
 def _stop_is_final(step: int, rid: str, request, status: RequestStatus, outputs: tuple[int, ...], L: int) -> Iterable[Violation]:

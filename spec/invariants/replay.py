@@ -38,14 +38,21 @@ from __future__ import annotations
 
 from ..request import RequestStatus
 from ..trace import StateSummary, StepRecord, Trace
-from .build import Blocks, Counts, ids_problem, make_view, shared_refs
+from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
 from .views import StepView
 
 
 class TraceReplay:
+    """Fed the records in order (`step`); reads only `trace.workload`, so a `StreamedTrace` serves as well.
+
+    Between steps it holds per live request (block tables, drafts, async counters), the records still in
+    flight, and per request of the workload its arrival rank and last preemption: nothing per step.
+    """
+
     def __init__(self, trace: Trace) -> None:
         self.config = trace.workload.config
         self.requests = {r.request_id: r.request for r in trace.workload.requests}
+        self.ranks = arrival_ranks(self.requests)
         self.last = StateSummary(num_free_blocks=self.config.num_usable_blocks)
         self.blocks: dict[str, tuple[int, ...]] = {}
         self.spec: dict[str, int] = {}  # S per live request after the last step
@@ -100,7 +107,7 @@ class TraceReplay:
         absorbed = self.records.get(rec.updated_step) if rec.updated_step is not None else None
         view = make_view(config, self.requests, pre, post, pre_queues, (rec.state.running, rec.state.waiting),
                          rec.output, pre_free, rec.state.num_free_blocks, Blocks(problem, shared_refs(self.blocks)),
-                         absorbed.model_output if absorbed is not None else None, rec.finished)
+                         absorbed.model_output if absorbed is not None else None, rec.finished, self.ranks)
         self.last = rec.state
         self._forget(rec)
         return view

@@ -67,11 +67,11 @@ class Row:
     post_num_blocks: Int
     post_num_spec_tokens: Int = 0  # S: len(spec_token_ids)
     post_num_output_placeholders: Int = 0  # P
-    # Before the step, for the features of issue 7 (0 with them off).
+    # Before the step, for the three features (0 with them off).
     pre_num_spec_tokens: Int = 0
     pre_num_output_placeholders: Int = 0
     pre_num_stale_output_tokens: Int = 0  # a waiting request with stale output still in flight is skipped
-    # The step's output, for the features of issue 7.
+    # The step's output, for the three features.
     num_scheduled_spec: Int = 0  # len(scheduled_spec_decode_tokens[r]): drafts (or padding) scheduled
     num_hit_tokens: Int = 0  # an admitted request's num_computed_tokens at admission: its prefix-cache hit
     # After the step: the async counters (always 0 in the synchronous engine, between steps).
@@ -98,7 +98,7 @@ class StepView:
     # Concrete-only facts about block ids; True when a backend cannot see ids.
     ids_consistent: Bool = True
     ids_problem: str = ""
-    # The features of issue 7, as configured.
+    # The three features (prefix caching, spec decode, async scheduling), as configured.
     enable_prefix_caching: bool = False
     num_speculative_tokens: Int = 0
     async_scheduling: bool = False

@@ -7,7 +7,7 @@ it imported and drivers are pooled per source path. They show:
 * the CI recipe (parsed from examples/github-workflow.yml, run verbatim in
   the checkout) passes on unchanged vLLM, and the certificate records the
   source's commit and a clean tree;
-* the issue's planted change (a preempted request appended to the waiting
+* the planted starvation bug (a preempted request appended to the waiting
   queue, left uncommitted) fails with a shrunk counterexample, the first
   diverging step, the broken invariant named, a dirty tree recorded, a
   step table and a PNG; and `replay` shows the same;

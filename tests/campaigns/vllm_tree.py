@@ -12,7 +12,7 @@ otherwise), so a planted change must never write into a file in place: it
 would write into the venv. `plant` unlinks the file and writes a new one.
 
 Two planted changes:
-* `APPEND_ON_PREEMPT` (the issue's): a preempted request is appended to the
+* `APPEND_ON_PREEMPT` (the starvation bug): a preempted request is appended to the
   waiting queue instead of put back at its head. It breaks the invariant
   `no-starvation-after-prepend`.
 * `FREE_HEAD_FIRST`: a request's blocks are freed head first instead of tail

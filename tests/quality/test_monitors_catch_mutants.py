@@ -38,7 +38,7 @@ PINNED = {
     "wrong-victim": ("fcfs-victim-is-latest", (3, 0, 13, 63, 6, 23)),
     "append-not-prepend": ("no-starvation-after-prepend", (2, 0, 14, 10, 4, 9)),
     "missing-free": ("block-conservation", (2, 0, 15, 17, 7, 12)),
-    # Issue 7's features.
+    # The three features: prefix caching, spec decode, async scheduling.
     "Z2-no-async-max-tokens-skip": ("no-decode-past-max-tokens", (1, 0, 1, 1, 0, 2)),
     "Z6-touch-before-check": ("block-conservation", (2, 0, 5, 10, 15, 13)),
     "Z7-full-hit-lookup": ("assertion", (2, 0, 16, 2, 0, 1)),  # vLLM's `assert num_new_tokens > 0`

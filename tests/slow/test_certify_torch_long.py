@@ -1,6 +1,6 @@
 """The full campaign for the torch engine: 5000 workloads against the reference at level `blocks`, on the CPU.
 
-The campaign draws every family, the issue-7 ones (`prefix-caching`, `spec-decode`, `async`) included, and
+The campaign draws every family, the feature ones (`prefix-caching`, `spec-decode`, `async`) included, and
 each of those three also gets a campaign of its own, so a feature's workloads are not diluted by the rest.
 Run with `.venv/bin/python -m pytest -m slow tests/slow/test_certify_torch_long.py` (about two minutes on
 the 2-core dev box). With a GPU, `benchmarks/gpu_check.sh` runs the same check on CUDA.

@@ -53,7 +53,7 @@ def test_cheap_invariants_up_to_twelve_requests(name):
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_with_all_three_features_up_to_four_requests(fcfs):
-    """The feature run's default bound, with async, spec decode and prefix caching in one step (issue 7)."""
+    """The feature run's default bound, with async, spec decode and prefix caching in one step."""
     from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
 
     verdicts = {(inv.name, n): check_features(inv, n, fcfs, timeout_s=300, features=FEATURES).verdict

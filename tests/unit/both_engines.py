@@ -1,9 +1,9 @@
 """Drive the reference and the real vLLM 0.33.0 by hand, the way vLLM's own scheduler tests do.
 
-A scenario from the semantics doc (§8 vLLM tests, §8b observed runs) is
+A scenario of §8 (vLLM's tests) or §8b (observed runs) is
 written once, against the `Engine` protocol, and runs on both engines: the
 reference in-process and vLLM behind its driver pipe. The expected numbers
-come from the doc, never from either engine, so a scenario can fail on
+come from vLLM's tests and observed runs, never from either engine, so a scenario can fail on
 either one.
 
 The vLLM half is skipped when its venv is absent (it is never built from

@@ -1,7 +1,7 @@
 """Shared helpers for the unit tests: build states, run steps, fake the model the way vLLM's tests do.
 
 Conventions follow vLLM 0.33.0's scheduler test harness (`tests/v1/core/utils.py`),
-as the semantics doc §8 describes it:
+as §8 describes it:
 
 * `make_request(i, num_tokens)` gives the prompt `[i] * num_tokens`, EOS 50256,
   `max_tokens=16`, like `create_requests`.
@@ -162,7 +162,7 @@ def inject_running(
 
 
 def assert_consistent(state: SchedulerState) -> None:
-    """The structural invariants every state between calls must satisfy (doc §7, I-3, I-10, I-17)."""
+    """The structural invariants every state between calls must satisfy (§7, I-3, I-10, I-17)."""
     cfg = state.config
     held = [b for _, b in state.held_blocks()]
     free = list(state.free_block_queue)

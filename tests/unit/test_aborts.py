@@ -1,4 +1,4 @@
-"""Aborts: `finish_requests(..., FINISHED_ABORTED)` (doc §5 "Abort" and "Free", §8 T2/T3, I-17, I-18)."""
+"""Aborts: `finish_requests(..., FINISHED_ABORTED)` (§5 "Abort" and "Free", §8 T2/T3, I-17, I-18)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def test_abort_unknown_or_finished_id_is_a_no_op():
 
 
 def test_abort_duplicate_ids_once():
-    """§5: vLLM turns the ids into a set (scheduler.py:2983), so an id named twice is aborted, freed and reported once."""
+    """§5: an id named twice is aborted, freed and reported once, because vLLM turns the ids into a set
+    (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests (2983))."""
     state = new_state(config(block_size=4, num_gpu_blocks=11), make_request(0, 12))
     out, state, _ = step(state)
     once = abort(state, ["0"])

@@ -1,4 +1,4 @@
-"""Adding requests and admitting them: queue growth, the sequence caps, head-of-line blocking (doc §3.2, §8)."""
+"""Adding requests and admitting them: queue growth, the sequence caps, head-of-line blocking (§3.2, §8)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_T12_schedule_order_chunked_prefill_off_blocks_head_of_line():
 
 
 def test_exp2_threshold_chunks_even_with_chunked_prefill_off():
-    """exp2 [observed]: chunked prefill off, thr 4, budget 64, 2x20-token requests -> {1: 4, 2: 4} (§9 item 4.4)."""
+    """exp2 [observed]: chunked prefill off, thr 4, budget 64, 2x20-token requests -> {1: 4, 2: 4} (§9.A.4)."""
     cfg = config(max_num_batched_tokens=64, enable_chunked_prefill=False, long_prefill_token_threshold=4)
     state = new_state(cfg, make_request(1, 20), make_request(2, 20))
     output, state = schedule(state)

@@ -1,6 +1,6 @@
 """Async scheduling on both engines: placeholders, the max-tokens skip rule, stale output after preemption.
 
-Scenarios and numbers from the semantics doc §6 (D2's table, the [observed]
+Scenarios and numbers from §6 (D2's table, the [observed]
 stale-output run) and §8 (T47/T49, vLLM's `test_async_scheduler.py`), each
 driven by hand as vLLM's tests drive `AsyncScheduler`: a second `schedule()`
 before the first step's output is absorbed, outputs absorbed oldest first.

@@ -1,4 +1,4 @@
-"""KV block accounting without prefix caching: ids, free order, the gates, the watermark, leaks (doc §3.4, §8 T34, §8b D5/D7)."""
+"""KV block accounting without prefix caching: ids, free order, the gates, the watermark, leaks (§3.4, §8 T34, §8b D5/D7)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_D5_free_order_lifo_caching_off():
 
 
 def test_block_ids_new_vs_cached_request_data():
-    """§9 item 21: NewRequestData lists all blocks; CachedRequestData.new_block_ids only new ones, None if none.
+    """§9.A.21: NewRequestData lists all blocks; CachedRequestData.new_block_ids only new ones, None if none.
 
     bs 4: a 6-token prompt gets (1, 2); decoding at C=6 needs 7 slots (no new block -> None); at C=7, 8 slots
     (None); at C=8, 9 slots -> a 3rd block (3,). No slot is reserved for the token about to be sampled.
@@ -67,7 +67,7 @@ def test_full_sequence_gate_blocks_a_long_prompt():
 
 
 def test_head_of_line_blocking_on_allocation_failure():
-    """§3.2/§9 item 5: a waiting request that cannot get blocks stops the pass; a smaller one behind it is not tried."""
+    """§3.2/§9.A.5: a waiting request that cannot get blocks stops the pass; a smaller one behind it is not tried."""
     cfg = config(block_size=4, num_gpu_blocks=6)  # 5 usable
     state = new_state(cfg, make_request("big", 24), make_request("small", 4))
     out, state = schedule(state)
@@ -101,7 +101,7 @@ def test_D7_watermark(watermark, admitted):
 
 
 def test_D7_watermark_ignored_for_a_lone_admission():
-    """§3.4/§9 item 17: with running empty the watermark is not applied: a 32-token request (8 blocks + 3 > 10 free) is admitted."""
+    """§3.4/§9.A.17: with running empty the watermark is not applied: a 32-token request (8 blocks + 3 > 10 free) is admitted."""
     cfg = config(block_size=4, num_gpu_blocks=11, watermark=0.3)
     state = new_state(cfg, make_request("A", 32))
     out, state = schedule(state)

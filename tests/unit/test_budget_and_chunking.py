@@ -1,4 +1,4 @@
-"""Token budget, chunked prefill and `long_prefill_token_threshold` (doc §3.0, §3.1, §9 item 4; T7-T11)."""
+"""Token budget, chunked prefill and `long_prefill_token_threshold` (§3.0, §3.1, §9.A.4; T7-T11)."""
 
 from __future__ import annotations
 

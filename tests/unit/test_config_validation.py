@@ -1,7 +1,7 @@
-"""SchedulerConfig validation: every bad field is a one-line SpecError naming `config.<field>` and the value (brief item 3).
+"""SchedulerConfig validation: every bad field is a one-line SpecError naming `config.<field>` and the value.
 
-The bounds follow vLLM 0.33.0's `SchedulerConfig` (field bounds and `verify_max_model_len`,
-config/scheduler.py:317-362; doc §2.3 "Validation").
+The bounds follow vLLM 0.33.0's `SchedulerConfig` (field bounds and
+vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len; §2.3 "Validation").
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ INVALID = [
     ("max_num_scheduled_tokens", {"max_num_scheduled_tokens": -1}),
     ("max_num_scheduled_tokens", {"max_num_scheduled_tokens": "x"}),
     ("max_num_active_seqs", {"max_num_active_seqs": 0}),
-    ("max_num_active_seqs", {"max_num_active_seqs": 17}),  # > max_num_seqs (16): config/scheduler.py:338-345
+    # > max_num_seqs (16): vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len (338-345)
+    ("max_num_active_seqs", {"max_num_active_seqs": 17}),
     ("long_prefill_token_threshold", {"long_prefill_token_threshold": -1}),
-    ("long_prefill_token_threshold", {"long_prefill_token_threshold": 9000}),  # > max_model_len 8192 (:355-360)
+    # > max_model_len 8192: vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len (355-360)
+    ("long_prefill_token_threshold", {"long_prefill_token_threshold": 9000}),
     ("long_prefill_token_threshold", {"long_prefill_token_threshold": 1.0}),
     ("long_prefill_token_threshold_adaptive", {"long_prefill_token_threshold_adaptive": 1}),
     ("enable_chunked_prefill", {"enable_chunked_prefill": "yes"}),
@@ -55,7 +57,7 @@ INVALID = [
 
 @pytest.mark.parametrize("field,kwargs", INVALID, ids=[f"{f}={v!r}" for f, kw in INVALID for v in kw.values()])
 def test_invalid_field_is_a_one_line_spec_error(field, kwargs):
-    """Brief item 3: each invalid SchedulerConfig field -> SpecError, one line, naming config.<field> and the value."""
+    """Each invalid SchedulerConfig field -> SpecError, one line, naming config.<field> and the value."""
     with pytest.raises(SpecError) as exc:
         SchedulerConfig(**kwargs)
     assert_one_line_error(exc.value, field, kwargs[field])

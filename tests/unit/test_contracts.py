@@ -104,7 +104,8 @@ def test_every_contract_holds_on_the_reference(args):
         assert explain(name, *full).holds
 
 
-# The feature contracts' goldens (issue 7): CrossHair's arguments, a Draws among them, beside the replay.
+# The feature contracts' goldens (prefix caching, spec decode, async scheduling): CrossHair's arguments,
+# a Draws among them, beside the replay.
 FEATURE_GOLDEN = {
     "Z2-no-async-max-tokens-skip": ("check_all_with_async", "Knobs(1, 8, 2, 3, 0, 8, 1, 0, 3, -1, 0), "
                                     "Ask(0, 5, 2, 0, 0, 0), Ask(2, 0, 0, 0, 0, 0), Ask(0, 0, 3, 2, 0, -1), 3, "

@@ -5,7 +5,7 @@ requests, to keep the O(N^3) evaluation on ints quick) is stepped by both,
 with the fake model's sampled tokens, and compared through the encoding's
 abstraction. Under each mutant of a shared rule the two must still agree:
 that is what "a planted bug is written once" means. The encoding covers the
-core scope here; sync spec decode and prefix caching (issue 7), then async
+core scope here; sync spec decode and prefix caching, then async
 scheduling (the engine loop's schedule-then-absorb step), are compared at the
 end of the file.
 """
@@ -101,7 +101,7 @@ def test_the_two_cases_of_the_step_cover_it_exactly():
     assert checked > 500 and seen == {0, 1}
 
 
-# ---- Sync spec decode and prefix caching (issue 7): the feature encoding against the reference's engine loop. ----
+# ---- Sync spec decode and prefix caching: the feature encoding against the reference's engine loop. ----
 
 def feature_workloads(family, count, seed=21):
     """Synchronous workloads of a feature family. In the spec-decode family every other one gets one-token
@@ -162,7 +162,7 @@ def test_a_mutant_of_a_rule_moves_the_feature_encoding_with_the_reference(mutant
                     assert compare_features(*step) == [], (mutant.name, w.name, step[0].current_step)
 
 
-# ---- Async scheduling (issue 7): the engine loop's step, schedule then absorb the step in flight. ----
+# ---- Async scheduling: the engine loop's step, schedule then absorb the step in flight. ----
 
 def test_no_drift_under_async_scheduling():
     from schedspec.proofs.drift_async import async_steps, compare_async

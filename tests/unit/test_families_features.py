@@ -1,4 +1,4 @@
-"""Each issue-7 family exercises the feature it is named after, over a few dozen workloads.
+"""Each feature family (prefix caching, spec decode, async) exercises the feature it is named after, over a few dozen workloads.
 
 A family that agreed with vLLM on 300 workloads proves little if none of
 them evicted a cached block or rejected a draft. What the step records show

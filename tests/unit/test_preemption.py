@@ -1,4 +1,4 @@
-"""Preemption by recompute under FCFS (doc §3.1, §4, §8 T16, §8b D1 and exp3, §9 items 6, 7, 9, 10)."""
+"""Preemption by recompute under FCFS (§3.1, §4, §8 T16, §8b D1 and exp3, §9.A.6, §9.A.7, §9.A.9, §9.A.10)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_T16_preempt_during_execution():
 
 
 def test_T16_stale_output_blocks_resume_until_delivered():
-    """§6/§9 item 9: a PREEMPTED request whose pre-preemption output is still in flight is skipped by the waiting pass.
+    """§6/§9.A.9: a PREEMPTED request whose pre-preemption output is still in flight is skipped by the waiting pass.
 
     In T16 after s2, free blocks are made available by aborting r0; r1 still waits (stale 80) until s1's output lands.
     """
@@ -99,7 +99,7 @@ def test_D1_self_preemption_livelock():
 
 
 def test_D1_livelock_trace_ends_at_max_steps():
-    """D1 through the workload loop: the trace cannot drain, so it ends with end == "max_steps" (§9 item 10)."""
+    """D1 through the workload loop: the trace cannot drain, so it ends with end == "max_steps" (§9.A.10)."""
     cfg = config(block_size=16, num_gpu_blocks=3)
     w = Workload(cfg, (WorkloadRequest(Request("0", (0,) * 32, max_tokens=16, ignore_eos=True)),), max_steps=12)
     trace = simulate(w)
@@ -149,7 +149,7 @@ def test_I7_preempted_state_and_no_admission_in_preempting_step():
 
 
 def test_fcfs_self_preemption_then_resume_at_end_of_running():
-    """§3.1/§9 item 7: FCFS preempts the tail (here the request itself, ending the pass); a resume appends to `running`.
+    """§3.1/§9.A.7: FCFS preempts the tail (here the request itself, ending the pass); a resume appends to `running`.
 
     bs 4, 5 usable blocks; a (8 tokens) and b (8 tokens) prefill (4 blocks); both decode; the 3rd block
     preempts b; a finishes (max_tokens 2), b resumes at the end of running.
@@ -171,7 +171,7 @@ def test_fcfs_self_preemption_then_resume_at_end_of_running():
 
 
 def test_stale_output_can_finish_a_preempted_request():
-    """§6/§9 item 9: stale output is delivered to the PREEMPTED request and may finish it (the stopped_preempted path).
+    """§6/§9.A.9: stale output is delivered to the PREEMPTED request and may finish it (the stopped_preempted path).
 
     T16 with r1 at max_tokens 1: s1's [42] reaches max_tokens while r1 is PREEMPTED -> FINISHED_LENGTH_CAPPED,
     removed from `waiting` and `requests`, reported by the next schedule().

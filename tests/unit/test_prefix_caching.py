@@ -1,6 +1,6 @@
 """Prefix caching on both engines: hits, the hit cap, and the block ids the free order decides.
 
-Scenarios and numbers from the semantics doc: §8 T41/T43/T44/T45 (vLLM's
+Scenarios and numbers: §8 T41/T43/T44/T45 (vLLM's
 `test_prefix_caching.py` and `test_async_scheduler.py`, replayed through the
 scheduler instead of the bare `KVCacheManager`: a request freed there is
 aborted here, which frees the same blocks in the same order), §8b D5/D6, and

@@ -1,4 +1,4 @@
-"""The PRIORITY policy: admission order, victim choice, refunds, self-preemption (doc §3.1, §4, §8 T17-T30, §8b P1)."""
+"""The PRIORITY policy: admission order, victim choice, refunds, self-preemption (§3.1, §4, §8 T17-T30, §8b P1)."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_T21_R4_without_throttle():
     """T21 R4, core rules only (no throttle): A (prio 9) cannot get a 3rd block, is the max victim, preempts itself
     and the pass continues (§3.1 PRIORITY), so C is still scheduled and RUNNING: {B: 1, C: 1}, preempted {A}.
 
-    The test's own assertion ("C is scheduled and RUNNING") holds; §9 item 22 notes vLLM's R4 reaches it
+    The test's own assertion ("C is scheduled and RUNNING") holds; §9.A.22 notes vLLM's R4 reaches it
     without preempting because throttling defers A.
     """
     state = _t21_through_r3()
@@ -224,8 +224,9 @@ def test_T21_R4_without_throttle():
 
 
 def test_priority_victim_skipped_at_lower_index_adjusts_req_index():
-    """§9 item 22 / I-9: a running request skipped earlier in the pass (owes 0), at a lower index, is the PRIORITY victim;
-    `req_index` is decremented (:946-948) so the request after the current one is still scheduled.
+    """§9.A.22 / I-9: a running request skipped earlier in the pass (owes 0), at a lower index, is the PRIORITY victim;
+    `req_index` is decremented (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (945-948)) so the request after the
+    current one is still scheduled.
 
     bs 4, 5 usable blocks. X (prio 9, 4 tokens) runs alone; Y (prio 0, 4 tokens) and Z (prio 1, 6 tokens)
     join: running [X, Y, Z], 0 free. X's last output does not come back (owes 0). Next step: X skipped,

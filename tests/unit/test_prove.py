@@ -19,7 +19,7 @@ def test_every_invariant_is_inductive_for_two_requests(fcfs):
 
 
 def test_the_d1_livelock_is_found_and_replayed():
-    """A request whose full sequence needs more blocks than the pool has waits forever (semantics doc D1)."""
+    """A request whose full sequence needs more blocks than the pool has waits forever (D1)."""
     r = liveness.check("no-livelock", 1, True)
     assert r.verdict == "violated"
     need = r.counterexample["blocks_needed"]

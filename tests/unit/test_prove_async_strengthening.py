@@ -6,7 +6,7 @@ hold placeholders that no step in flight accounts for. A state invariant
 earns its place in the catalogue only if every reachable state satisfies
 it, so it is checked here on the reference's own engine loop (batch queue of
 2) and, for stale output, on vLLM's own preemption scenario driven by hand
-with three steps in flight (semantics §6: a preempted request whose output
+with three steps in flight (§6: a preempted request whose output
 is still in flight).
 """
 

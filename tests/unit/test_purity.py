@@ -1,11 +1,11 @@
-"""The pure API: no input is ever mutated, results depend only on the arguments (brief item 4).
+"""The pure API: no input is ever mutated, results depend only on the arguments.
 
 `schedspec.reference_impl.{add_request, abort, schedule, update_from_output}` thaw the frozen state,
 run vLLM's algorithm on a mutable copy and freeze the result. These tests compare every input with a
 deep copy taken before the call (the state holds dicts, so an in-place change would otherwise go unseen),
 run each call twice, and check on random small workloads that (a) the same workload gives the same trace
 twice and (b) driving the pure API step by step gives exactly the trace of `simulate` (which keeps one
-thawed scheduler for the whole run), with the structural invariants of doc §7 holding after every call.
+thawed scheduler for the whole run), with the structural invariants of §7 holding after every call.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_old_state_still_usable_after_stepping():
 
 
 class PureEngine:
-    """The `Engine` protocol over the pure API, asserting doc §7 invariants after every call."""
+    """The `Engine` protocol over the pure API, asserting §7 invariants after every call."""
 
     name = "reference"
 
@@ -216,6 +216,6 @@ def test_same_workload_same_trace_twice(workload):
 @PROPERTY
 @given(small_workloads())
 def test_pure_api_matches_simulate_and_keeps_invariants(workload):
-    """The pure API driven call by call gives simulate's exact trace, and doc §7 invariants hold after every call."""
+    """The pure API driven call by call gives simulate's exact trace, and §7 invariants hold after every call."""
     pure = engine_loop.run(PureEngine(workload.config), workload)
     assert pure.to_json() == simulate(workload).to_json()

@@ -1,8 +1,9 @@
-"""Speculative-decode bookkeeping in the sync scheduler (doc §3.1 drafts, §5 rollback, §8 T36, §8b D3/D4, §9 items 12-14).
+"""Speculative-decode bookkeeping in the sync scheduler (§3.1 drafts, §5 rollback, §8 T36, §8b D3/D4, §9.A.12-§9.A.14).
 
 The reference has no drafter and no `update_draft_token_ids`; the drafts a sync engine would set after
 `update_from_output` are written into the request's state (`spec_token_ids`), which is what vLLM's
-`update_draft_token_ids` does for a request that is not a prefill chunk (scheduler.py:2862-2881).
+`update_draft_token_ids` does for a request that is not a prefill chunk
+(vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_all_drafts_accepted():
 
 
 def test_trim_after_stop_keeps_C_one_short_of_T():
-    """§9 item 12: a spec step trimmed by a stop token: C0+1+S, minus S-(m-1) rejected, minus m-j trimmed = C0+j = T_after-1.
+    """§9.A.12: a spec step trimmed by a stop token: C0+1+S, minus S-(m-1) rejected, minus m-j trimmed = C0+j = T_after-1.
 
     C0 = 10, T = 11, S = 3, sampled [1, 42, 3, 4] (m = 4, stop token 42 at j = 2) -> C = 12, T = 13, outputs [100, 1, 42].
     """
@@ -99,7 +100,7 @@ def test_trim_after_stop_keeps_C_one_short_of_T():
 
 
 def test_threshold_trims_drafts():
-    """§9 item 4.3: the threshold caps any n, spec decodes included: thr 2 with 3 drafts -> n = 2, spec [first draft]."""
+    """§9.A.4: the threshold caps any n, spec decodes included: thr 2 with 3 drafts -> n = 2, spec [first draft]."""
     cfg = config(long_prefill_token_threshold=2)
     state = new_state(cfg, make_request(0, 10), make_request(1, 10))  # two requests: thr is in force
     for _ in range(5):  # the prompts are chunked by 2 as well
@@ -231,7 +232,7 @@ def test_T48_no_padding_up_to_max_model_len(make):
     its one output makes T=32=L -> FINISHED_LENGTH_CAPPED.
     vLLM's test injects C=30 into the request; here it is a prefix hit instead: bs=10, and a filler with the
     first 30 tokens runs one step first, so its 3 full blocks are cached and it is decoding (no prefill in the
-    batch, a running request scheduled: padding is considered). Control, same steps with L=33 (§9 item 15:
+    batch, a running request scheduled: padding is considered). Control, same steps with L=33 (§9.A.15:
     30 + 3 <= 33): padded to 2 tokens with spec [-1], so the L=32 case cannot pass on an engine that never pads."""
     cand = tuple(range(200, 231))
     for max_model_len, n, spec in ((32, 1, None), (33, 2, (-1,))):

@@ -1,4 +1,4 @@
-"""Stop checking and trimming (doc §5 check_stop and append_and_check, §8 T31-T33, §9 items 11-12)."""
+"""Stop checking and trimming (§5 check_stop and append_and_check, §8 T31-T33, §9.A.11-§9.A.12)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_eos_wins_over_length_cap_on_same_token():
 
 
 def test_stop_tokens_apply_under_ignore_eos():
-    """§9 item 11: ignore_eos nulls eos_token_id but the request's stop tokens still apply."""
+    """§9.A.11: ignore_eos nulls eos_token_id but the request's stop tokens still apply."""
     r = _live([10, 42], max_tokens=20, ignore_eos=True, stop_token_ids=[42])
     assert check_stop(r, 100) is True
     assert r.stop_reason == 42
@@ -137,7 +137,7 @@ def test_max_tokens_through_the_engine_loop():
 
 
 def test_max_model_len_caps_at_L():
-    """§9 item 1: check_stop stops at T >= L: prompt 6, L 8 -> exactly 2 outputs, LENGTH_CAPPED."""
+    """§9.A.1: check_stop stops at T >= L: prompt 6, L 8 -> exactly 2 outputs, LENGTH_CAPPED."""
     state = new_state(config(max_num_batched_tokens=64, max_model_len=8), make_request(0, 6, max_tokens=100))
     _, state, f1 = step(state)
     _, state, f2 = step(state)

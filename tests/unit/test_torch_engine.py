@@ -125,7 +125,7 @@ def _two(policy: str, requests: list[tuple[str, int, int, int, float]], blocks: 
 
 
 @pytest.mark.parametrize("workload", [
-    # P1 (semantics doc §8b): B (priority 9) must grow; PRIORITY preempts B itself and continues.
+    # P1 (§8b): B (priority 9) must grow; PRIORITY preempts B itself and continues.
     _two("priority", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
     _two("fcfs", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
     # exp3: four 8-token requests on 8 usable blocks; all need a third block at once (FCFS tail victims).

@@ -1,6 +1,6 @@
-"""The torch engine on the three features of issue 7: spec decode, async scheduling, prefix caching.
+"""The torch engine on the three features: spec decode, async scheduling, prefix caching.
 
-Scenario numbers come from the semantics doc (§6 D2, §8 T40/T41, §8b D3-D6),
+Scenario numbers come from §6 D2, §8 T40/T41 and §8b D3-D6,
 driven through `TorchEngine` (one instance, the Engine protocol) with the
 model's answers given by hand where the doc gives them. The differential
 tests then hold the engine against the reference over workloads with every
@@ -196,7 +196,7 @@ def test_every_feature_together_in_one_batch():
 
 @pytest.mark.parametrize("family", ["prefix-caching", "spec-decode", "async"])
 def test_feature_families_in_one_batch(family):
-    """The certify families of issue 7 (sync spec decode with preemption under caching among them)."""
+    """The certify families of the three features (sync spec decode with preemption under caching among them)."""
     workloads = [generate(family, 0, i) for i in range(40)]
     for w, t in zip(workloads, run_batch(workloads, "cpu")):
         assert_same(simulate(w), t)

@@ -118,7 +118,8 @@ def test_the_factory_reuses_one_driver(factory: SharedDriverFactory) -> None:
 @needs_vllm
 def test_async_outputs_are_absorbed_oldest_first(factory: SharedDriverFactory) -> None:
     """The driver keeps every scheduled output until it is updated; an update must name the oldest, as
-    vLLM's batch queue does (core.py:708-822), and a refused update leaves the driver serving."""
+    vLLM's batch queue does (vllm/v1/engine/core.py:EngineCore.step_with_batch_queue), and a refused update leaves the
+    driver serving."""
     from schedspec.spec.output import ModelRunnerOutput
     from schedspec.spec.request import Request
 

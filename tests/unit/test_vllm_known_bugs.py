@@ -5,17 +5,18 @@ release that fixes it makes the test fail, and the pin can go) and shows
 what the spec does instead. The vLLM half needs the vLLM venv and is skipped
 without it.
 
-* exp1 (semantics §8b, §9 A.4.5): with spec decode, the long-prefill
+* exp1 (§8b, §9.A.4): with spec decode, the long-prefill
   threshold is applied after the padding of a decode-like admission, so
   `1 <= long_prefill_token_threshold < 1 + k` clips a padded admission below
   1 + k and `assert num_new_tokens == 1 + self.num_spec_tokens`
-  (scheduler.py:1579) kills the engine. The spec refuses that config
+  (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579)) kills the engine. The spec refuses that config
   (`spec/config.py`) rather than crash; the harness never generates it.
 * Padding livelocks (found by the invariant monitors' `progress-when-idle`
   analysis of the spec-decode family). A lone waiting request whose prefix
   hit leaves exactly one token is "decode-like" (C > 0), so it is padded to
   1 + k tokens. If 1 + k exceeds the token budget the waiting pass breaks
-  ("prefer to not schedule than schedule un-padded", scheduler.py:1326-1328),
+  ("prefer to not schedule than schedule un-padded",
+  vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1326-1328)),
   and if the padded slots need a block more than the pool has, the
   allocation fails; either way it breaks before anything else runs, every
   step, forever, although the request alone would fit un-padded. This is
@@ -55,7 +56,8 @@ def test_exp1_config_is_refused_by_the_spec():
 @needs_vllm
 def test_exp1_vllm_crashes_on_a_clipped_padded_admission():
     """exp1: k=3 ngram, APC, threshold 2. A 33-token r1 runs; an identical r2 is a full hit (C=32, n=1),
-    padded to 1+k=4, clipped to 2 by the threshold -> AssertionError at scheduler.py:1579."""
+    padded to 1+k=4, clipped to 2 by the threshold -> AssertionError at
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579)."""
     raw = {**dataclasses.asdict(SchedulerConfig(enable_prefix_caching=True, num_speculative_tokens=K)),
            "long_prefill_token_threshold": THRESHOLD}
     factory = vllm_engine_factory()

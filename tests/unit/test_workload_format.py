@@ -1,4 +1,4 @@
-"""Workload and trace JSON: one-line errors naming the JSON path, lossless round trips (brief item 3)."""
+"""Workload and trace JSON: one-line errors naming the JSON path, lossless round trips."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_abort_of_unknown_request():
 
 @pytest.mark.parametrize("length", [64, 65])
 def test_prompt_not_shorter_than_max_model_len(length):
-    """§2.3/§9 item 1: a generate prompt of L or more is rejected upstream (L = 64 here)."""
+    """§2.3/§9.A.1: a generate prompt of L or more is rejected upstream (L = 64 here)."""
     data = base_json()
     data["requests"][0]["prompt_token_ids"] = [1] * length
     err = expect_error(data, ".requests[0].prompt_token_ids")
