@@ -14,11 +14,15 @@ from typing import Any
 
 from ..spec.errors import SpecError
 from ..spec.jsonio import read_json, write_json_atomic
-from ..spec.workload import Workload
+from ..spec.workload import Workload, file_kind
 from .compare import LEVELS
 from .differ import Divergence
 
 COUNTEREXAMPLE_VERSION = 1
+_OTHER_COMMAND = {
+    "workload": "run it with `schedspec simulate`",
+    "trace": "check its invariants with `schedspec check`",
+}
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,15 @@ class Counterexample:
     def load(cls, path: str) -> "Counterexample":
         data = read_json(path)
         where = f"{path}:counterexample"
-        if not isinstance(data, dict) or data.get("version") != COUNTEREXAMPLE_VERSION or data.get("kind") != "divergence":
-            raise SpecError(f"{where}.version", data.get("version") if isinstance(data, dict) else data,
-                            "is not a schedspec counterexample, version 1")
+        kind = file_kind(data)
+        if kind != "counterexample":  # a file handed to the wrong command: say what it is, and where it goes
+            found = "keys " + ", ".join(data) if isinstance(data, dict) else data
+            if kind is None:
+                raise SpecError(path, found, "is not a schedspec counterexample (no kind 'divergence')")
+            raise SpecError(path, found, f"is a {kind}, not a counterexample; {_OTHER_COMMAND[kind]}")
+        if data.get("version") != COUNTEREXAMPLE_VERSION:
+            raise SpecError(f"{where}.version", data.get("version"),
+                            f"is not a counterexample format this schedspec reads (version {COUNTEREXAMPLE_VERSION})")
         for key in ("engines", "level", "divergence", "workload"):
             if key not in data:
                 raise SpecError(f"{where}.{key}", None, "is required")

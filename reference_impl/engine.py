@@ -7,12 +7,14 @@ runs, without copying every request twice per step.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import SchedulerState
-from ..spec.trace import FinishedRequest, RequestSummary, StateSummary, Trace
+from ..spec.trace import FinishedRequest, RequestSummary, StateSummary, StepRecord, Trace
 from ..spec.workload import Workload
 from .api import freeze, thaw
 
@@ -56,3 +58,8 @@ class ReferenceEngine:
 
 def simulate(workload: Workload) -> Trace:
     return engine_loop.run(ReferenceEngine(workload.config), workload)
+
+
+def simulate_steps(workload: Workload) -> Iterator[StepRecord]:
+    """The same run, a step at a time: for a consumer that streams it (`schedspec simulate`) and keeps none."""
+    return engine_loop.steps(ReferenceEngine(workload.config), workload)

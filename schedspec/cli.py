@@ -10,26 +10,23 @@ given, so nothing a user wrote is lost.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from rich.console import Console
 
 from .spec.errors import SpecError
-from .spec.jsonio import write_json_atomic
 
 EXIT_USER_ERROR = 2
 
 
-def check_writable(path: str | None, force: bool, option: str) -> None:
-    """Refuse to overwrite a file unless asked to: it may be the user's own."""
-    if path and os.path.exists(path) and not force:
-        raise SpecError(option, path, "exists; pass --force to overwrite it")
-
-
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
-    from .reference_impl import simulate
+    """Stream the run: each step goes to the table, the trace file and the plot as it is made, then is dropped."""
+    from .reference_impl.engine import ENGINE_NAME, simulate_steps
+    from .report import StepTable
+    from .tracefile import TraceWriter, trace_end
     from .workloads import BUILTIN, load_workload
 
     if args.list:
@@ -38,25 +35,56 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.workload is None:
         raise SpecError("WORKLOAD", None, "is required (a workload file or a built-in name; see --list)")
-    check_writable(args.out, args.force, "--out")
-    check_writable(args.plot, args.force, "--plot")
-    trace = simulate(load_workload(args.workload))
-    from .report import print_steps
+    from .outdir import check_output_file
 
-    print_steps(trace, console)
-    if args.out:
-        write_json_atomic(args.out, trace.to_json())
-        console.print(f"trace written to {args.out}")
+    check_output_file(args.out, args.force, "--out")
+    check_output_file(args.plot, args.force, "--plot")
+    workload = load_workload(args.workload)
+    table = StepTable(workload)
+    step_views = [] if args.plot else None
+    finished: set[str] = set()
+    last = None
+    with TraceWriter(args.out, workload, ENGINE_NAME) if args.out else contextlib.nullcontext() as trace_file:
+        for last in simulate_steps(workload):
+            view = table.add(last)
+            finished.update(last.finished)
+            if trace_file is not None:
+                trace_file.add(last)
+            if step_views is not None:
+                step_views.append(view)
+        end = trace_end(last, workload)
+        console.print(table.table(ENGINE_NAME, end))
+        if end == "max_steps":  # the caption alone read like a normal end
+            unfinished = len(workload.requests) - len(finished)
+            why = (f"with {unfinished} requests unfinished: a livelock, or max_steps too small" if unfinished
+                   else "before the last finish was reported: max_steps too small")
+            console.print(f"stopped at max_steps={workload.max_steps} {why}", style="yellow", markup=False, highlight=False)
+        if trace_file is not None:
+            trace_file.finish(end)
+            console.print(f"trace written to {args.out}", markup=False, highlight=False)
     if args.plot:
-        from .plot import plot_timelines
+        from .plot import plot_panels
 
-        plot_timelines([trace], args.plot)
-        console.print(f"timeline written to {args.plot}")
+        plot_panels([(workload, ENGINE_NAME, step_views)], args.plot)
+        console.print(f"timeline written to {args.plot}", markup=False, highlight=False)
     return 0
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse's own errors (`--jobs abc`, a missing value) as one line, like every other bad input.
+
+    argparse prints the usage block and then the error; a CI log then shows
+    a wall of options above the one line that matters. `--help` still
+    prints the usage.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        print(f"schedspec: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler.")
+    parser = _OneLineErrors(prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="run a workload through the reference scheduler and print its steps")

@@ -126,6 +126,8 @@ def check_output_file(path: str | None, force: bool, option: str) -> None:
     if os.path.exists(path) and not force:
         raise SpecError(option, path, "exists; pass --force to overwrite it")
     parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):  # missing folders are created on writing: the nearest one that exists decides
+        parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise SpecError(option, path, f"cannot be written: the folder {parent} does not exist")
+        raise SpecError(option, path, f"cannot be written: {parent} is a file, not a folder")
     probe_writable(parent, option)

@@ -14,23 +14,31 @@ from typing import Sequence
 
 from .spec.jsonio import write_bytes_atomic
 from .spec.trace import Trace
-from .steps import views
+from .spec.workload import Workload
+from .steps import StepView, views
 
 
 def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None,
                    mark_step: int | None = None) -> None:
     """`mark_step` draws a vertical line through every panel there: where two engines diverged."""
+    panels = [(t.workload, title, views(t)) for t, title in zip(traces, titles or [t.engine for t in traces])]
+    plot_panels(panels, path, mark_step)
+
+
+def plot_panels(panels: Sequence[tuple[Workload, str, Sequence[StepView]]], path: str,
+                mark_step: int | None = None) -> None:
+    """The same from step views: a streamed run keeps its views, not its records."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(traces), 1, figsize=(12, 3.6 * len(traces)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), sharex=True, squeeze=False)
     cmap = plt.get_cmap("tab20")
     colour: dict[str, object] = {}
-    for ax, trace, title in zip(axes[:, 0], traces, titles or [t.engine for t in traces]):
-        budget = trace.workload.config.token_budget
-        for v in views(trace):
+    for ax, (workload, title, step_views) in zip(axes[:, 0], panels):
+        budget = workload.config.token_budget
+        for v in step_views:
             ax.bar(v.step, v.decode_tokens, color="0.6", width=0.85, label="decodes" if v.step == 0 else None)
             bottom = v.decode_tokens
             for rid, n in v.prefill_chunks:
@@ -47,7 +55,7 @@ def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | N
             ax.axvline(mark_step, color="red", linestyle=":", linewidth=1.2, label=f"diverges at step {mark_step}")
         ax.set_ylim(0, budget * 1.25)
         ax.set_ylabel("scheduled tokens")
-        ax.set_title(f"{trace.workload.name or 'workload'}: {title}", fontsize=10)
+        ax.set_title(f"{workload.name or 'workload'}: {title}", fontsize=10)
         ax.legend(loc="upper right", fontsize=7)
     axes[-1, 0].set_xlabel("step (red: preemption)")
     fig.tight_layout()

@@ -2,6 +2,11 @@
 
 Quiet steps (pure decode, nothing admitted, preempted or finished) are folded
 into one line per run of them, so a 1000-step trace still reads as its events.
+
+The table is built a step at a time (`StepTable.add`), so that a streamed run
+keeps only the rows, a few short strings each, and never the records: the
+records carry every live request's state and are what made a 50,000-request
+simulation take gigabytes.
 """
 
 from __future__ import annotations
@@ -9,10 +14,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .spec.trace import Trace
-from .steps import StepView, views
+from .spec.trace import StepRecord, Trace
+from .spec.workload import Workload
+from .steps import StepView, step_view
 
 MAX_LISTED = 4
+_COLUMNS = [("step", "right"), ("tokens", "right"), ("decodes", "right"), ("prefill chunks", "left"),
+            ("admitted (*resumed)", "left"), ("preempted", "left"), ("finished", "left"),
+            ("run", "right"), ("wait", "right"), ("free blk", "right")]
 
 
 def _ids(ids: tuple[str, ...]) -> str:
@@ -31,38 +40,57 @@ def _quiet(v: StepView, prev: StepView | None) -> bool:
             and (v.decode_reqs, v.running, v.waiting) == (prev.decode_reqs, prev.running, prev.waiting))
 
 
-def step_table(trace: Trace) -> Table:
-    w = trace.workload
-    table = Table(title=f"{w.name or 'workload'}: {len(trace.steps)} steps, budget {w.config.token_budget}, "
-                        f"{w.config.num_usable_blocks} usable blocks, {w.config.policy}",
-                  caption=f"engine: {trace.engine}; end: {trace.end}")
-    for col, justify in [("step", "right"), ("tokens", "right"), ("decodes", "right"), ("prefill chunks", "left"),
-                         ("admitted (*resumed)", "left"), ("preempted", "left"), ("finished", "left"),
-                         ("run", "right"), ("wait", "right"), ("free blk", "right")]:
-        wraps = col in ("prefill chunks", "admitted (*resumed)", "finished")
-        table.add_column(col, justify=justify, no_wrap=not wraps, min_width=16 if wraps else None)
-    prev: StepView | None = None
-    folded: list[StepView] = []
+class StepTable:
+    """The rows of the table so far; a run of quiet steps is held as its first and last view only."""
 
-    def flush() -> None:
-        if folded:
-            a, b = folded[0], folded[-1]
-            table.add_row(f"{a.step}-{b.step}" if a is not b else str(a.step), str(a.total), str(a.decode_reqs),
-                          "", "", "", "", str(b.running), str(b.waiting), str(b.free_blocks), style="dim")
-            folded.clear()
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.num_steps = 0
+        self._rows: list[tuple[tuple[str, ...], str | None]] = []  # (cells, style)
+        self._prev: StepView | None = None
+        self._folded: tuple[StepView, StepView] | None = None
 
-    for v in views(trace):
-        if _quiet(v, prev):
-            folded.append(v)
+    def add(self, record: StepRecord) -> StepView:
+        """Take one step's record; its view is returned for whoever else draws the run (the plot)."""
+        v = step_view(record, self.workload)
+        self.num_steps += 1
+        if _quiet(v, self._prev):
+            self._folded = (self._folded[0] if self._folded else v, v)
         else:
-            flush()
+            self._flush()
             admitted = v.new + tuple(f"*{rid}" for rid in v.resumed)
-            table.add_row(str(v.step), str(v.total), str(v.decode_reqs), _chunks(v.prefill_chunks), _ids(admitted),
-                          _ids(v.preempted), _ids(v.finished), str(v.running), str(v.waiting),
-                          str(v.free_blocks), style="bold red" if v.preempted else None)
-        prev = v
-    flush()
-    return table
+            self._rows.append(((str(v.step), str(v.total), str(v.decode_reqs), _chunks(v.prefill_chunks), _ids(admitted),
+                                _ids(v.preempted), _ids(v.finished), str(v.running), str(v.waiting), str(v.free_blocks)),
+                               "bold red" if v.preempted else None))
+        self._prev = v
+        return v
+
+    def _flush(self) -> None:
+        if self._folded:
+            a, b = self._folded
+            self._rows.append(((f"{a.step}-{b.step}" if a is not b else str(a.step), str(a.total), str(a.decode_reqs),
+                                "", "", "", "", str(b.running), str(b.waiting), str(b.free_blocks)), "dim"))
+            self._folded = None
+
+    def table(self, engine: str, end: str) -> Table:
+        self._flush()
+        w = self.workload
+        table = Table(title=f"{w.name or 'workload'}: {self.num_steps} steps, budget {w.config.token_budget}, "
+                            f"{w.config.num_usable_blocks} usable blocks, {w.config.policy}",
+                      caption=f"engine: {engine}; end: {end}")
+        for col, justify in _COLUMNS:
+            wraps = col in ("prefill chunks", "admitted (*resumed)", "finished")
+            table.add_column(col, justify=justify, no_wrap=not wraps, min_width=16 if wraps else None)
+        for cells, style in self._rows:
+            table.add_row(*cells, style=style)
+        return table
+
+
+def step_table(trace: Trace) -> Table:
+    steps = StepTable(trace.workload)
+    for record in trace.steps:
+        steps.add(record)
+    return steps.table(trace.engine, trace.end)
 
 
 def print_steps(trace: Trace, console: Console | None = None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .spec.trace import StepRecord, Trace
+from .spec.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class StepView:
 
 
 def views(trace: Trace) -> list[StepView]:
-    prompt_len = {r.request_id: r.request.num_prompt_tokens for r in trace.workload.requests}
-    return [_view(record, prompt_len) for record in trace.steps]
+    return [step_view(record, trace.workload) for record in trace.steps]
 
 
-def _view(record: StepRecord, prompt_len: dict[str, int]) -> StepView:
+def step_view(record: StepRecord, workload: Workload) -> StepView:
+    """One step on its own: a run being streamed is viewed a step at a time, never kept whole."""
     o = record.output
     computed_before = {r.req_id: r.num_computed_tokens for r in o.scheduled_new_reqs}
     computed_before.update({r.req_id: r.num_computed_tokens for r in o.scheduled_cached_reqs})
@@ -44,7 +45,7 @@ def _view(record: StepRecord, prompt_len: dict[str, int]) -> StepView:
     chunks = []
     for rid, n in o.num_scheduled_tokens.items():
         num_drafts = len(o.scheduled_spec_decode_tokens.get(rid, ()))
-        if n - num_drafts == 1 and computed_before[rid] >= prompt_len[rid] - 1:
+        if n - num_drafts == 1 and computed_before[rid] >= workload.request(rid).request.num_prompt_tokens - 1:
             decode_reqs += 1
             decode_tokens += n
         else:

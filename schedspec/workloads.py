@@ -9,6 +9,7 @@ caching is on.
 
 from __future__ import annotations
 
+import os
 import zlib
 from typing import Callable
 
@@ -70,9 +71,15 @@ BUILTIN: dict[str, Callable[[], Workload]] = {
 
 
 def load_workload(name_or_path: str) -> Workload:
-    """A built-in name, or a path to a workload JSON file."""
+    """A built-in name, or a path to a workload JSON file, whatever the file is called.
+
+    A built-in name wins over a file of that name in the current folder, so
+    a name means the same workload wherever it is run; `./NAME` is the file.
+    Something that is neither, but looks like a path, goes to the loader so
+    that the error says "no such file".
+    """
     if name_or_path in BUILTIN:
         return BUILTIN[name_or_path]()
-    if name_or_path.endswith(".json") or "/" in name_or_path:
+    if os.path.exists(name_or_path) or name_or_path.endswith(".json") or "/" in name_or_path:
         return Workload.load(name_or_path)
     raise SpecError("WORKLOAD", name_or_path, f"is neither a file nor a built-in ({', '.join(BUILTIN)})")

@@ -6,7 +6,7 @@ vLLM behind a pipe, or a third party's scheduler. The loop that feeds it a
 workload, and the fake model that answers each step, live here, once, so two
 engines can only differ in what they decide, never in how they were driven.
 
-The loop mirrors vLLM's synchronous `EngineCore.step` (core.py:667-697):
+The loop mirrors vLLM's synchronous `EngineCore.step` (vllm/v1/engine/core.py:EngineCore.step):
 arrivals and aborts, then `schedule()`, then the model, then
 `update_from_output()` with that same step's output, then (spec decode) the
 drafter's proposals. Under async scheduling it mirrors
@@ -65,7 +65,6 @@ def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: Stat
     the model samples on; the first mismatch ends the run, so `len(gen)` is
     accepted + 1. The placeholder drafts `-1` (padding, async) never match.
     """
-    prompt_len = {r.request_id: r.request.num_prompt_tokens for r in workload.requests}
     sampled: dict[str, tuple[int, ...]] = {}
     for rid in output.num_scheduled_tokens:
         r = after_schedule.requests[rid]
@@ -73,7 +72,7 @@ def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: Stat
             sampled[rid] = ()
             continue
         drafts = output.scheduled_spec_decode_tokens.get(rid, ())
-        index = r.num_computed_tokens - len(drafts) - prompt_len[rid]
+        index = r.num_computed_tokens - len(drafts) - workload.request(rid).request.num_prompt_tokens
         generated = []
         for j in range(len(drafts) + 1):
             token = workload.sampled_token(rid, index + j)
@@ -121,7 +120,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     """Drive `engine` through `workload` one step at a time, yielding each step's record.
 
     It stops once every request has finished and been reported, or after
-    `workload.max_steps` steps: vLLM 0.33.0 has livelocks (semantics doc D1),
+    `workload.max_steps` steps: vLLM 0.33.0 has livelocks (D1),
     and a trace must end. Lock-step comparison consumes two of these at once.
     """
     if workload.config.async_scheduling:
@@ -134,7 +133,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         model_output = fake_model(workload, output, engine.summary())
         finished.update(engine.update_from_output(output, model_output))
         drafts: dict[str, tuple[int, ...]] = {}
-        if drafter is not None and output.total_num_scheduled_tokens > 0:  # post_step (core.py:699-706)
+        if drafter is not None and output.total_num_scheduled_tokens > 0:  # vllm/v1/engine/core.py:EngineCore.post_step
             drafts = drafter.propose(output, model_output, engine.summary())
             if drafts:
                 engine.update_draft_token_ids(drafts)
@@ -159,7 +158,7 @@ def _arrivals_and_aborts(engine: Engine, workload: Workload, step: int) -> tuple
 
 
 def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
-    """vLLM's `step_with_batch_queue` (core.py:708-822) with a batch queue of 2 (V1 runner, PP = 1).
+    """vLLM's vllm/v1/engine/core.py:EngineCore.step_with_batch_queue with a batch queue of 2 (V1 runner, PP = 1).
 
     Each step schedules if the scheduler has requests (or finished ids to
     report), and runs the fake model on that output at once; the output is
@@ -199,7 +198,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             return
 
 
-ASYNC_BATCH_QUEUE_SIZE = 2  # max_concurrent_batches: 2 for async with PP = 1 (config/vllm.py:588-598)
+ASYNC_BATCH_QUEUE_SIZE = 2  # max_concurrent_batches: 2 for async with PP = 1 (vllm/config/vllm.py:VllmConfig.max_concurrent_batches)
 
 
 def drained_after(record: StepRecord, workload: Workload) -> bool:

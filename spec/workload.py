@@ -6,9 +6,15 @@ samples, and aborts. Two engines given the same workload must produce the
 same trace; that is the whole premise of the conformance harness.
 
 Beyond the schema, `Workload.from_json` applies what vLLM checks before a
-request reaches the scheduler (`input_processor.py:584-606`): a prompt must be
+request reaches the scheduler (`vllm/v1/engine/input_processor.py:InputProcessor._validate_prompt_len (574-602)`): a prompt must be
 shorter than `max_model_len` (a generate prompt of exactly L is rejected), and
 `min_tokens <= max_tokens` (SamplingParams).
+
+`Workload.load`, which reads a workload a user is about to run, also refuses
+one that could only idle (`check_runnable`). Workloads embedded in traces and
+counterexamples are records of runs and are not judged again: the shrinker
+cuts `max_steps` below late arrivals, and some campaign families draw
+prompts larger than their small pools (the engines must agree there too).
 """
 
 from __future__ import annotations
@@ -55,10 +61,24 @@ class Workload:
     max_steps: int = DEFAULT_MAX_STEPS
     filler_token_id: int = DEFAULT_FILLER_TOKEN_ID
     _by_id: dict[str, WorkloadRequest] = field(init=False, repr=False, compare=False)
+    # The engine loop asks for each step's arrivals and aborts: indexed once, so a step
+    # costs what arrives in it, not a scan of every request (50k requests, 12k steps).
+    _arrivals: dict[int, tuple[Request, ...]] = field(init=False, repr=False, compare=False)
+    _aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival or abort
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {r.request_id: r for r in self.requests})
         _check(self)
+        arrivals: dict[int, list[Request]] = {}
+        for r in self.requests:
+            arrivals.setdefault(r.arrival_step, []).append(r.request)
+        aborts: dict[int, list[str]] = {}
+        for a in self.aborts:
+            aborts.setdefault(a.step, []).append(a.request_id)
+        object.__setattr__(self, "_arrivals", {k: tuple(v) for k, v in arrivals.items()})
+        object.__setattr__(self, "_aborts", {k: tuple(v) for k, v in aborts.items()})
+        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts), default=0))
 
     def request(self, request_id: str) -> WorkloadRequest:
         return self._by_id[request_id]
@@ -77,15 +97,11 @@ class Workload:
         return proposals[index] if index < len(proposals) else (0, 0)
 
     def arrivals_at(self, step: int) -> list[Request]:
-        return [r.request for r in self.requests if r.arrival_step == step]
+        """The requests arriving at `step`, in workload order."""
+        return list(self._arrivals.get(step, ()))
 
     def aborts_at(self, step: int) -> list[str]:
-        return [a.request_id for a in self.aborts if a.step == step]
-
-    @property
-    def last_event_step(self) -> int:
-        steps = [r.arrival_step for r in self.requests] + [a.step for a in self.aborts]
-        return max(steps, default=0)
+        return list(self._aborts.get(step, ()))
 
     def replace(self, **changes: Any) -> "Workload":
         fields = {k: getattr(self, k) for k in ("config", "requests", "aborts", "name", "description", "max_steps", "filler_token_id")}
@@ -108,7 +124,7 @@ class Workload:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "workload") -> "Workload":
-        validate(data, "workload", where)
+        validate(_for_schema(data), "workload", where)
         config = SchedulerConfig.from_dict(data["config"], f"{where}.config")
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
         aborts = tuple(Abort(a["step"], a["request_id"]) for a in data.get("aborts", []))
@@ -127,7 +143,40 @@ class Workload:
 
     @classmethod
     def load(cls, path: str) -> "Workload":
-        return cls.from_json(read_json(path), where=f"{path}:workload")
+        """A workload file a user is about to run: one that could only idle is refused here."""
+        data = read_json(path)
+        kind = file_kind(data)
+        if kind in ("trace", "counterexample"):
+            hint = "check it with `schedspec check`" if kind == "trace" else "replay it with `schedspec replay`"
+            raise SpecError(path, _keys(data), f"is a {kind}, not a workload; {hint}")
+        workload = cls.from_json(data, where=f"{path}:workload")
+        check_runnable(workload, where=f"{path}:workload")
+        return workload
+
+
+_TOKEN_ARRAYS = ("prompt_token_ids", "output_token_ids", "stop_token_ids")
+
+
+def _for_schema(data: Any) -> Any:
+    """`data` with each token array the schema would accept cut to one token, for `validate`.
+
+    jsonschema spends microseconds per item: 25 s on a 50,000-request
+    workload, mostly prompt tokens. A non-empty array of plain non-negative
+    ints cannot fail (`integer`, `minimum: 0`); anything else is left to the
+    schema, so the errors are exactly the schema's.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+        return data
+    requests = []
+    for r in data["requests"]:
+        if isinstance(r, dict):
+            r = {k: [0] if k in _TOKEN_ARRAYS and _plain_tokens(v) else v for k, v in r.items()}
+        requests.append(r)
+    return {**data, "requests": requests}
+
+
+def _plain_tokens(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(type(t) is int and t >= 0 for t in v)
 
 
 def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
@@ -200,3 +249,67 @@ def _check(w: Workload) -> None:
             raise SpecError(f"workload.aborts[{i}].step", a.step, "must be >= 0")
     if w.max_steps < 1:
         raise SpecError("workload.max_steps", w.max_steps, "must be >= 1")
+
+
+def file_kind(data: Any) -> str | None:
+    """Which schedspec file this is, by its required keys: to name a file handed to the wrong command."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("kind") == "divergence":
+        return "counterexample"
+    if {"steps", "workload", "engine"} <= data.keys():
+        return "trace"
+    if {"config", "requests"} <= data.keys():
+        return "workload"
+    return None
+
+
+def _keys(data: dict[str, Any]) -> str:
+    return "keys " + ", ".join(data)
+
+
+def check_runnable(w: Workload, where: str = "workload") -> None:
+    """Refuse a workload that would idle to `max_steps` because of how it is written, not how vLLM schedules.
+
+    * An arrival or abort at or after `max_steps` never happens (steps run
+      0 .. max_steps - 1), and the loop cannot drain before it.
+    * A prompt needing more blocks than the pool (less the null block) can
+      never be computed: a block table holds distinct blocks, hits included.
+      With the full-sequence gate (the default) or without chunked prefill
+      it is never admitted, even alone (no watermark then); otherwise it is
+      admitted in chunks and preempts itself once the pool is full, forever.
+    * Without chunked prefill, prefix caching or a threshold a prompt is
+      admitted only whole, so one above the token budget never is.
+
+    A request the workload aborts (at or after its arrival) is exempt. vLLM's
+    own livelocks are modelled, not refused: D1 (the prompt fits, prompt plus
+    outputs does not), the spec-decode padding livelocks, a pool that fits
+    each request alone but not all at once.
+    """
+    c = w.config
+    for i, a in enumerate(w.aborts):
+        if a.step >= w.max_steps:
+            raise SpecError(f"{where}.aborts[{i}].step", a.step,
+                            f"is at or past max_steps ({w.max_steps}), so the abort never happens")
+    aborted = {a.request_id for a in w.aborts if a.step >= w.request(a.request_id).arrival_step}
+    budget = min(c.token_budget, c.max_num_batched_tokens)
+    for i, r in enumerate(w.requests):
+        here = f"{where}.requests[{i}]"
+        if r.arrival_step >= w.max_steps:
+            raise SpecError(f"{here}.arrival_step", r.arrival_step,
+                            f"is at or past max_steps ({w.max_steps}), so the request never arrives")
+        if r.request_id in aborted:
+            continue
+        num_prompt_tokens = r.request.num_prompt_tokens
+        num_blocks = -(-num_prompt_tokens // c.block_size)
+        if num_blocks > c.num_usable_blocks:
+            never = ("it is never admitted" if c.scheduler_reserve_full_isl or not c.enable_chunked_prefill
+                     else "its prefill never completes")
+            raise SpecError(f"{here}.prompt_token_ids", f"<{num_prompt_tokens} tokens>",
+                            f"needs {num_blocks} KV blocks of {c.block_size} tokens but the pool has "
+                            f"{c.num_usable_blocks} (num_gpu_blocks less the null block), so {never}")
+        if (not c.enable_chunked_prefill and not c.enable_prefix_caching and c.long_prefill_token_threshold == 0
+                and num_prompt_tokens > budget):
+            raise SpecError(f"{here}.prompt_token_ids", f"<{num_prompt_tokens} tokens>",
+                            f"is longer than the token budget ({budget}) with chunked prefill off, "
+                            "so it is never admitted")

@@ -60,16 +60,7 @@ NOT_CITATIONS = {
     ("docs/conformance.md", "vllm/v1/core/sched/scheduler.py:1579"): "quotes that traceback",
     ("tests/unit/test_contracts.py", "/x/contracts.py:76"): "CrossHair's report format, fed to the parser",
 }
-# Old citations in files others were rewriting when the glossary landed; the edits that convert them
-# are listed in that change's report. Delete each entry once its file is converted.
-PENDING = {
-    ("spec/engine.py", "core.py:667"): "EngineCore.step",
-    ("spec/engine.py", "core.py:699"): "EngineCore.post_step",
-    ("spec/engine.py", "core.py:708"): "EngineCore.step_with_batch_queue",
-    ("spec/engine.py", "config/vllm.py:588"): "VllmConfig.max_concurrent_batches",
-    ("spec/workload.py", "input_processor.py:584"): "InputProcessor._validate_prompt_len",
-}
-SKIP = NOT_CITATIONS.keys() | PENDING.keys()
+SKIP = NOT_CITATIONS.keys()
 # The checker and its test hold deliberate mistakes and the patterns themselves.
 SELF = {"tests/unit/citations.py", "tests/unit/test_glossary.py"}
 
