@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..spec.engine import run as run_engine
 from ..spec.invariants import check_trace

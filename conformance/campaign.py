@@ -36,8 +36,8 @@ from ..spec.engine import EngineFactory
 from ..spec.invariants import check_trace
 from ..spec.trace import Trace
 from ..spec.workload import Workload
-from .counterexample import Counterexample
 from .compare import compare_records
+from .counterexample import Counterexample
 from .coverage import coverage
 from .differ import DiffResult, Divergence, diff
 from .explain import step_table

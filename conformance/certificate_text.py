@@ -12,7 +12,8 @@ the three apart, as the certificate does.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from xml.etree import ElementTree as ET
 
 from .campaign import WorkloadResult

@@ -33,12 +33,13 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..spec.errors import SpecError
-from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from ..spec.invariants import INVARIANTS
+from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from .campaign import Task, WorkloadResult, run_task, shrink_result, skipped
 from .certificate_text import junit, markdown
 from .compare import LEVELS
@@ -201,7 +202,7 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         "skipped": not_run,
         "invariant_violations": violations,
         "invariants_checked": len(INVARIANTS) + 2,  # the catalogue, plus the two trace-level checks
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -38,7 +38,7 @@ class Counterexample:
 
     @classmethod
     def of(cls, workload: Workload, divergence: Divergence, engine_a: str, engine_b: str, level: str,
-           versions: dict[str, str], original: Workload, shrink_calls: int) -> "Counterexample":
+           versions: dict[str, str], original: Workload, shrink_calls: int) -> Counterexample:
         from .shrink import size
 
         return cls(workload, engine_a, engine_b, level, divergence.to_json(), versions,
@@ -65,7 +65,7 @@ class Counterexample:
         write_json_atomic(path, self.to_json())
 
     @classmethod
-    def load(cls, path: str) -> "Counterexample":
+    def load(cls, path: str) -> Counterexample:
         data = read_json(path)
         where = f"{path}:counterexample"
         kind = file_kind(data)

@@ -30,7 +30,7 @@ The three features (prefix caching, spec decode, async scheduling), each counted
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..spec.request import RequestStatus
 from ..spec.trace import StepRecord

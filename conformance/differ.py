@@ -24,9 +24,10 @@ missed its start deadline usually makes it the second time.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..spec.engine import EngineFactory, steps
 from ..spec.errors import InfrastructureError
@@ -100,7 +101,7 @@ class Divergence:
             "state_before": None if self.state_before is None else self.state_before.to_json(),
         }
 
-    def same_as(self, other: "Divergence | None") -> bool:
+    def same_as(self, other: Divergence | None) -> bool:
         """The same finding again: what replaying a counterexample must give."""
         return other is not None and (self.step, self.field, self.a, self.b) == (other.step, other.field, other.a, other.b)
 
@@ -240,8 +241,9 @@ def diff(
                     result.error = EngineError(side, name, e.kind, step, e.cause)
                     return result
                 except EngineCrash as e:
-                    crash = (str(e), None) if side == "a" else (None, str(e))
-                    result.divergence = Divergence(step, f"engine {side}", *crash, before, (records[0] if records else None, None))
+                    crash_a, crash_b = (str(e), None) if side == "a" else (None, str(e))
+                    result.divergence = Divergence(step, f"engine {side}", crash_a, crash_b, before,
+                                                   (records[0] if records else None, None))
                     return result
             ra, rb = records if len(records) == 2 else (records[0], records[0])
             if ra is None or rb is None:
@@ -265,8 +267,8 @@ def diff(
             before = ra.state
             step += 1
     finally:
-        for e in engines:
-            close = getattr(e, "close", None)
+        for started in engines:  # not `e`, which names an exception above
+            close = getattr(started, "close", None)
             if close is not None:
                 try:
                     close()

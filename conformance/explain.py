@@ -14,7 +14,8 @@ every place shows the same table.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..spec.trace import StepRecord
 from .compare import observables
@@ -51,8 +52,8 @@ def _field(r: StepRecord | None, field: str) -> str:
 def step_table(records_a: Sequence[StepRecord], records_b: Sequence[StepRecord], d: Divergence,
                window: int = WINDOW) -> dict[str, Any]:
     """The diverging step and field, and one row per step from `window` steps before it through it."""
-    by_step_a = {r.step: r for r in records_a}
-    by_step_b = {r.step: r for r in records_b}
+    by_step_a: dict[int, StepRecord | None] = {r.step: r for r in records_a}
+    by_step_b: dict[int, StepRecord | None] = {r.step: r for r in records_b}
     by_step_a.setdefault(d.step, d.records[0])
     by_step_b.setdefault(d.step, d.records[1])
     traced = d.field.startswith(("output.", "state.", "finished"))  # a per-step observable, not a crash or a length

@@ -12,7 +12,8 @@ steps, and small workloads make small counterexamples.
 from __future__ import annotations
 
 import random
-from typing import Callable, Protocol, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from ..spec.config import SchedulerConfig
 from ..spec.request import Request
@@ -157,7 +158,7 @@ def _prompts(d: Draw, n: int, bs: int, max_len: int, planted: Sequence[tuple[int
     """
     prefixes = [tuple(d.int(10, 12) for _ in range(bs * d.int(1, 3))) for _ in range(d.int(1, 3))]
     prompts: list[tuple[int, ...]] = []
-    for i in range(n):
+    for _ in range(n):
         kind = d.int(0, 5) if prompts else d.int(0, 1)
         if kind == 0:
             prompt = d.choice(prefixes) + tuple(d.int(10, 12) for _ in range(d.int(0, 2 * bs)))
@@ -181,7 +182,7 @@ def _feature_requests(d: Draw, cfg: SchedulerConfig, n: int, max_tokens: int, sp
     vocab = (2, 12) if stops else (10, 14)
     planted = [tuple(d.int(*vocab) for _ in range(d.int(0, max_tokens + 1))) for _ in range(n)]
     prompts = _prompts(d, n, bs, min(cfg.max_model_len - 1, 6 * bs + 8), planted)
-    out = []
+    out: list[WorkloadRequest] = []
     for i, prompt in enumerate(prompts):
         mt = d.int(1, max_tokens)
         request = Request(

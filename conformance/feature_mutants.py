@@ -123,6 +123,6 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
            ("placeholder-counters",), SPEC),
     Mutant("placeholders-kept-on-preempt", "classic", "preemption keeps the victim's output placeholders",
            "reference_impl.scheduler:Scheduler._preempt_request",
-           "request.num_output_placeholders = 0", "pass",
+           "request.num_output_placeholders = after.num_output_placeholders", "pass",
            ("waiting-holds-nothing", "computed-behind-known-tokens"), ASYNC),
 )

@@ -24,8 +24,8 @@ search order, and so the findings, they had before the feature families.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..reference_impl import simulate
 from ..spec.invariants import check_trace
@@ -35,7 +35,6 @@ from .compare import first_difference
 from .families import FAMILIES, generate
 from .mutants import Mutant, applied
 from .shrink import shrink, size
-
 
 CORE_FAMILIES = ("budget", "threshold", "no-chunking", "kv-pressure", "priority", "max-model-len", "stops", "aborts",
                  "big-batch")
@@ -117,7 +116,7 @@ def hunt(mutant: Mutant, checker: str = "monitors", seed: int = 0, budget_s: flo
             if found is not None:
                 elapsed = time.perf_counter() - t0
                 what = found[0]
-                small, _ = shrink(w, lambda c: (p := problem(c)) is not None and p[0] == what, time_budget_s=shrink_budget_s)
+                small, _ = shrink(w, lambda c: (p := problem(c)) is not None and p[0] == what, time_budget_s=shrink_budget_s)  # noqa: B023 - shrink runs before the loop moves on
                 step = problem(small)[1]
                 return Finding(mutant.name, checker, what, step, small, w.name, elapsed, size(small))
         index += 1

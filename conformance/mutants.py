@@ -20,9 +20,9 @@ import importlib
 import inspect
 import sys
 import textwrap
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)

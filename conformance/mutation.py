@@ -24,8 +24,8 @@ that the checker misses the mutant (`Kill.verdict`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .mutants import Mutant
 
@@ -123,7 +123,7 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
     if f is None:  # all examples run ("survived"), or the deadline stopped the search first
         spent = time.perf_counter() - t0
         return Kill(m.name, "hypothesis", False, BUDGET_SPENT if spent >= budget_s else "survived", spent, None)
-    return Kill(m.name, "hypothesis", True, f.what, f.seconds_to_find, tuple(f.size[:2]))
+    return Kill(m.name, "hypothesis", True, f.what, f.seconds_to_find, (f.size[0], f.size[1]))
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..reference_impl import ReferenceEngine
 from ..spec.config import SchedulerConfig

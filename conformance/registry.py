@@ -124,10 +124,11 @@ def _shared_vllm_factory(source: str | None, start_timeout_s: float, step_timeou
 def engine_version(spec: str) -> str:
     if spec == "vllm":
         return "vllm 0.33.0"
-    if vllm_source_of(spec) is not None:
+    source = vllm_source_of(spec)
+    if source is not None:
         from .engines.vllm_source import vllm_source_info
 
-        info = vllm_source_info(vllm_source_of(spec))
+        info = vllm_source_info(source)
         commit = "not a git checkout" if info["commit"] is None else \
             f"commit {info['commit'][:12]}" + (", dirty" if info["dirty"] else ", clean")
         return f"vllm source {info['path']} ({commit}); dependencies from the vllm 0.33.0 venv"

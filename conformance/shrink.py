@@ -15,8 +15,8 @@ in the same way (the caller decides what "the same way" means).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Callable, Iterator
 
 from ..spec.workload import Workload, WorkloadRequest
 

@@ -38,9 +38,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from hypothesis import target
-from hypothesis import strategies as st
+from hypothesis import strategies as st, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ..reference_impl import api
@@ -53,9 +53,8 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
 from ..spec.workload import Abort, Workload, WorkloadRequest
-from .state_machine_draws import (  # noqa: F401 - re-exported: the tests and the long runs draw through here
-    EOS, FILLER, STOP_TOKENS, VOCAB, Bounds, _raw, _scaled, batch_queue_size, make_config, make_request,
-)
+from .state_machine_draws import FILLER, Bounds, _raw, batch_queue_size, make_config, make_request
+
 TRACE_CHECKS = ("finished-reported-once", "stop-is-final")  # monitor.py's checks over the whole trace
 STALE_COVERAGE = "stale outputs waiting, squared"
 COVERAGE = ("preemptions among several running", "victims ahead of a scheduled request",
@@ -65,10 +64,11 @@ COVERAGE = ("preemptions among several running", "victims ahead of a scheduled r
 class Counterexample(AssertionError):
     """A check failed. `Counterexample.of(kind)` is the subclass for one invariant, trace check, or "assertion"."""
 
-    kind, _kinds = "?", {}
+    kind = "?"
+    _kinds: ClassVar[dict[str, type[Counterexample]]] = {}
 
     @classmethod
-    def of(cls, kind: str) -> type["Counterexample"]:
+    def of(cls, kind: str) -> type[Counterexample]:
         if kind not in cls._kinds:
             cls._kinds[kind] = type(f"Violated[{kind}]", (cls,), {"kind": kind})
         return cls._kinds[kind]

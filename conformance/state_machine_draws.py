@@ -11,7 +11,7 @@ prefix with every other: hits, shared blocks and evictions are routine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import strategies as st
 
@@ -59,7 +59,7 @@ def _scaled(value: int, n_max: int, n: int) -> int:
     return value * n // max(n_max, 1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _raw(b: Bounds) -> tuple[st.SearchStrategy, st.SearchStrategy]:
     """Fixed-shape strategies, built once per bounds (building them per draw cost more than the reference)."""
     l_hi, big = b.max_model_len[1], 4 * b.max_model_len[1]

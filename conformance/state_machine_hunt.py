@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Iterator
 
-from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import HealthCheck, Phase, Verbosity, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from .hunt import Finding

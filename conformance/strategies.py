@@ -13,7 +13,8 @@ smaller numbers.
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from hypothesis import strategies as st
 

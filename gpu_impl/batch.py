@@ -28,7 +28,7 @@ instance.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -37,14 +37,14 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest, StepRecord, Trace
 from ..spec.workload import Workload
+from .batch_queue import BatchQueue
 from .device import cpu_threads, pick_device
+from .fake_model import fake_model, propose, update_draft_token_ids
 from .load import Entry, load, priority_ranks
 from .materialize import STATUS, outputs, summaries
 from .state import BatchState
 from .step import StepOut, schedule
 from .update import abort, update_from_output
-from .batch_queue import BatchQueue
-from .fake_model import fake_model, propose, update_draft_token_ids
 
 ENGINE_NAME = "torch"
 

@@ -9,8 +9,8 @@ are only compared), so CPU and CUDA runs must agree bit for bit.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 

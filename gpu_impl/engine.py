@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
@@ -30,11 +30,11 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
 from .device import cpu_threads, pick_device
+from .fake_model import update_draft_token_ids
 from .load import Entry, load, priority_ranks
 from .materialize import STATUS, outputs, summaries
 from .state import BIG, BatchState
 from .step import StepOut, schedule
-from .fake_model import update_draft_token_ids
 from .update import abort, update_from_output
 
 ENGINE_NAME = "torch"

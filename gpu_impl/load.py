@@ -10,12 +10,13 @@ to the device in one copy per column.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
 from ..spec.request import Request
+from ..spec.rules import heap_key
 from .prefix_cache import prompt_hashes
 from .state import BatchState
 
@@ -29,11 +30,6 @@ class Entry:
     arrival_step: int = -1
     planted: tuple[int, ...] = ()
     spec_proposals: tuple[tuple[int, int], ...] = ()
-
-
-def priority_order_key(request: Request) -> tuple[int, float, str]:
-    """vllm/v1/request.py:Request.__lt__: priority, arrival_time, request_id; `id()` never decides."""
-    return (request.priority, request.arrival_time, request.request_id)
 
 
 def load(st: BatchState, entries: Sequence[Entry]) -> None:
@@ -109,8 +105,16 @@ def _load_hashes(st: BatchState, entries: Sequence[Entry]) -> None:
 
 
 def priority_ranks(requests_by_slot: Sequence[Request]) -> list[int]:
-    """Each request's rank by `Request.__lt__`: the PRIORITY waiting queue's pop order, as a sort key."""
-    order = sorted(range(len(requests_by_slot)), key=lambda i: priority_order_key(requests_by_slot[i]))
+    """Each request's rank by `Request.__lt__`: the PRIORITY waiting queue's pop order, as a sort key.
+
+    Ranked on the host with the rule itself (`spec.rules.heap_key`), not a tensor twin: requests are
+    ranked once, when they are loaded, and the step reads only the rank.
+    """
+    def key(i: int) -> tuple:
+        q = requests_by_slot[i]
+        return heap_key(q.priority, q.arrival_time, q.request_id)
+
+    order = sorted(range(len(requests_by_slot)), key=key)
     ranks = [0] * len(order)
     for rank, slot in enumerate(order):
         ranks[slot] = rank

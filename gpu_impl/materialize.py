@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import functools
 import gc
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 

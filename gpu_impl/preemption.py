@@ -29,6 +29,11 @@ under caching, hashed blocks to the tail), becomes PREEMPTED with C = 0,
 no drafts, no placeholders and its in-flight tokens stale, and is prepended to the FCFS waiting queue
 (`appendleft`, so the last victim ends up first) or pushed into the
 PRIORITY heap (whose order `prio_rank` already gives).
+
+This engine may not import the reference, and `spec.rules` is written for
+ints and Z3 terms, not tensors. So the victim orders and the preemption's
+resets are tensor twins of those rules, named after them (`*_twin`), and
+`tests/unit/test_rule_twins.py` checks each against its rule.
 """
 
 from __future__ import annotations
@@ -43,20 +48,51 @@ Tensor = torch.Tensor
 INT64_MIN = torch.iinfo(torch.int64).min
 
 
-def victim_order(st: BatchState, order: Tensor, alive: Tensor) -> Tensor:
-    """Positions (into the running order) in the order victims are taken; dead positions last."""
-    idx = st.cols()
-    fcfs = torch.sort(torch.where(alive, idx, torch.full_like(idx, -1)), dim=1, descending=True).indices
-    if not st.any_priority:
-        return fcfs
-    prio = torch.where(alive, st.prio.gather(1, order), torch.full_like(idx, INT64_MIN))
-    arrival = torch.where(alive, st.arrival.gather(1, order), torch.full(idx.shape, -torch.inf, dtype=torch.float64,
-                                                                          device=order.device))
-    # Stable sorts from the least significant key: running position ascending (the identity),
-    # then arrival_time descending, then priority descending. Python's `max` keeps the first of equals.
+def fcfs_victim_index_twin(alive: Tensor, idx: Tensor) -> Tensor:
+    """Tensor twin of `reference_impl.rules.fcfs_victim_index`, taken repeatedly: FCFS pops `running[-1]`
+    each time, so the victims are the live positions from the tail. Dead positions come last."""
+    return torch.sort(torch.where(alive, idx, torch.full_like(idx, -1)), dim=1, descending=True).indices
+
+
+def victim_key_twin(prio: Tensor, arrival: Tensor, alive: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.victim_key`, maximised repeatedly: the live positions in the order
+    `max(running, key=victim_key)` takes them, dead positions last.
+
+    The key descends, and equal keys keep running order because Python's `max` keeps the first of
+    equals. Stable sorts from the least significant key: running position ascending (the identity),
+    then arrival_time descending, then priority descending.
+    """
+    prio = torch.where(alive, prio, torch.full_like(prio, INT64_MIN))
+    arrival = torch.where(alive, arrival, torch.full_like(arrival, -torch.inf))
     by_arrival = torch.sort(arrival, dim=1, descending=True, stable=True).indices
     by_prio = torch.sort(prio.gather(1, by_arrival), dim=1, descending=True, stable=True).indices
-    return torch.where(st.prio_policy[:, None], by_arrival.gather(1, by_prio), fcfs)
+    return by_arrival.gather(1, by_prio)
+
+
+def preempted_counters_twin(victims: Tensor, status: Tensor, C: Tensor, nspec: Tensor, P: Tensor,
+                            inflight: Tensor, stale: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Tensor twin of `spec.rules.preempted_counters` for the `victims` mask [B, R]: (status, C, nspec, P,
+    stale), each kept where a slot is no victim.
+
+    The other counters of the rule are not tensors here. `push_free` zeroes the held blocks as it frees
+    them. `drop_stale_output` stays False, because nothing in the modelled scope drops stale output.
+    `num_preemptions` reaches no output or summary.
+    """
+    zeros = torch.zeros_like(C)
+    return (torch.where(victims, torch.full_like(status, PREEMPTED), status),
+            torch.where(victims, zeros, C),
+            torch.where(victims, zeros, nspec),
+            torch.where(victims, zeros, P),
+            torch.where(victims, inflight, stale))
+
+
+def victim_order(st: BatchState, order: Tensor, alive: Tensor) -> Tensor:
+    """Positions (into the running order) in the order victims are taken; dead positions last."""
+    fcfs = fcfs_victim_index_twin(alive, st.cols())
+    if not st.any_priority:
+        return fcfs
+    prio = victim_key_twin(st.prio.gather(1, order), st.arrival.gather(1, order), alive)
+    return torch.where(st.prio_policy[:, None], prio, fcfs)
 
 
 def shared_freed(st: BatchState, victim_slots: Tensor, valid: Tensor) -> Tensor:
@@ -122,14 +158,10 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Te
     victim_slots = order.gather(1, vo)
     push_free(st, victim_slots, taken)
     in_slots = torch.zeros_like(p.alive).scatter(1, order, victims)
-    st.status = torch.where(in_slots, torch.full_like(st.status, PREEMPTED), st.status)
-    zeros = torch.zeros_like(st.C)
-    st.C = torch.where(in_slots, zeros, st.C)
     # Drafts are dropped, placeholders reset, and output still in flight becomes stale
     # (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1823-1836)).
-    st.nspec = torch.where(in_slots, zeros, st.nspec)
-    st.stale = torch.where(in_slots, st.inflight, st.stale)
-    st.P = torch.where(in_slots, zeros, st.P)
+    st.status, st.C, st.nspec, st.P, st.stale = preempted_counters_twin(
+        in_slots, st.status, st.C, st.nspec, st.P, st.inflight, st.stale)
     rank_in_slots = torch.zeros_like(st.wait_pos).scatter(1, victim_slots, idx)
     st.wait_pos = torch.where(in_slots, st.wait_head[:, None] - rank_in_slots, st.wait_pos)
     st.wait_head = st.wait_head - count

@@ -61,7 +61,7 @@ def prompt_hashes(tokens: Tensor, lengths: Tensor, bs: Tensor, width: int) -> tu
 
         def H(m: Tensor) -> Tensor:
             mm = m.clamp(max=X)
-            return torch.where(m > 0, s.gather(1, mm) * up[(mm - 1).clamp(min=0)] % MODULUS, torch.zeros_like(mm))
+            return torch.where(m > 0, s.gather(1, mm) * up[(mm - 1).clamp(min=0)] % MODULUS, torch.zeros_like(mm))  # noqa: B023 - called in this iteration only
 
         hashes = hashes | (H(m_blocks.clamp(max=X)) << (SHIFT * i))
         ends.append(H(lengths[:, None]).squeeze(1))

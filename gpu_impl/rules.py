@@ -1,10 +1,13 @@
-"""The scheduler's arithmetic rules as elementwise tensor functions.
+"""The scheduler's arithmetic rules as elementwise tensor functions: the tensor twins of the rules.
 
-These are the same lines of vLLM 0.33.0 that `reference_impl/rules.py` writes
-for ints and Z3 terms, rewritten for tensors, because this engine must not
-borrow the oracle's code (an engine that reuses the oracle certifies
-nothing). Every function broadcasts: per-instance knobs come in as `[B, 1]`
-columns, per-request values as `[B, R]`.
+These are the same lines of vLLM 0.33.0 that `reference_impl/rules.py` and
+`spec/rules.py` write for ints and Z3 terms, rewritten for tensors, because
+this engine must not borrow the oracle's code (an engine that reuses the
+oracle certifies nothing). A twin has its rule's name, or says in its first
+line which rule it twins. `tests/unit/test_rule_twins.py` checks each twin
+against its rule on random inputs, and `docs/architecture.md` maps them.
+Every function broadcasts: per-instance knobs come in as `[B, 1]` columns,
+per-request values as `[B, R]`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ def cdiv(a: Tensor, b: Tensor) -> Tensor:
 
 
 def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tensor, input_budget: Tensor) -> Tensor:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769), §9.A.4: fixed once per step.
+    """Tensor twin of `reference_impl.rules.effective_threshold`.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769), §9.A.4: fixed once per step.
 
     A lone request (running + waiting <= 1) is never capped; the adaptive
     variant floors a positive threshold by the fair share of the batch,
@@ -32,13 +37,17 @@ def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tenso
 
 
 def clamp_to_threshold(n: Tensor, threshold: Tensor) -> Tensor:
-    """`if 0 < long_prefill_token_threshold < num_new_tokens`
-    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (844-845, 1332-1333)): min(n, thr) when thr > 0."""
+    """Tensor twin of `reference_impl.rules.clamp_to_threshold`: min(n, thr) when thr > 0, i.e.
+    `if 0 < long_prefill_token_threshold < num_new_tokens`
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (844-845, 1332-1333))."""
     return torch.where(threshold > 0, torch.minimum(n, threshold), n)
 
 
 def grants(asks: Tensor, budget: Tensor) -> Tensor:
     """Budget grants in queue order by prefix sums: grant_i = min(cum_i, B) - min(cum_{i-1}, B).
+
+    Tensor twin of the budget clamp of `reference_impl.rules.running_num_new_tokens`
+    (`min_(n, token_budget)`), applied request after request down a queue.
 
     Sequentially each request gets `min(ask, budget left)`, and the budget
     left is `B - sum of earlier grants`; with non-negative asks that is
@@ -51,7 +60,11 @@ def grants(asks: Tensor, budget: Tensor) -> Tensor:
 
 def blocks_for(num_tokens: Tensor, max_model_len: Tensor, block_size: Tensor) -> Tensor:
     """Blocks that hold `num_tokens` slots, capped at the model length
-    (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553), §9.A.2)."""
+    (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553), §9.A.2).
+
+    Tensor twin of `reference_impl.rules.num_tokens_need_slot` followed by
+    `reference_impl.rules.num_blocks_to_allocate`: called with min(C, L) + n, the
+    callers subtract the held blocks and clamp at 0."""
     return cdiv(torch.minimum(num_tokens, max_model_len), block_size)
 
 
@@ -61,17 +74,27 @@ def first_index(mask: Tensor, cols: Tensor, default: int) -> Tensor:
     return torch.where(mask, cols, default).min(1).values
 
 
+def num_owed_tokens(num_tokens_with_spec: Tensor, P: Tensor, C: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.num_owed_tokens`: what a request is owed before any clamp
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843))."""
+    return num_tokens_with_spec + P - C
+
+
 # ---- The three features: prefix caching, speculative decoding, async scheduling. ----
 
 def max_prefix_hit_blocks(num_tokens: Tensor, block_size: Tensor) -> Tensor:
-    """vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302): a hit never covers the
+    """Tensor twin of `reference_impl.rules.max_prefix_hit_blocks`.
+
+    vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302): a hit never covers the
     last token, which is recomputed for its logits."""
     return torch.div(num_tokens - 1, block_size, rounding_mode="floor")
 
 
 def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor,
                      num_computed_tokens: Tensor, max_model_len: Tensor) -> Tensor:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330): a decode-like admission (one token left, no
+    """Tensor twin of `reference_impl.rules.pads_spec_decode`.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330): a decode-like admission (one token left, no
     prefill chunk in the running pass, and a running request already scheduled or a prefix hit) is padded
     to 1 + k tokens when 1 + k + 1 positions fit under L."""
     return ((k > 0) & (num_new_tokens == 1) & ~prefill_scheduled
@@ -81,18 +104,25 @@ def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tenso
 
 def num_scheduled_spec_tokens(num_new_tokens: Tensor, num_computed_tokens: Tensor, num_tokens: Tensor,
                               num_output_placeholders: Tensor) -> Tensor:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025): the scheduled tokens beyond T + P are drafts
+    """Tensor twin of `reference_impl.rules.num_scheduled_spec_tokens`, clamped at 0 (the reference
+    schedules drafts only when the rule's count is positive).
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025): the scheduled tokens beyond T + P are drafts
     (what the clamps left of them)."""
     return (num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders).clamp(min=0)
 
 
 def num_rejected_drafts(num_scheduled_drafts: Tensor, num_generated: Tensor) -> Tensor:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2355): each sampled token past the first
+    """Tensor twin of `reference_impl.rules.num_rejected_drafts` for one sampled token per step.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2355): each sampled token past the first
     confirms one draft."""
     return num_scheduled_drafts - (num_generated - 1).clamp(min=0)
 
 
 def async_max_tokens_reached(P: Tensor, C: Tensor, num_prompt_tokens: Tensor, max_tokens: Tensor) -> Tensor:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async): even if every in-flight draft is
+    """Tensor twin of `reference_impl.rules.async_max_tokens_reached`.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async): even if every in-flight draft is
     rejected, the step in flight reaches max_tokens, so no further step is scheduled."""
     return (P > 0) & (C + 2 - P >= num_prompt_tokens + max_tokens)

@@ -72,7 +72,7 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
     C = st.C.gather(1, order)
     T = st.num_tokens().gather(1, order)
     L, bs = st.L[:, None], st.bs[:, None]
-    owed = (st.owed() if st.any_spec or st.any_async else st.num_tokens() - st.C).gather(1, order)
+    owed = (st.num_owed_tokens() if st.any_spec or st.any_async else st.num_tokens() - st.C).gather(1, order)
     ask = torch.minimum(rules.clamp_to_threshold(owed, threshold[:, None]), L - C - 1).clamp(min=0)
     if st.any_async:  # the step in flight already reaches max_tokens: skip (`continue`,
         # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814))

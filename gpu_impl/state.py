@@ -36,12 +36,13 @@ Capacities grow by doubling: slots (`grow_slots`), block-table width
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ..spec.config import SchedulerConfig
 from ..spec.request import RequestStatus
+from .rules import num_owed_tokens
 
 EMPTY = 0
 WAITING = int(RequestStatus.WAITING)
@@ -167,10 +168,10 @@ class BatchState:
         """T = prompt + outputs (vllm/v1/request.py:Request.num_tokens)."""
         return self.prompt_len + self.num_out
 
-    def owed(self) -> torch.Tensor:
+    def num_owed_tokens(self) -> torch.Tensor:
         """num_tokens_with_spec + num_output_placeholders - num_computed_tokens
-        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843))."""
-        return self.num_tokens() + self.nspec + self.P - self.C
+        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843)), by `rules.num_owed_tokens`."""
+        return num_owed_tokens(self.num_tokens() + self.nspec, self.P, self.C)
 
     def grow_slots(self, need: int) -> None:
         """Double the slot capacity until `need` slots fit (pads with empty slots)."""

@@ -66,7 +66,7 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     request whose pre-preemption output is in flight is skipped (`continue`: it takes nothing and keeps
     its place, since skipped requests return to the head in order), and a one-token admission may be
     padded to 1 + k, which breaks the pass if 1 + k exceeds the budget left."""
-    B, R = st.B, st.R
+    R = st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices
     valid = waiting.gather(1, order)

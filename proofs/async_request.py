@@ -26,7 +26,8 @@ n >= 1 tokens, or preempted; an admission for a waiting one), then absorb the
 older step. Every choice the rest of the batch makes is free, bounded only as
 the reference bounds it (n <= owed, the drafts `rules.num_scheduled_spec_tokens`
 leaves, the accepted drafts, the stop position), so this over-approximates and
-is sound. The arithmetic is `reference_impl.rules`' and the update follows
+is sound. The arithmetic is `reference_impl.rules`' (and `spec.rules`' for the
+owed count and the preemption's resets), and the update follows
 `update.py` line by line: the rollback of C and P by the rejected drafts, P
 down by every returned token, stale output appended without touching C or P.
 A stop finishes the request, after which nothing is claimed of it.
@@ -49,6 +50,7 @@ from ..reference_impl import rules
 from ..spec.arith import and_, implies, ite, not_, or_
 from ..spec.invariants import BY_NAME
 from ..spec.invariants.views import Row, StepView
+from ..spec.rules import num_owed_tokens, preempted_counters
 
 
 @dataclass
@@ -105,16 +107,17 @@ def step(a: Request, b: Request, k: Any) -> tuple[Any, Any]:
     facts = [k >= 0, S_new >= 0, S_new <= k]
     # ---- schedule(): a waiting request is admitted (C = 0, no hit), a running one owes T + S + P - C.
     facts += [implies(preempted, a.running), implies(scheduled, not_(preempted)),
-              implies(scheduled, and_(n >= 1, n <= a.T + a.S + a.P - a.C)),
+              implies(scheduled, and_(n >= 1, n <= num_owed_tokens(a.T + a.S, a.P, a.C))),
               implies(and_(a.running, scheduled), not_(rules.async_max_tokens_reached(a.P, a.C, z3.Int("prompt"),
                                                                                       z3.Int("max_tokens"))))]
     left = rules.num_scheduled_spec_tokens(n, a.C, a.T, a.P)
     d2 = ite(left > 0, left, 0)  # spec_token_ids[:left]: n <= owed keeps left <= S
     facts += [implies(and_(scheduled, left > 0), left <= a.S)]
-    C = ite(preempted, 0, a.C + ite(scheduled, n, 0))
-    P = ite(preempted, 0, a.P)
+    after = preempted_counters(a.I, a.stale, False, 0)  # _preempt_request: what is in flight turns stale
+    C = ite(preempted, after.num_computed_tokens, a.C + ite(scheduled, n, 0))
+    P = ite(preempted, after.num_output_placeholders, a.P)
     I = a.I + ite(scheduled, n, 0)
-    stale = ite(preempted, a.I, a.stale)  # _preempt_request: what is in flight turns stale
+    stale = ite(preempted, after.num_stale_output_tokens, a.stale)
     chunk = C < a.T + P  # _update_after_schedule: is_prefill_chunk
     c2 = ite(and_(scheduled, not_(chunk)), 1 + d2, 0)
     P = P + c2  # AsyncScheduler: the only increment
@@ -133,7 +136,7 @@ def step(a: Request, b: Request, k: Any) -> tuple[Any, Any]:
     T = a.T + ite(sampled, m, 0)  # a stop (anywhere among the m) finishes the request: nothing is claimed then
     P = ite(and_(fresh_out, P > 0), P - m, P)
     alive = not_(and_(sampled, stops))
-    S = ite(and_(scheduled, not_(chunk)), k, ite(preempted, 0, S_new))  # placeholder drafts; else free in 0..k
+    S = ite(and_(scheduled, not_(chunk)), k, ite(preempted, after.num_spec_tokens, S_new))  # placeholder drafts; else free in 0..k
     facts += [b.running == running, b.T == T, b.C == C, b.P == P, b.S == S, b.I == I, b.stale == stale,
               b.f == scheduled, implies(scheduled, and_(b.n1 == n, b.d1 == d2, b.c1 == c2))]
     return and_(*facts), alive

@@ -10,8 +10,8 @@ queue), so a scenario steps exactly as a trace of it would.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..reference_impl import api
 from ..spec.config import SchedulerConfig

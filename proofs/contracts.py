@@ -41,8 +41,9 @@ import importlib
 import inspect
 import textwrap
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from crosshair import NoTracing, deep_realize
 

@@ -38,9 +38,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..spec.errors import SpecError
 from .bounded import Ask, Draws, Knobs
@@ -134,8 +135,8 @@ def parse_args(text: str) -> tuple[Any, ...]:
 def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
     from crosshair.main import unwalled_main
 
-    from . import contracts
     from ..conformance.mutants import BY_NAME, applied
+    from . import contracts
 
     out = io.StringIO()
     ctx = applied(BY_NAME[mutant]) if mutant else contextlib.nullcontext()
@@ -150,8 +151,8 @@ def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]
 
 
 def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
-    from .contracts import explain
     from ..conformance.mutants import BY_NAME, applied
+    from .contracts import explain
 
     values = parse_args(args)
     with applied(BY_NAME[mutant]) if mutant else contextlib.nullcontext():

@@ -65,8 +65,9 @@ The loop invariants (`loop_invariant_of`): three invariants have their own
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import z3
 

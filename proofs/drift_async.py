@@ -14,8 +14,9 @@ the core fields, the drafts, P after the step, the new step's record, and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 from ..spec.state import SchedulerState
 from .drift_features import encoding_pre, feature_diffs, recorded_steps

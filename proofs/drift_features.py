@@ -20,8 +20,9 @@ counted from the block tables, and compared.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 from ..reference_impl import ReferenceEngine
 from ..spec.engine import steps
@@ -51,7 +52,8 @@ def model_inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], p
 
 def probe_cache(engine: ReferenceEngine) -> dict[str, dict[str, int]]:
     """Wrap this engine's KV cache manager to record each request's hit, evictable hits and still-shared frees."""
-    kv, seen = engine.scheduler.kv_cache_manager, {}
+    kv = engine.scheduler.kv_cache_manager
+    seen: dict[str, dict[str, int]] = {}
     lookup, free = kv.get_computed_blocks, kv.free
 
     def get_computed_blocks(request):

@@ -5,7 +5,9 @@ transition relation that `prove.py` checks invariants against; with Python
 ints it computes one concrete step, which `tests/unit/test_encoding_drift.py`
 compares with the reference's step on thousands of states (no drift). All
 arithmetic and every decision that a mutant may plant a bug in is a call to
-`reference_impl.rules`, so a bug is written once and reaches both.
+`reference_impl.rules`, so a bug is written once and reaches both. The rules
+the monitors and the torch engine need as well (the PRIORITY victim key, the
+heap order, what a preemption resets, the owed count) come from `spec.rules`.
 
 Abstractions, each compared through in the drift test:
 
@@ -36,10 +38,12 @@ priority key, so FCFS and PRIORITY share the loop.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..reference_impl import rules
-from ..spec.arith import and_, ite, min_, not_, or_
+from ..spec.arith import and_, ite, lex_eq, lex_gt, lex_lt, min_, not_, or_, plus
+from ..spec.rules import heap_key, num_owed_tokens, preempted_counters, victim_key
 from .encoding_async import after_schedule
 from .encoding_caching import release
 from .encoding_spec import sample
@@ -47,14 +51,6 @@ from .encoding_state import Bool, Config, Int, Post, Pre, Slot
 from .encoding_waiting import size_admission
 
 __all__ = ["Config", "Post", "Pre", "Slot", "STATE", "heap_before", "step"]
-
-
-def _plus(total: Int, *terms: Int) -> Int:
-    """total + terms, leaving out literal zeros, so a feature that is off adds no term to the formula."""
-    for t in terms:
-        if not (isinstance(t, int) and t == 0):
-            total = total + t
-    return total
 
 
 def _count(flags) -> Int:
@@ -65,18 +61,18 @@ def _count(flags) -> Int:
 
 
 def _key_gt(a: Slot, b: Slot) -> Bool:
-    """(priority, arrival) strictly larger: the victim key of
-    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (932-936)."""
-    return or_(a.priority > b.priority, and_(a.priority == b.priority, a.arrival > b.arrival))
+    """`a`'s victim key (`spec.rules.victim_key`) is strictly larger: PRIORITY preempts `a` before `b`.
+    A slot's `arrival` is the rank of its arrival time, which orders the keys as the times do."""
+    return lex_gt(victim_key(a.priority, a.arrival), victim_key(b.priority, b.arrival))
 
 
 def _key_eq(a: Slot, b: Slot) -> Bool:
-    return and_(a.priority == b.priority, a.arrival == b.arrival)
+    return lex_eq(victim_key(a.priority, a.arrival), victim_key(b.priority, b.arrival))
 
 
 def heap_before(a: Slot, b: Slot) -> Bool:
-    """vllm/v1/request.py:Request.__lt__: priority, then arrival, then request id."""
-    return or_(_key_gt(b, a), and_(_key_eq(a, b), a.id_rank < b.id_rank))
+    """`a` pops first from the PRIORITY heap (`spec.rules.heap_key`, with the id's rank for the id)."""
+    return lex_lt(heap_key(a.priority, a.arrival, a.id_rank), heap_key(b.priority, b.arrival, b.id_rank))
 
 
 STATE = ("in_run", "sched", "n", "preempted", "pop_seq", "C", "blocks", "free", "budget", "pops", "active")
@@ -117,6 +113,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     # PRIORITY always takes the first maximum of (priority, arrival) among those still running, and nothing
     # joins `running` during this pass, so the victims come in one fixed order: the k-th victim of the step
     # is the request ranked k by `_first_max` applied repeatedly. Ranking once costs O(N^2), not O(N^4).
+    # What `_preempt_request` leaves in each slot's counters, should it be a victim (`spec.rules`). The encoding
+    # tracks only whether a step in flight holds the request, and stale output takes that over unchanged.
+    after = [preempted_counters(s.in_flight, 0, False, 0) for s in slots]
     victim_rank = [_count([and_(pre.running(k), or_(_key_gt(slots[k], slots[j]), and_(_key_eq(slots[k], slots[j]), k < j)))
                            for k in range(N) if k != j]) for j in range(N)]
     active = True
@@ -136,7 +135,7 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             break
         active = and_(active, budget > 0)
         s = slots[i]
-        owed = _plus(s.num_tokens, S[i] if spec else 0, P[i] if asy else 0) - C[i]
+        owed = num_owed_tokens(plus(s.num_tokens, S[i] if spec else 0), P[i] if asy else 0, C[i])
         n_i = rules.running_num_new_tokens(owed, thr, budget, L, C[i])
         trying = and_(active, in_run[i], n_i > 0)  # n == 0: `continue`
         # The step in flight already reaches max_tokens: `continue`
@@ -174,14 +173,14 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
                     if spec:
                         drafts[j] = ite(pop, 0, drafts[j])
                 if spec:  # _preempt_request drops the drafts
-                    S[j] = ite(pop, 0, S[j])
+                    S[j] = ite(pop, after[j].num_spec_tokens, S[j])
                 if asy:  # ... and the placeholders; what is in flight for it turns stale
-                    P[j] = ite(pop, 0, P[j])
-                    stale[j] = or_(stale[j], and_(pop, slots[j].in_flight))
+                    P[j] = ite(pop, after[j].num_output_placeholders, P[j])
+                    stale[j] = or_(stale[j], and_(pop, after[j].num_stale_output_tokens))
                 in_run[j] = and_(in_run[j], not_(pop))
                 pop_seq[j] = ite(pop, pops, pop_seq[j])
                 preempted[j] = or_(preempted[j], pop)
-                blocks[j], C[j] = ite(pop, 0, blocks[j]), ite(pop, 0, C[j])
+                blocks[j], C[j] = ite(pop, after[j].num_blocks, blocks[j]), ite(pop, after[j].num_computed_tokens, C[j])
             pops = pops + ite(popped_now, 1, 0)
         at_cut(i, n_i=n_i, trying=trying)
         ok = and_(trying, in_run[i], rules.allocation_fits(need, 0, free))

@@ -61,7 +61,7 @@ def after_schedule(s: Slot, C: Int, P: Int, S: Int, scheduled: Bool, n: Int, dra
     if spec:  # [-1] * k placeholder drafts, which the worker fills in
         S = ite(decode, k, S)
     # update_from_output of the older step (update.py): tokens only for a step that was not a prefill chunk.
-    n1, d1 = s.in_flight_num_scheduled, s.in_flight_num_drafts
+    d1 = s.in_flight_num_drafts
     sampled = and_(s.in_flight, s.in_flight_placeholders > 0)
     fresh = and_(sampled, not_(stale))
     m = 1 + s.num_accepted

@@ -31,9 +31,9 @@ machine and the diff.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Iterable
 
 import z3
 

@@ -21,15 +21,16 @@ to induction showed a running request with nothing owed left unscheduled.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import z3
 
 from ..spec.arith import and_, implies, not_
 from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
 from .concrete import replay, to_state
-from .cuts import LOOP_INVARIANTS, CutProof, loop_invariant_of, obligations
+from .cuts import CutProof, loop_invariant_of, obligations
 from .encoding import Pre, heap_before, step
 from .symbolic import fresh, post_state_view, state_view, step_view, well_formed
 

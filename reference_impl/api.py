@@ -8,17 +8,17 @@ on anything but its arguments.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import SchedulerState
 from ..spec.trace import FinishedRequest
+from .async_scheduler import AsyncScheduler
 from .block_pool import BlockPool
 from .live_request import LiveRequest
 from .request_queue import create_request_queue
-from .async_scheduler import AsyncScheduler
 from .scheduler import Scheduler
 
 

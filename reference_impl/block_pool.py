@@ -27,7 +27,7 @@ blocks, and a lookup returns the first (`get_one_block`).
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 
 class BlockPool:

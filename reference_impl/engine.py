@@ -7,7 +7,7 @@ runs, without copying every request twice per step.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig

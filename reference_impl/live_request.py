@@ -11,20 +11,19 @@ from __future__ import annotations
 
 from ..spec.block_hash import block_hashes
 from ..spec.request import Request, RequestStatus
-from ..spec.state import RequestState
+from ..spec.state import RequestProperties, RequestState
 
 
-class LiveRequest:
+class LiveRequest(RequestProperties):
     __slots__ = (
-        "spec", "request_id", "status", "output_token_ids", "num_computed_tokens", "spec_token_ids",
+        "request", "status", "output_token_ids", "num_computed_tokens", "spec_token_ids",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output",
         "num_preemptions", "is_prefill_chunk", "stop_reason", "block_ids", "num_cached_blocks",
         "block_size", "_block_hashes",
     )
 
-    def __init__(self, spec: Request, block_size: int = 16) -> None:
-        self.spec = spec
-        self.request_id = spec.request_id
+    def __init__(self, request: Request, block_size: int = 16) -> None:
+        self.request = request
         self.status = RequestStatus.WAITING
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
@@ -43,26 +42,8 @@ class LiveRequest:
         self.block_size = block_size
         self._block_hashes: tuple[int, ...] = ()
 
-    # ---- vLLM's derived properties (vllm/v1/request.py:Request (294-304)) ----
-    @property
-    def num_prompt_tokens(self) -> int:
-        return self.spec.num_prompt_tokens
-
-    @property
-    def num_tokens(self) -> int:
-        return self.spec.num_prompt_tokens + len(self.output_token_ids)
-
-    @property
-    def num_tokens_with_spec(self) -> int:
-        return self.num_tokens + len(self.spec_token_ids)
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.output_token_ids)
-
-    @property
-    def all_token_ids(self) -> tuple[int, ...]:
-        return self.spec.prompt_token_ids + tuple(self.output_token_ids)
+    # vLLM's derived properties (num_tokens, num_tokens_with_spec, ...) come from `RequestProperties`, shared with
+    # the frozen `RequestState`, so the two cannot drift apart.
 
     @property
     def block_hashes(self) -> tuple[int, ...]:
@@ -75,28 +56,12 @@ class LiveRequest:
             self._block_hashes = block_hashes(self.all_token_ids, self.block_size, self._block_hashes)
         return self._block_hashes
 
-    @property
-    def max_tokens(self) -> int:
-        return self.spec.max_tokens
-
-    @property
-    def priority(self) -> int:
-        return self.spec.priority
-
-    @property
-    def arrival_time(self) -> float:
-        return self.spec.arrival_time
-
     def is_finished(self) -> bool:
         return self.status.is_finished
 
-    def sort_key(self) -> tuple[int, float, str]:
-        """vllm/v1/request.py:Request.__lt__; `id()` never decides between distinct ids."""
-        return (self.spec.priority, self.spec.arrival_time, self.request_id)
-
     # ---- the crossing ----
     @classmethod
-    def thaw(cls, s: RequestState, block_size: int = 16) -> "LiveRequest":
+    def thaw(cls, s: RequestState, block_size: int = 16) -> LiveRequest:
         r = cls(s.request, block_size)
         r.status = s.status
         r.output_token_ids = list(s.output_token_ids)
@@ -115,7 +80,7 @@ class LiveRequest:
 
     def freeze(self) -> RequestState:
         return RequestState(
-            request=self.spec,
+            request=self.request,
             status=self.status,
             output_token_ids=tuple(self.output_token_ids),
             num_computed_tokens=self.num_computed_tokens,

@@ -2,8 +2,8 @@
 
 FCFS is vLLM's deque. PRIORITY is vLLM's heap, kept here as a sorted list:
 every observable use of a heap (peek, pop, iteration, removal) depends only
-on its contents in `Request.__lt__` order, and a sorted list shows that order
-plainly. "Prepend" therefore means different things: the head of the deque,
+on its contents in `Request.__lt__` order (`spec.rules.heap_key`), and a
+sorted list shows that order plainly. "Prepend" therefore means different things: the head of the deque,
 or just another push into the heap (bug-zoo Z9 discusses the consequence).
 """
 
@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
+from ..spec.rules import heap_key
 from .live_request import LiveRequest
+
+
+def _heap_order(request: LiveRequest) -> tuple[int, float, str]:
+    return heap_key(request.priority, request.arrival_time, request.request_id)
 
 
 class FCFSRequestQueue:
@@ -49,10 +54,10 @@ class FCFSRequestQueue:
 
 class PriorityRequestQueue:
     def __init__(self, requests: Iterable[LiveRequest] = ()) -> None:
-        self._q: list[LiveRequest] = sorted(requests, key=LiveRequest.sort_key)
+        self._q: list[LiveRequest] = sorted(requests, key=_heap_order)
 
     def add_request(self, request: LiveRequest) -> None:
-        bisect.insort(self._q, request, key=LiveRequest.sort_key)
+        bisect.insort(self._q, request, key=_heap_order)
 
     def pop_request(self) -> LiveRequest:
         return self._q.pop(0)

@@ -8,8 +8,11 @@ is the same: the preamble, the RUNNING pass with its allocate-or-preempt loop, t
 left out, not stubbed, because each is inert in the configurations we model.
 
 Every request is owed `num_tokens_with_spec + num_output_placeholders -
-num_computed_tokens` tokens, and each step grants what the budget, the
-threshold, `max_model_len` and the free blocks allow (`rules.py`).
+num_computed_tokens` tokens (`spec.rules.num_owed_tokens`), and each step
+grants what the budget, the threshold, `max_model_len` and the free blocks
+allow (`rules.py`). The rules this file shares with the monitors and the
+torch engine (the PRIORITY victim key, what a preemption resets) live in
+`spec/rules.py`, the one layer all of them may import.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections import deque
 from ..spec.config import SchedulerConfig
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import Request, RequestStatus
+from ..spec.rules import preempted_counters, victim_key
 from . import rules
 from .block_pool import BlockPool
 from .kv_cache_manager import KVCacheManager
@@ -99,7 +103,7 @@ class Scheduler(SchedulerUpdates):
                 continue
 
             num_new_tokens = rules.running_num_new_tokens(
-                request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens,
+                request.num_owed_tokens,
                 long_prefill_token_threshold,
                 min(token_budget, input_budget - draft_slots),
                 self.max_model_len,
@@ -119,7 +123,7 @@ class Scheduler(SchedulerUpdates):
                     break
                 # No room: preempt by recompute until it fits or `request` itself is the victim.
                 if config.policy == "priority":
-                    preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+                    preempted_req = max(self.running, key=lambda r: victim_key(r.priority, r.arrival_time))
                     victim_index = self.running.index(preempted_req)
                     del self.running[victim_index]
                     if victim_index < req_index:
@@ -259,16 +263,25 @@ class Scheduler(SchedulerUpdates):
 
     def _preempt_request(self, request: LiveRequest) -> None:
         """Preemption by recompute (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request); the caller has
-        already removed it from `running`."""
+        already removed it from `running`.
+
+        The new counter values come from `spec.rules.preempted_counters`, which the
+        Z3 encoding applies too. This method only stores them, field by field and
+        in vLLM's order, so that a planted bug in one store (a mutant) stays here.
+        Freeing the blocks and requeueing act on the pool and the queue, which
+        the encoding abstracts to counts and positions.
+        """
         assert request.status == RequestStatus.RUNNING, "Only running requests can be preempted"
+        after = preempted_counters(request.num_in_flight_tokens, request.num_stale_output_tokens,
+                                   request.drop_stale_output, request.num_preemptions)
         self.kv_cache_manager.free(request)
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        request.spec_token_ids = []
-        request.drop_stale_output = request.drop_stale_output and request.num_stale_output_tokens > 0
-        request.num_stale_output_tokens = request.num_in_flight_tokens
-        request.num_output_placeholders = 0
-        request.num_preemptions += 1
+        request.status = after.status
+        request.num_computed_tokens = after.num_computed_tokens
+        request.spec_token_ids = request.spec_token_ids[:after.num_spec_tokens]
+        request.drop_stale_output = after.drop_stale_output
+        request.num_stale_output_tokens = after.num_stale_output_tokens
+        request.num_output_placeholders = after.num_output_placeholders
+        request.num_preemptions = after.num_preemptions
         self.waiting.prepend_request(request)
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rich.console import Console
 

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +27,6 @@ from .conformance.explain import WINDOW, step_table
 from .conformance.registry import engine_factory, vllm_source_engine
 from .spec.errors import SpecError
 from .spec.trace import Trace
-
 
 TIMELINES = 5
 
@@ -81,13 +81,13 @@ class CampaignProgress:
                             TextColumn("{task.fields[failures]} failed, {task.fields[errors]} errors"),
                             TimeElapsedColumn(), console=console, transient=True) if console.is_terminal else None
 
-    def __enter__(self) -> "CampaignProgress":
+    def __enter__(self) -> CampaignProgress:
         if self.bar is not None:
             self.bar.__enter__()
             self.task = self.bar.add_task(self.what, total=self.total, failures=0, errors=0)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
@@ -138,8 +138,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.print(f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False)
     from .spec.invariants import check_trace
 
-    broken = check_trace(Trace(cx.workload, tuple(_whole_run(cx.workload, engine_b)), engine_b, "max_steps"))
-    for v in broken[:5]:
+    violations = check_trace(Trace(cx.workload, tuple(_whole_run(cx.workload, engine_b)), engine_b, "max_steps"))
+    for v in violations[:5]:
         console.print(f"engine b breaks invariant {v.invariant} at step {v.step}: {v.detail}", style="red",
                       markup=False, highlight=False)
     if args.plot:

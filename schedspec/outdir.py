@@ -25,7 +25,7 @@ import fnmatch
 import json
 import os
 import tempfile
-from typing import Iterable
+from collections.abc import Iterable
 
 from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic

@@ -10,7 +10,7 @@ engines on one workload) are drawn as panels sharing the step axis.
 from __future__ import annotations
 
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 from .spec.jsonio import write_bytes_atomic
 from .spec.trace import Trace

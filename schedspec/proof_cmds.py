@@ -22,7 +22,8 @@ import math
 import multiprocessing
 import sys
 import threading
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -34,7 +35,8 @@ from .spec.errors import SpecError
 # anyway), so a smaller value is a typo, not a request. Above 10^6 s (11 days) Z3's timeout, an unsigned
 # 32-bit count of milliseconds, nears overflow. And 0 is refused, not passed on: Z3 reads it as no limit.
 MIN_SECONDS, MAX_SECONDS = 0.01, 1e6
-T, R = TypeVar("T"), TypeVar("R")
+T = TypeVar("T")  # mypy takes a TypeVar only from an assignment of its own
+R = TypeVar("R")
 
 
 def check_seconds(option: str, value: float) -> None:
@@ -51,7 +53,7 @@ def check_jobs(value: int) -> None:
 class _Here:
     """The pool's `imap_unordered`, run in this process: `--jobs 1` spawns nothing and keeps tracebacks local."""
 
-    def __enter__(self) -> "_Here":
+    def __enter__(self) -> _Here:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -54,7 +54,7 @@ class TraceWriter:
         self._steps_path: Path | None = None
         self._steps: IO[str] | None = None
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._steps_path, self._steps = _create_beside(self.path, "steps")
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from .spec.config import SchedulerConfig
 from .spec.errors import SpecError

@@ -1,7 +1,10 @@
-"""The data model of the vLLM 0.33.0 V1 scheduler, and its invariants.
+"""The data model of the vLLM 0.33.0 V1 scheduler, its invariants, and the rules everyone shares.
 
 Nothing here imports the rest of schedspec: the reference, the torch engine,
 the harness and the proofs all stand on this package, never the reverse.
+That is why the rules that the monitors or the torch engine need as well as
+the reference and Z3 live here (`rules.py`, `state.RequestProperties`):
+docs/architecture.md maps each rule to its users.
 """
 
 from .config import SchedulerConfig

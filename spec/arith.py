@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # Plain values, tested first by identity of type: a monitor asks "symbolic?" ~25,000 times a step of a large
 # trace, and the module-name test alone was the largest cost of `schedspec check`.
 _CONCRETE = frozenset({bool, int, float, str, type(None)})
@@ -88,3 +87,41 @@ def fdiv(a: Any, b: Any) -> Any:
 def maybe(x: Any) -> bool:
     """For filtering rows: a concrete flag as itself, a symbolic one as "possibly"."""
     return True if is_symbolic(x) else bool(x)
+
+
+def plus(total: Any, *terms: Any) -> Any:
+    """total + terms, leaving out literal zeros, so a feature that is off adds no term to a formula.
+
+    Only a plain `int` 0 is left out (tested by type, not by `==`): a
+    CrossHair symbolic int must not fork a path on "is it zero?".
+    """
+    for t in terms:
+        if not (type(t) is int and t == 0):
+            total = total + t
+    return total
+
+
+# Lexicographic order on key tuples (the victim key, the heap key), for ints and Z3 terms alike. The shapes are
+# the ones the encoding was proved with: a pair key builds `Or(a0 > b0, And(a0 == b0, a1 > b1))`, and `lex_lt`
+# splits off the last component (the heap's id tie-break) from a prefix compared with `lex_gt`.
+
+def lex_gt(a: tuple[Any, ...], b: tuple[Any, ...]) -> Any:
+    if len(a) == 1:
+        return a[0] > b[0]
+    return or_(a[0] > b[0], and_(a[0] == b[0], lex_gt(a[1:], b[1:])))
+
+
+def lex_ge(a: tuple[Any, ...], b: tuple[Any, ...]) -> Any:
+    if len(a) == 1:
+        return a[0] >= b[0]
+    return or_(a[0] > b[0], and_(a[0] == b[0], lex_ge(a[1:], b[1:])))
+
+
+def lex_lt(a: tuple[Any, ...], b: tuple[Any, ...]) -> Any:
+    if len(a) == 1:
+        return a[0] < b[0]
+    return or_(lex_gt(b[:-1], a[:-1]), and_(lex_eq(a[:-1], b[:-1]), a[-1] < b[-1]))
+
+
+def lex_eq(a: tuple[Any, ...], b: tuple[Any, ...]) -> Any:
+    return and_(*[x == y for x, y in zip(a, b)])

@@ -22,7 +22,7 @@ state; `spec.state` stores only which block is cached under which hash.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 MODULUS = 2**31 - 1  # a Mersenne prime: every residue fits in 31 bits
 BASES = (1_000_003, 998_244_353 % MODULUS)

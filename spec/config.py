@@ -13,8 +13,9 @@ accepted.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from .errors import SpecError
 
@@ -25,7 +26,9 @@ Policy = Literal["fcfs", "priority"]
 class SchedulerConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 16
-    max_model_len: int | None = None  # None: equal to max_num_batched_tokens
+    # None (the default, or null in a config file) means max_num_batched_tokens and is replaced in
+    # __post_init__, before anything can read it: so every reader sees an int, and the type says so.
+    max_model_len: int = None  # type: ignore[assignment]
     block_size: int = 16
     num_gpu_blocks: int = 10000  # includes the null block (block 0)
     long_prefill_token_threshold: int = 0
@@ -76,7 +79,7 @@ class SchedulerConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "config") -> "SchedulerConfig":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "config") -> SchedulerConfig:
         if not isinstance(data, Mapping):
             raise SpecError(where, data, "must be an object")
         known = {f.name for f in dataclasses.fields(cls)}

@@ -16,7 +16,8 @@ drafter's proposals. Under async scheduling it mirrors
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterator, Mapping, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 from .config import SchedulerConfig
 from .output import ModelRunnerOutput, SchedulerOutput

@@ -67,7 +67,8 @@ def _umask() -> int:
 
 @cache
 def schema(name: str) -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath(f"{name}.schema.json").read_text())
+    loaded: dict[str, Any] = json.loads(resources.files(__package__).joinpath(f"{name}.schema.json").read_text())
+    return loaded
 
 
 def validate(data: Any, schema_name: str, where: str) -> None:

@@ -13,8 +13,9 @@ scheduled request, `()` for a partial prefill chunk.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class SchedulerOutput:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "SchedulerOutput":
+    def from_json(cls, d: Mapping[str, Any]) -> SchedulerOutput:
         return cls(
             num_scheduled_tokens={k: v for k, v in d["num_scheduled_tokens"]},
             scheduled_new_reqs=tuple(
@@ -92,5 +93,5 @@ class ModelRunnerOutput:
         return {k: list(v) for k, v in self.sampled_token_ids.items()}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ModelRunnerOutput":
+    def from_json(cls, d: Mapping[str, Any]) -> ModelRunnerOutput:
         return cls({k: tuple(v) for k, v in d.items()})

@@ -24,33 +24,41 @@ Two representation choices, both observationally exact:
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from .config import SchedulerConfig
 from .request import Request, RequestStatus
+from .rules import num_owed_tokens
 
 
-@dataclass(frozen=True)
-class RequestState:
-    request: Request
-    status: RequestStatus = RequestStatus.WAITING
-    output_token_ids: tuple[int, ...] = ()
-    num_computed_tokens: int = 0
-    spec_token_ids: tuple[int, ...] = ()
-    num_output_placeholders: int = 0
-    num_in_flight_tokens: int = 0
-    num_stale_output_tokens: int = 0
-    drop_stale_output: bool = False
-    num_preemptions: int = 0
-    is_prefill_chunk: bool = False
-    stop_reason: int | str | None = None
-    block_ids: tuple[int, ...] = ()  # the request's block table, in position order
-    num_cached_blocks: int = 0  # prefix caching: leading blocks already registered (num_cached_block)
+class RequestProperties:
+    """vLLM's derived request properties (vllm/v1/request.py:Request (294-304)), stated once for both request types.
+
+    The frozen `RequestState` and the reference's mutable `LiveRequest`
+    (`reference_impl/live_request.py`) both inherit them. Each class only has
+    to hold `request`, `output_token_ids`, `spec_token_ids`,
+    `num_output_placeholders` and `num_computed_tokens`. The empty
+    `__slots__` keeps `LiveRequest` slotted.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # what each subclass holds; declared only for the type checker, so no dataclass sees them
+        request: Request
+        output_token_ids: Sequence[int]
+        spec_token_ids: Sequence[int]
+        num_output_placeholders: int
+        num_computed_tokens: int
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.request.num_prompt_tokens
 
     @property
     def num_tokens(self) -> int:
@@ -66,9 +74,44 @@ class RequestState:
 
     @property
     def num_owed_tokens(self) -> int:
-        """The seed formula: what this request is owed before any clamp
-        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-843))."""
-        return self.num_tokens_with_spec + self.num_output_placeholders - self.num_computed_tokens
+        """The seed formula (`spec.rules.num_owed_tokens`), which returns an int on ints."""
+        owed: int = num_owed_tokens(self.num_tokens_with_spec, self.num_output_placeholders, self.num_computed_tokens)
+        return owed
+
+    @property
+    def all_token_ids(self) -> tuple[int, ...]:
+        return self.request.prompt_token_ids + tuple(self.output_token_ids)
+
+    # Fixed at arrival; vLLM keeps them on the request, here they live on the immutable `Request`.
+    @property
+    def max_tokens(self) -> int:
+        return self.request.max_tokens
+
+    @property
+    def priority(self) -> int:
+        return self.request.priority
+
+    @property
+    def arrival_time(self) -> float:
+        return self.request.arrival_time
+
+
+@dataclass(frozen=True)
+class RequestState(RequestProperties):
+    request: Request
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: tuple[int, ...] = ()
+    num_computed_tokens: int = 0
+    spec_token_ids: tuple[int, ...] = ()
+    num_output_placeholders: int = 0
+    num_in_flight_tokens: int = 0
+    num_stale_output_tokens: int = 0
+    drop_stale_output: bool = False
+    num_preemptions: int = 0
+    is_prefill_chunk: bool = False
+    stop_reason: int | str | None = None
+    block_ids: tuple[int, ...] = ()  # the request's block table, in position order
+    num_cached_blocks: int = 0  # prefix caching: leading blocks already registered (num_cached_block)
 
 
 @dataclass(frozen=True)
@@ -90,7 +133,7 @@ class SchedulerState:
     cached_block_hash_to_block: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
-    def initial(cls, config: SchedulerConfig) -> "SchedulerState":
+    def initial(cls, config: SchedulerConfig) -> SchedulerState:
         return cls(config=config, free_block_queue=tuple(range(1, config.num_gpu_blocks)))
 
     @property

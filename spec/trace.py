@@ -13,8 +13,9 @@ another engine, check its invariants, or plot it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import SpecError
 from .jsonio import read_json, validate
@@ -36,7 +37,7 @@ class RequestSummary:
         return {"status": self.status.name, "num_computed_tokens": self.num_computed_tokens, "num_tokens": self.num_tokens}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "RequestSummary":
+    def from_json(cls, d: Mapping[str, Any]) -> RequestSummary:
         return cls(RequestStatus[d["status"]], d["num_computed_tokens"], d["num_tokens"])
 
 
@@ -48,7 +49,7 @@ class StateSummary:
     requests: Mapping[str, RequestSummary] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, state: SchedulerState) -> "StateSummary":
+    def of(cls, state: SchedulerState) -> StateSummary:
         return cls(
             running=state.running,
             waiting=state.waiting,
@@ -65,7 +66,7 @@ class StateSummary:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "StateSummary":
+    def from_json(cls, d: Mapping[str, Any]) -> StateSummary:
         return cls(tuple(d["running"]), tuple(d["waiting"]), d["num_free_blocks"],
                    {k: RequestSummary.from_json(v) for k, v in d["requests"].items()})
 
@@ -124,7 +125,7 @@ class StepRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "StepRecord":
+    def from_json(cls, d: Mapping[str, Any]) -> StepRecord:
         return cls(
             d["step"], tuple(d["added"]), tuple(d["aborted"]),
             SchedulerOutput.from_json(d["output"]), ModelRunnerOutput.from_json(d["model_output"]),
@@ -154,7 +155,7 @@ class Trace:
         }
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "trace") -> "Trace":
+    def from_json(cls, data: Any, where: str = "trace") -> Trace:
         validate(data, "trace", where)
         workload = Workload.from_json(data["workload"], f"{where}.workload")
         steps = []
@@ -167,7 +168,7 @@ class Trace:
         return cls(workload, tuple(steps), data["engine"], data["end"])
 
     @classmethod
-    def load(cls, path: str) -> "Trace":
+    def load(cls, path: str) -> Trace:
         return cls.from_json(read_json(path), where=f"{path}:trace")
 
 

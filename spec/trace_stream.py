@@ -28,8 +28,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Iterator
 from functools import cache
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import jsonschema
 
@@ -92,7 +93,7 @@ class _Window:
     def next_char(self) -> str:
         """Skip whitespace; the next character, "" at the end of the file."""
         while True:
-            self.pos = _WS.match(self.text, self.pos).end()
+            self.pos = _WS.match(self.text, self.pos).end()  # type: ignore[union-attr]  # \s* matches anywhere
             if self.pos < len(self.text):
                 return self.text[self.pos]
             if not self.more():

@@ -19,8 +19,9 @@ prompts larger than their small pools (the engines must agree there too).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .config import SchedulerConfig
 from .errors import SpecError
@@ -103,7 +104,7 @@ class Workload:
     def aborts_at(self, step: int) -> list[str]:
         return list(self._aborts.get(step, ()))
 
-    def replace(self, **changes: Any) -> "Workload":
+    def replace(self, **changes: Any) -> Workload:
         fields = {k: getattr(self, k) for k in ("config", "requests", "aborts", "name", "description", "max_steps", "filler_token_id")}
         fields.update(changes)
         return Workload(**fields)
@@ -123,7 +124,7 @@ class Workload:
         }
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "workload") -> "Workload":
+    def from_json(cls, data: Any, where: str = "workload") -> Workload:
         validate(_for_schema(data), "workload", where)
         config = SchedulerConfig.from_dict(data["config"], f"{where}.config")
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
@@ -142,7 +143,7 @@ class Workload:
             raise SpecError(e.where.replace("workload", where, 1), e.value, e.why) from None
 
     @classmethod
-    def load(cls, path: str) -> "Workload":
+    def load(cls, path: str) -> Workload:
         """A workload file a user is about to run: one that could only idle is refused here."""
         data = read_json(path)
         kind = file_kind(data)

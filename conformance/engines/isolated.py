@@ -32,8 +32,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
-from typing import Any, Mapping
+from typing import Any
 
 from ...spec.config import SchedulerConfig
 from ...spec.errors import InfrastructureError
@@ -131,8 +132,9 @@ class _Host:
 class IsolatedEngine:
     """The harness's handle on an engine that lives in the host process."""
 
-    def __init__(self, factory: "IsolatedFactory", host: _Host, name: str) -> None:
-        self._factory, self._host, self.name = factory, host, name
+    def __init__(self, factory: IsolatedFactory, host: _Host, name: str) -> None:
+        self._factory, self.name = factory, name
+        self._host: _Host | None = host  # None once closed
 
     def _call(self, op: str, *args: Any) -> Any:
         if self._host is None:

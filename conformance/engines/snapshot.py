@@ -17,7 +17,8 @@ infrastructure `error` for the harness, never a divergence.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...spec.config import SchedulerConfig
 from ...spec.engine import Engine, EngineFactory

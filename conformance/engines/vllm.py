@@ -39,8 +39,9 @@ import queue
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, NoReturn
+from typing import Any, NoReturn
 
 from ...spec.config import SchedulerConfig
 from ...spec.errors import InfrastructureError, SpecError
@@ -148,7 +149,7 @@ class VllmEngine:
         finally:
             self._stderr.close()
 
-    def __enter__(self) -> "VllmEngine":
+    def __enter__(self) -> VllmEngine:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -31,7 +31,7 @@ class _Lease:
 
     name = ENGINE_NAME
 
-    def __init__(self, engine: VllmEngine, pool: "SharedDriverFactory") -> None:
+    def __init__(self, engine: VllmEngine, pool: SharedDriverFactory) -> None:
         self._engine: VllmEngine | None = engine
         self._pool = pool
 
@@ -46,7 +46,7 @@ class _Lease:
         if engine is not None:
             self._pool.give_back(engine)
 
-    def __enter__(self) -> "_Lease":
+    def __enter__(self) -> _Lease:
         return self
 
     def __exit__(self, *exc: Any) -> None:

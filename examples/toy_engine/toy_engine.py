@@ -15,7 +15,7 @@ or from a test, through schedspec's pytest plugin (see test_toy_engine.py).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.config import SchedulerConfig

@@ -9,8 +9,8 @@ block tables, and the drafts and async counters that the summary leaves out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 from ..block_hash import block_hashes
 from ..config import SchedulerConfig

@@ -19,13 +19,21 @@ too, because the placeholders P count what is in flight.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from ..arith import and_, cdiv, fdiv, implies, is_symbolic, ite, maybe, min_, not_, or_
-from .features import (cached_blocks_match_tokens, computed_behind_known_tokens, drafts_within_held,
-                       no_decode_past_max_tokens, placeholder_counters, prefix_hit_below_last_token,
-                       refcounts_match_tables)
+from ..arith import and_, cdiv, implies, is_symbolic, ite, lex_ge, maybe, min_, not_, or_, plus
+from ..rules import num_owed_tokens, victim_key
+from .features import (
+    cached_blocks_match_tokens,
+    computed_behind_known_tokens,
+    drafts_within_held,
+    no_decode_past_max_tokens,
+    placeholder_counters,
+    prefix_hit_below_last_token,
+    refcounts_match_tables,
+)
 from .views import Row, StepView
 
 
@@ -56,9 +64,13 @@ def _sum(xs) -> Any:
     return total
 
 
+def _owed_after(r: Row) -> Any:
+    return num_owed_tokens(plus(r.post_num_tokens, r.post_num_spec_tokens), r.post_num_output_placeholders,
+                           r.post_num_computed_tokens)
+
+
 def owed_nonnegative(v: StepView) -> Any:
-    return _all([implies(r.post_live, r.post_num_tokens + r.post_num_spec_tokens + r.post_num_output_placeholders
-                         - r.post_num_computed_tokens >= 0) for r in v.rows])
+    return _all([implies(r.post_live, _owed_after(r) >= 0) for r in v.rows])
 
 
 def budget_conservation(v: StepView) -> Any:
@@ -176,8 +188,9 @@ def priority_victim_is_least_important(v: StepView) -> Any:
     if v.fcfs:
         return True
 
+    # The rows carry the dense rank of arrival_time, which orders the keys as the times do.
     def key_ge(a: Row, b: Row) -> Any:
-        return or_(a.priority > b.priority, and_(a.priority == b.priority, a.arrival >= b.arrival))
+        return lex_ge(victim_key(a.priority, a.arrival), victim_key(b.priority, b.arrival))
 
     return _all([implies(and_(r.preempted, q.post_running), key_ge(r, q))
                  for r in v.rows if maybe(r.preempted) for q in v.rows if q is not r])
@@ -219,8 +232,7 @@ def stop_token_finishes(v: StepView) -> Any:
 def running_owes_tokens(v: StepView) -> Any:
     # After a synchronous step, every running request owes the next decode or prefill chunk. Under async
     # scheduling T + P - C = 1 after a decode is scheduled and every update keeps it, so it holds there too.
-    return _all([implies(r.post_running, r.post_num_tokens + r.post_num_spec_tokens + r.post_num_output_placeholders
-                         - r.post_num_computed_tokens >= 1) for r in v.rows])
+    return _all([implies(r.post_running, _owed_after(r) >= 1) for r in v.rows])
 
 
 def running_served_while_budget_lasts(v: StepView) -> Any:

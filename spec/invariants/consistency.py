@@ -45,7 +45,7 @@ which under async needs the engine loop's unreported-finish bookkeeping.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..engine import drained_after
 from ..request import RequestStatus
@@ -91,7 +91,8 @@ class Consistency:
         self.prompt = {rid: r.num_prompt_tokens for rid, r in replay.requests.items()}
         self.queue: tuple[int, ...] = ()
         self.found: dict[str, Violation] = {}
-        self.num_steps, self.last = 0, None
+        self.num_steps = 0
+        self.last: StepRecord | None = None
 
     def _report(self, rule: str, i: int, problems: Iterable[str]) -> None:
         for detail in problems:
@@ -107,7 +108,8 @@ class Consistency:
         report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
         self.queue = rec.in_flight
         before = replay.last
-        absorbed = rec if rec.updated_step == rec.step else replay.records.get(rec.updated_step)
+        u = rec.updated_step
+        absorbed = rec if u == rec.step else None if u is None else replay.records.get(u)
         report("trace-membership", i, _membership(before, rec, where))
         view = replay.step(rec)
         report("trace-counters", i, _counters(view, before, rec, absorbed, replay.last_preempted, where))

@@ -12,13 +12,14 @@ before the step is 0 and the hit becomes its C), else its C before the step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..arith import and_, fdiv, implies, ite, min_, not_
 from .views import Row, StepView
 
 
-def _all(xs) -> Any:
+def _all(xs: Sequence[Any]) -> Any:
     return and_(*xs) if xs else True
 
 

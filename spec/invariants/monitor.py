@@ -13,10 +13,10 @@ trace and are checked here on the step records themselves:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
-from ..request import RequestStatus
+from ..request import Request, RequestStatus
 from ..trace import StepRecord, Trace
 from ..workload import Workload
 from .catalogue import INVARIANTS, Invariant, budget_detail
@@ -86,12 +86,13 @@ class Monitor:
         return sorted(found.values(), key=lambda v: v.step)
 
 
-def problem_detail(name: str, view) -> str:
+def problem_detail(name: str, view: StepView) -> str:
     """The concrete problem behind a violated id-level or budget invariant, which says more than its sentence."""
     if name == "budget-conservation":
         return budget_detail(view)
-    return {"block-conservation": view.ids_problem, "refcounts-match-tables": view.refs_problem,
-            "cached-blocks-match-tokens": view.cache_problem}.get(name, "")
+    problems = {"block-conservation": view.ids_problem, "refcounts-match-tables": view.refs_problem,
+                "cached-blocks-match-tokens": view.cache_problem}
+    return problems.get(name, "")
 
 
 def first_violation(trace: Trace, invariants: Iterable[Invariant] | None = None) -> Violation | None:
@@ -142,7 +143,7 @@ class History:
                     yield Violation("finished-reported-once", step, f"{rid} finished but was never reported")
 
 
-def _stop_is_final(step: int, rid: str, request, status: RequestStatus, outputs: tuple[int, ...], L: int) -> Iterable[Violation]:
+def _stop_is_final(step: int, rid: str, request: Request, status: RequestStatus, outputs: tuple[int, ...], L: int) -> Iterable[Violation]:
     stops = set(request.stop_token_ids) | ({request.effective_eos_token_id} - {None})
     early = [i for i, t in enumerate(outputs[:-1]) if t in stops]
     if early:

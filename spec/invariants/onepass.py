@@ -18,8 +18,9 @@ views as two would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .consistency import Consistency
 from .monitor import Monitor, Violation

@@ -37,6 +37,7 @@ that step sampled, not this step's, are what may have stopped a request.
 from __future__ import annotations
 
 from ..request import RequestStatus
+from ..rules import heap_key
 from ..trace import StateSummary, StepRecord, Trace
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
 from .views import StepView
@@ -71,7 +72,7 @@ class TraceReplay:
         if self.config.policy == "fcfs":
             return waiting + added
         rq = self.requests
-        return tuple(sorted(waiting + added, key=lambda rid: (rq[rid].priority, rq[rid].arrival_time, rid)))
+        return tuple(sorted(waiting + added, key=lambda rid: heap_key(rq[rid].priority, rq[rid].arrival_time, rid)))
 
     def _counts(self, summary: StateSummary, rid: str) -> Counts:
         r = summary.requests[rid]

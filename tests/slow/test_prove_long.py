@@ -52,6 +52,16 @@ def test_cheap_invariants_up_to_twelve_requests(name):
 
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
+def test_every_invariant_is_inductive_with_all_three_features_for_two_requests(fcfs):
+    """Moved from tests/unit/test_prove_async.py, which keeps N = 1 of it."""
+    from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
+
+    for inv in INVARIANTS:
+        verdict = check_features(inv, 2, fcfs, timeout_s=60, features=FEATURES).verdict
+        assert verdict == ("n/a" if inv.name in CONCRETE_ONLY else "proved"), inv.name
+
+
+@pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_with_all_three_features_up_to_four_requests(fcfs):
     """The feature run's default bound, with async, spec decode and prefix caching in one step."""
     from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features

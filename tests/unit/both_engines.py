@@ -17,7 +17,7 @@ and the free-block count (cached-but-unreferenced blocks count as free).
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import pytest
 
@@ -97,20 +97,6 @@ class Driven:
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
-
-
-@pytest.fixture(params=ENGINES)
-def make(request):
-    """`make(config) -> Driven` on the reference, then on vLLM (skipped without its venv)."""
-    opened: list[Driven] = []
-
-    def _make(config: SchedulerConfig) -> Driven:
-        opened.append(Driven(request.param, config))
-        return opened[-1]
-
-    yield _make
-    for d in opened:
-        d.close()
 
 
 def new_blocks(out: SchedulerOutput) -> dict[str, tuple[tuple[int, ...], int]]:

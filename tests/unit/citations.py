@@ -24,9 +24,9 @@ import io
 import re
 import subprocess
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +123,7 @@ def vllm_root() -> Path | None:
     return next((vllm_venv_path() / "lib").glob("python3*/site-packages/vllm"), None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def definitions(path: Path) -> dict[str, tuple[int, int]]:
     """Qualified name -> (first, last) line of every class and function, module constant and class field.
 

@@ -14,7 +14,7 @@ Nothing here knows an expected value; the tests state those, from the doc.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from schedspec.reference_impl import add_request, initial_state, schedule, update_from_output
 from schedspec.spec.config import SchedulerConfig

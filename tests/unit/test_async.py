@@ -9,7 +9,6 @@ before the first step's output is absorbed, outputs absorbed oldest first.
 from __future__ import annotations
 
 import pytest
-from both_engines import make  # noqa: F401  (a fixture)
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.request import Request, RequestStatus

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import add, assert_consistent, config, make_request, mock_output, new_state, sched_dict, step
 
 from schedspec.reference_impl import abort, initial_state, schedule, update_from_output

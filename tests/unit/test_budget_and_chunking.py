@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import add, cached_ids, config, make_request, new_ids, new_state, sched_dict, update
 
 from schedspec.reference_impl import schedule

@@ -92,3 +92,11 @@ def test_allow_divergence_lists_departures_and_still_fails_on_invariants(tmp_pat
     assert junit.count("<failure") == 1 and "departs at step 3" in junit
     md = (out / "certificate.md").read_text()
     assert "## Departures from the oracle (allowed)" in md and "| **3** ⟵ |" in md
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """`.ci/run` is the README's test command, so what CI gates on is what a user is told to run."""
+    readme_blocks = re.findall(r"```\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)
+    test_command = next(b for b in readme_blocks if "pytest" in b and b.startswith("scripts/ensure-venv"))
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    assert ci == [test_command]

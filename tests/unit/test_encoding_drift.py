@@ -58,7 +58,7 @@ def test_no_drift_on_thousands_of_reached_states():
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of([workloads(f) for f in CORE]), st.integers(0, 40))
 def test_no_drift_hypothesis(workload, k):
-    for i, (state, sampled) in enumerate(states(workload, max_steps=k + 1)):
+    for state, sampled in states(workload, max_steps=k + 1):
         assert compare(state, sampled) == []
 
 

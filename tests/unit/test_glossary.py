@@ -12,8 +12,21 @@ from __future__ import annotations
 
 import pytest
 
-from citations import (BARE_LINES, ID_RE, OLD_CITATION, VLLM_CITATION, Cited, citation_problem, glossary_ids,
-                       old_form_problem, problems, prose, scan, undefined_ids, vllm_root)
+from citations import (
+    BARE_LINES,
+    ID_RE,
+    OLD_CITATION,
+    VLLM_CITATION,
+    Cited,
+    citation_problem,
+    glossary_ids,
+    old_form_problem,
+    problems,
+    prose,
+    scan,
+    undefined_ids,
+    vllm_root,
+)
 
 from schedspec.spec.invariants.catalogue import INVARIANTS
 

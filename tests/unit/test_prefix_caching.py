@@ -9,7 +9,7 @@ the bug zoo's Z6/Z7. Each runs on the reference and on vLLM 0.33.0.
 
 from __future__ import annotations
 
-from both_engines import make, new_blocks, prompt  # noqa: F401  (make is a fixture)
+from both_engines import new_blocks, prompt
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.request import Request

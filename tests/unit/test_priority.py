@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import (
-    add, assert_consistent, cached_ids, config, make_request, new_ids, new_state, sched_dict, step, update,
+    add,
+    assert_consistent,
+    cached_ids,
+    config,
+    make_request,
+    new_ids,
+    new_state,
+    sched_dict,
+    step,
+    update,
 )
 
 from schedspec.reference_impl import abort, schedule

@@ -13,9 +13,9 @@ from __future__ import annotations
 import copy
 import json
 
+from hypothesis import HealthCheck, given, settings, strategies as st
+
 from helpers import add, assert_consistent, config, make_request, mock_output, new_state, step
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from schedspec.reference_impl import abort, add_request, schedule, simulate, update_from_output
 from schedspec.spec import engine as engine_loop

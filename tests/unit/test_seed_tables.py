@@ -7,6 +7,7 @@ prompt in chunks 7992, 7992, 4016) and vllm-0.33-on-cpu.md §9 (scenario 1 and s
 from __future__ import annotations
 
 import pytest
+
 from helpers import config, make_request, new_state, sched_dict, step
 
 from schedspec.reference_impl import simulate

@@ -115,7 +115,7 @@ def test_threshold_trims_drafts():
 
 # ---- The same scenarios on both engines, through the engine protocol (drafts via update_draft_token_ids). ----
 
-from both_engines import make, new_blocks, prompt  # noqa: E402,F401  (make is a fixture)
+from both_engines import new_blocks, prompt  # noqa: E402
 
 from schedspec.spec.config import SchedulerConfig  # noqa: E402
 from schedspec.spec.request import Request  # noqa: E402

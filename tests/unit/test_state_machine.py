@@ -10,12 +10,16 @@ finding replays as an ordinary workload, and that a hunt stops at its budget.
 
 import time
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from schedspec.conformance.mutants import BY_NAME, applied
 from schedspec.conformance.state_machine import (
-    TRACE_CHECKS, Bounds, SchedulerMachine, _raw, make_config, make_request,
+    TRACE_CHECKS,
+    Bounds,
+    SchedulerMachine,
+    _raw,
+    make_config,
+    make_request,
 )
 from schedspec.conformance.state_machine_hunt import FAST, hunt_state_machine
 from schedspec.reference_impl import simulate

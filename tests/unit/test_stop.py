@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import EOS, config, inject_running, make_request, new_state, step, update_live
 
 from schedspec.reference_impl import initial_state

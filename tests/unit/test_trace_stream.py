@@ -195,7 +195,7 @@ def test_the_quick_shape_test_is_never_laxer_than_the_schema(traces):
     variants = []
     for base in (step, async_step):
         variants.append(base)
-        for path, value in _leaves(base):
+        for path, _value in _leaves(base):
             for bad in (None, -1, 1.5, True, "X", [], {}, [None], {"x": None}, "status\n"):
                 variants.append(_replaced(base, path, bad))
             if path and isinstance(path[-1], str):

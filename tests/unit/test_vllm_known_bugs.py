@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from both_engines import make, needs_vllm  # noqa: F401  (make is a fixture)
+
+from both_engines import needs_vllm
 
 from schedspec.conformance.engines.vllm_pool import vllm_engine_factory
 from schedspec.spec.config import SchedulerConfig

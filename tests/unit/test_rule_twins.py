@@ -1,0 +1,176 @@
+"""Each tensor twin of the torch engine computes what its rule computes, on seeded random inputs.
+
+The torch engine may not import the reference, and the rules are written for
+ints and Z3 terms, so it keeps tensor twins of them (`gpu_impl/rules.py`,
+`gpu_impl/preemption.py`). A twin that drifts from its rule would show up in
+the certificates only when a workload reaches the drifted case. Here every
+twin meets its rule on thousands of random values, edge values included,
+each case an element of one batched tensor call. The inputs are seeded and
+their number bounded, so a failure reproduces.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from schedspec.gpu_impl import rules as twin
+from schedspec.gpu_impl.load import priority_ranks
+from schedspec.gpu_impl.preemption import fcfs_victim_index_twin, preempted_counters_twin, victim_key_twin
+from schedspec.reference_impl import rules
+from schedspec.reference_impl.live_request import LiveRequest
+from schedspec.reference_impl.request_queue import PriorityRequestQueue
+from schedspec.spec import rules as spec_rules
+from schedspec.spec.request import Request, RequestStatus
+
+CASES = 4000  # elements per twin: one [CASES] tensor call each
+ROWS, WIDTH = 300, 6  # victim orders: ROWS running lists of up to WIDTH requests
+
+
+def ints(rng: random.Random, lo: int, hi: int, n: int = CASES) -> list[int]:
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def t(xs) -> torch.Tensor:
+    return torch.tensor(xs)
+
+
+def test_victim_key_twin_takes_the_victims_in_the_rules_order():
+    rng = random.Random(1)
+    prio = [[rng.randint(0, 2) for _ in range(WIDTH)] for _ in range(ROWS)]
+    arrival = [[float(rng.randint(0, 3)) for _ in range(WIDTH)] for _ in range(ROWS)]
+    alive = [[rng.random() < 0.8 for _ in range(WIDTH)] for _ in range(ROWS)]
+    got = victim_key_twin(t(prio), torch.tensor(arrival, dtype=torch.float64), t(alive)).tolist()
+    for row in range(ROWS):
+        running = [p for p in range(WIDTH) if alive[row][p]]
+        expected = []
+        while running:  # `max(running, key=victim_key)`, then the victim leaves `running`
+            victim = max(running, key=lambda p: spec_rules.victim_key(prio[row][p], arrival[row][p]))
+            running.remove(victim)
+            expected.append(victim)
+        assert got[row][:len(expected)] == expected, (prio[row], arrival[row], alive[row])
+
+
+def test_fcfs_victim_index_twin_pops_from_the_tail():
+    rng = random.Random(2)
+    alive = [[rng.random() < 0.7 for _ in range(WIDTH)] for _ in range(ROWS)]
+    got = fcfs_victim_index_twin(t(alive), torch.arange(WIDTH).expand(ROWS, WIDTH)).tolist()
+    for row in range(ROWS):
+        running = [p for p in range(WIDTH) if alive[row][p]]
+        expected = [running.pop(rules.fcfs_victim_index(len(running))) for _ in range(len(running))]
+        assert got[row][:len(expected)] == expected, alive[row]
+
+
+def test_preempted_counters_twin_resets_what_the_rule_resets():
+    rng = random.Random(3)
+    victims = [rng.random() < 0.5 for _ in range(CASES)]
+    status = [rng.choice([RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED]) for _ in range(CASES)]
+    C, nspec, P, inflight, stale = (ints(rng, 0, 9) for _ in range(5))
+    out = [x.tolist() for x in preempted_counters_twin(
+        t(victims), t([int(s) for s in status]), t(C), t(nspec), t(P), t(inflight), t(stale))]
+    for i in range(CASES):
+        after = spec_rules.preempted_counters(inflight[i], stale[i], False, 0)
+        # What the engine does not keep as tensors: drop stays False, and the blocks go in `push_free`.
+        assert after.drop_stale_output is False and after.num_blocks == 0
+        expected = ((int(after.status), after.num_computed_tokens, after.num_spec_tokens,
+                     after.num_output_placeholders, after.num_stale_output_tokens) if victims[i]
+                    else (int(status[i]), C[i], nspec[i], P[i], stale[i]))
+        assert tuple(x[i] for x in out) == expected, i
+
+
+def test_num_owed_tokens_twin():
+    rng = random.Random(4)
+    T, S, P, C = ints(rng, 1, 50), ints(rng, 0, 4), ints(rng, 0, 5), ints(rng, 0, 50)
+    got = twin.num_owed_tokens(t(T) + t(S), t(P), t(C)).tolist()
+    assert got == [spec_rules.num_owed_tokens(T[i] + S[i], P[i], C[i]) for i in range(CASES)]
+
+
+def test_heap_key_ranks_are_the_reference_queues_pop_order():
+    """The torch engine ranks with the rule itself (no twin); its ranks must be the reference queue's order."""
+    rng = random.Random(5)
+    for _ in range(100):
+        reqs = [Request(f"r{rng.randint(0, 30)}-{i}", (1,), 1, priority=rng.randint(0, 2),
+                        arrival_time=float(rng.randint(0, 3))) for i in range(rng.randint(1, 8))]
+        ranks = priority_ranks(reqs)
+        queue = PriorityRequestQueue(LiveRequest(q) for q in reqs)
+        popped = [queue.pop_request().request_id for _ in reqs]
+        assert [reqs[i].request_id for i in sorted(range(len(reqs)), key=ranks.__getitem__)] == popped
+
+
+def test_effective_threshold_twin():
+    rng = random.Random(6)
+    thr, eligible, budget = ints(rng, 0, 20), ints(rng, 0, 6), ints(rng, 1, 64)
+    adaptive = [rng.random() < 0.5 for _ in range(CASES)]
+    got = twin.effective_threshold(t(thr), t(eligible), t(adaptive), t(budget)).tolist()
+    assert got == [rules.effective_threshold(thr[i], eligible[i], adaptive[i], budget[i]) for i in range(CASES)]
+
+
+def test_clamp_to_threshold_twin():
+    rng = random.Random(7)
+    n, thr = ints(rng, 0, 40), ints(rng, 0, 20)
+    got = twin.clamp_to_threshold(t(n), t(thr)).tolist()
+    assert got == [rules.clamp_to_threshold(n[i], thr[i]) for i in range(CASES)]
+
+
+def test_grants_twin_is_the_running_pass_budget_clamp_in_queue_order():
+    """The running pass's asks, granted by prefix sums, are what `running_num_new_tokens` grants one by one."""
+    rng = random.Random(8)
+    for _ in range(ROWS):
+        L, thr, budget = rng.randint(2, 40), rng.randint(0, 8), rng.randint(1, 30)
+        C = [rng.randint(0, L - 1) for _ in range(WIDTH)]
+        owed = [rng.randint(0, 12) for _ in range(WIDTH)]
+        ask = torch.minimum(twin.clamp_to_threshold(t(owed), t(thr)), L - t(C) - 1).clamp(min=0)
+        got = twin.grants(ask[None, :], t([[budget]]))[0].tolist()
+        left, expected = budget, []
+        for i in range(WIDTH):  # the loop runs while budget is left; an n of 0 is skipped
+            n = rules.running_num_new_tokens(owed[i], thr, left, L, C[i]) if left > 0 else 0
+            expected.append(n)
+            left -= n
+        assert got == expected, (L, thr, budget, C, owed)
+
+
+def test_blocks_for_twin_is_need_slot_then_blocks_to_allocate():
+    rng = random.Random(9)
+    L, bs = ints(rng, 1, 64), [rng.choice([1, 2, 4, 16]) for _ in range(CASES)]
+    C = [rng.randint(0, L[i] + 2) for i in range(CASES)]  # past L too: the slot count still caps at L
+    n, held = ints(rng, 0, 20), ints(rng, 0, 8)
+    got = (twin.blocks_for(torch.minimum(t(C), t(L)) + t(n), t(L), t(bs)) - t(held)).clamp(min=0).tolist()
+    assert got == [rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n[i], 0, L[i]), held[i], bs[i])
+                   for i in range(CASES)]
+
+
+def test_max_prefix_hit_blocks_twin():
+    rng = random.Random(10)
+    T, bs = ints(rng, 1, 80), [rng.choice([1, 2, 4, 16]) for _ in range(CASES)]
+    got = twin.max_prefix_hit_blocks(t(T), t(bs)).tolist()
+    assert got == [rules.max_prefix_hit_blocks(T[i], bs[i]) for i in range(CASES)]
+
+
+def test_pads_spec_decode_twin():
+    rng = random.Random(11)
+    k, n, C, L = ints(rng, 0, 3), ints(rng, 0, 3), ints(rng, 0, 10), ints(rng, 4, 14)
+    prefill, running = ([rng.random() < 0.5 for _ in range(CASES)] for _ in range(2))
+    got = twin.pads_spec_decode(t(k), t(n), t(prefill), t(running), t(C), t(L)).tolist()
+    assert got == [rules.pads_spec_decode(k[i], n[i], prefill[i], running[i], C[i], L[i]) for i in range(CASES)]
+
+
+def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():
+    rng = random.Random(12)
+    n, C, T, P = ints(rng, 1, 8), ints(rng, 0, 20), ints(rng, 1, 24), ints(rng, 0, 3)
+    got = twin.num_scheduled_spec_tokens(t(n), t(C), t(T), t(P)).tolist()
+    assert got == [max(rules.num_scheduled_spec_tokens(n[i], C[i], T[i], P[i]), 0) for i in range(CASES)]
+
+
+def test_num_rejected_drafts_twin():
+    rng = random.Random(13)
+    d, g = ints(rng, 0, 4), ints(rng, 0, 5)
+    got = twin.num_rejected_drafts(t(d), t(g)).tolist()
+    assert got == [rules.num_rejected_drafts(d[i], g[i], 1) for i in range(CASES)]
+
+
+def test_async_max_tokens_reached_twin():
+    rng = random.Random(14)
+    P, C, prompt, max_tokens = ints(rng, 0, 4), ints(rng, 0, 30), ints(rng, 1, 20), ints(rng, 1, 12)
+    got = twin.async_max_tokens_reached(t(P), t(C), t(prompt), t(max_tokens)).tolist()
+    assert got == [rules.async_max_tokens_reached(P[i], C[i], prompt[i], max_tokens[i]) for i in range(CASES)]
