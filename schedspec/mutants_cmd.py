@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .conformance.mutants import EQUIVALENT, MUTANTS
-from .conformance.mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
+from .mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .spec.errors import SpecError

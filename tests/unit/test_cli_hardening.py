@@ -12,7 +12,7 @@ import pytest
 
 from schedspec import mutants_cmd
 from schedspec.cli import main
-from schedspec.conformance.mutation import BUDGET_SPENT, Kill
+from schedspec.mutation import BUDGET_SPENT, Kill
 from schedspec.proofs import prove
 from schedspec.spec.invariants import BY_NAME
 

@@ -12,6 +12,11 @@ size of what each checker hands back is recorded as (requests, steps).
 A mutant that no checker kills fails the run, unless it is argued
 equivalent in `mutants.EQUIVALENT`.
 
+It lives at the top, beside the CLI, not in `conformance/`: scoring a
+mutant runs every checker, the Z3 and CrossHair ones of `proofs/` among
+them, and `proofs/` itself plants mutants from `conformance.mutants`. In
+`conformance/` it made the two packages import each other.
+
 A cell that is not a kill is `survived` only when the checker finished
 without finding the mutant: Z3 proved every check up to N = 3, CrossHair
 explored every path, the state machine ran all its examples. A search cut
@@ -27,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .mutants import Mutant
+from .conformance.mutants import Mutant
 
 CHECKERS = ("monitors", "diff", "z3", "hypothesis", "crosshair")
 BUDGET_SPENT = "budget spent"  # the `what` of a cell whose seconds ran out before its search was done
@@ -54,7 +59,7 @@ class Kill:
 
 def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
     def run(m: Mutant, budget_s: float) -> Kill:
-        from .hunt import hunt
+        from .conformance.hunt import hunt
 
         t0 = time.perf_counter()
         f = hunt(m, checker, budget_s=budget_s, shrink_budget_s=budget_s)
@@ -72,14 +77,14 @@ def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
 
 def _against_vllm(m: Mutant, workload) -> str:
     """The same counterexample, the mutated reference against the real vLLM 0.33.0, when its venv exists."""
-    from .engines.vllm import vllm_venv_ready
+    from .conformance.engines.vllm import vllm_venv_ready
 
     if not vllm_venv_ready():
         return ""
-    from ..reference_impl import ReferenceEngine
-    from .differ import diff
-    from .mutants import applied
-    from .registry import engine_factory
+    from .conformance.differ import diff
+    from .conformance.mutants import applied
+    from .conformance.registry import engine_factory
+    from .reference_impl import ReferenceEngine
 
     with applied(m):
         try:
@@ -91,8 +96,8 @@ def _against_vllm(m: Mutant, workload) -> str:
 
 def _z3(m: Mutant, budget_s: float) -> Kill:
     """The core run, or for a mutant of a feature family the feature run with the features it lives in."""
-    from ..proofs import features as feature_mode, prove
-    from ..spec.invariants import INVARIANTS
+    from .proofs import features as feature_mode, prove
+    from .spec.invariants import INVARIANTS
 
     features = tuple(f for f in feature_mode.FEATURES if f in m.families)
     t0 = time.perf_counter()
@@ -115,7 +120,7 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
 
 
 def _hypothesis(m: Mutant, budget_s: float) -> Kill:
-    from .state_machine_hunt import hunt_state_machine
+    from .conformance.state_machine_hunt import hunt_state_machine
 
     t0 = time.perf_counter()
     budget_s = max(budget_s, m.min_search_s)
@@ -127,9 +132,9 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:
-    from ..proofs.contracts import ALL, FEATURES, contract_name
-    from ..proofs.crosshair_runner import run_contract
-    from ..spec.invariants import BY_NAME
+    from .proofs.contracts import ALL, FEATURES, contract_name
+    from .proofs.crosshair_runner import run_contract
+    from .spec.invariants import BY_NAME
 
     # A feature's mutant runs on that feature's contract (every check, with the feature on). Otherwise the
     # contract of the first invariant the mutant is expected to break; `check_runs` (vLLM's own asserts only)
@@ -162,7 +167,7 @@ RUNNERS: dict[str, Callable[[Mutant, float], Kill]] = {
 
 def run_cell(args: tuple[str, str, float]) -> Kill:
     """One (mutant, checker) cell; a checker that crashes is reported, not raised."""
-    from .mutants import BY_NAME
+    from .conformance.mutants import BY_NAME
 
     name, checker, budget_s = args
     t0 = time.perf_counter()
