@@ -26,7 +26,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Stream the run: each step goes to the table, the trace file and the plot as it is made, then is dropped."""
     from .reference_impl.engine import ENGINE_NAME, simulate_steps
     from .report import StepTable
-    from .tracefile import TraceWriter, trace_end
+    from .spec.engine import trace_end
+    from .tracefile import TraceWriter
     from .workloads import BUILTIN, load_workload
 
     if args.list:

@@ -27,17 +27,10 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
-from .spec.engine import drained_after
 from .spec.trace import TRACE_VERSION, StepRecord
 from .spec.workload import Workload
 
 _STEP_INDENT = "  "  # a step is an item of "steps", a key of the top object: two levels of indent=1
-
-
-def trace_end(last: StepRecord | None, workload: Workload) -> str:
-    """`Trace.end` from the last record alone: the rule of `spec.engine.run`."""
-    drained = last is not None and drained_after(last, workload) and not last.in_flight
-    return "drained" if drained else "max_steps"
 
 
 class TraceWriter:

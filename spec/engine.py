@@ -214,7 +214,12 @@ def drained_after(record: StepRecord, workload: Workload) -> bool:
     return not (state.running or state.waiting) and record.step >= workload.last_event_step and reported
 
 
+def trace_end(last: StepRecord | None, workload: Workload) -> str:
+    """`Trace.end` from the last record alone: "drained" if the run drained with nothing in flight."""
+    drained = last is not None and drained_after(last, workload) and not last.in_flight
+    return "drained" if drained else "max_steps"
+
+
 def run(engine: Engine, workload: Workload) -> Trace:
     records = tuple(steps(engine, workload))
-    drained = bool(records) and drained_after(records[-1], workload) and not records[-1].in_flight
-    return Trace(workload, records, engine.name, "drained" if drained else "max_steps")
+    return Trace(workload, records, engine.name, trace_end(records[-1] if records else None, workload))

@@ -199,7 +199,8 @@ class IsolatedFactory:
                 return
             except (InfrastructureError, EngineRaised):
                 pass
-        host.kill() if host.alive else None
+        if host.alive:
+            host.kill()
 
     def forget(self, host: _Host) -> None:
         if self._idle is host:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..engine import drained_after
+from ..engine import trace_end
 from ..request import RequestStatus
 from ..trace import StateSummary, StepRecord, Trace
 from ..workload import Workload
@@ -247,7 +247,7 @@ def _end(w: Workload, end: str, n: int, last: StepRecord | None) -> Iterable[str
     if last is None:
         yield f"steps: the trace has 0 steps, but every run records step 0 (end is {end!r})"
         return
-    drained = drained_after(last, w) and not last.in_flight
+    drained = trace_end(last, w) == "drained"
     if end == "drained" and not drained:
         yield f"end is 'drained', but step {n - 1} does not drain: {_not_drained(last, w.last_event_step)}"
     elif end != "drained" and drained:

@@ -19,12 +19,13 @@ from schedspec.conformance.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.reference_impl.engine import ENGINE_NAME, simulate_steps
 from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.engine import trace_end
 from schedspec.spec.errors import SpecError
 from schedspec.spec.jsonio import write_json_atomic
 from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
 from schedspec.spec.workload import Workload, WorkloadRequest
-from schedspec.tracefile import TraceWriter, trace_end
+from schedspec.tracefile import TraceWriter
 from schedspec.workloads import BUILTIN
 
 D1 = Workload(SchedulerConfig(block_size=16, num_gpu_blocks=3),
