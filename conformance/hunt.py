@@ -27,13 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..mutants import Mutant, applied
 from ..reference_impl import simulate
 from ..spec.invariants import check_trace
 from ..spec.trace import Trace
 from ..spec.workload import Workload
 from .compare import first_difference
 from .families import FAMILIES, generate
-from .mutants import Mutant, applied
 from .shrink import shrink, size
 
 CORE_FAMILIES = ("budget", "threshold", "no-chunking", "kv-pressure", "priority", "max-model-len", "stops", "aborts",

@@ -37,8 +37,8 @@ from contextlib import contextmanager, nullcontext
 from hypothesis import HealthCheck, Phase, Verbosity, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from ..mutants import Mutant, applied
 from .hunt import Finding
-from .mutants import Mutant, applied
 from .state_machine import Bounds, Counterexample, OutOfTime, RunLog, SchedulerMachine
 
 

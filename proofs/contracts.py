@@ -36,10 +36,6 @@ applied, before it reports any counterexample.
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
-import textwrap
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -166,25 +162,7 @@ def explain(name: str, k: Knobs, a0: Ask, a1: Ask, a2: Ask, n: int, d: Draws | N
 
 
 def _where(frame: traceback.FrameSummary, e: Exception) -> str:
-    """`file:line: source` of the raising line; inside a mutant's recompiled function, mapped back to the file."""
+    """`file:line: source` of the raising line (a planted mutant compiles into its target's own file and lines)."""
     filename, lineno, line = frame.filename, frame.lineno or 0, frame.line
-    if filename.startswith("<mutant ") and filename.endswith(">"):
-        from ..conformance.mutants import BY_NAME as MUTANTS
-
-        m = MUTANTS[filename[len("<mutant "):-1]]
-        module, _, qualname = m.target.partition(":")
-        filename = inspect.getsourcefile(importlib.import_module(f"schedspec.{module}")) or filename
-        text = open(filename).read()
-        node: Any = ast.parse(text)  # the original function: while the mutant is applied, the module holds the copy
-        for part in qualname.split("."):
-            node = next(n for n in node.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part)
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        source = textwrap.dedent("\n".join(text.splitlines()[first - 1:node.end_lineno]) + "\n")
-        mutated = source.replace(m.find, m.replace).splitlines()
-        line = mutated[lineno - 1].strip() if 0 < lineno <= len(mutated) else None
-        top = source[:source.index(m.find)].count("\n")  # lines above the mutation are where they were
-        if lineno - 1 > top + m.replace.count("\n"):
-            lineno -= m.replace.count("\n") - m.find.count("\n")
-        lineno += first - 1
     where = f"{filename.rsplit('/', 1)[-1]}:{lineno}" + (f": {line}" if line else "")
     return where + (f" ({e})" if str(e) else "")

@@ -88,7 +88,7 @@ def check_names(names: Iterable[str] | None) -> list[str]:
 
 
 def check_mutant(name: str | None) -> None:
-    from ..conformance.mutants import BY_NAME
+    from ..mutants import BY_NAME
 
     if name is not None and name not in BY_NAME:
         raise SpecError("--mutant", name, f"is not a mutant; known: {', '.join(BY_NAME)}")
@@ -135,7 +135,7 @@ def parse_args(text: str) -> tuple[Any, ...]:
 def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
     from crosshair.main import unwalled_main
 
-    from ..conformance.mutants import BY_NAME, applied
+    from ..mutants import BY_NAME, applied
     from . import contracts
 
     out = io.StringIO()
@@ -151,7 +151,7 @@ def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]
 
 
 def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
-    from ..conformance.mutants import BY_NAME, applied
+    from ..mutants import BY_NAME, applied
     from .contracts import explain
 
     values = parse_args(args)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="crosshair check on one contract, a mutant applied (a worker of run_contract)")
     ap.add_argument("contract", choices=list(CONTRACTS))
     ap.add_argument("--timeout", type=float, default=30.0, help="CrossHair's per-condition timeout, CPU seconds")
-    ap.add_argument("--mutant", help="a conformance.mutants name, applied before CrossHair starts")
+    ap.add_argument("--mutant", help="a mutant name (schedspec.mutants), applied before CrossHair starts")
     ap.add_argument("--replay", metavar="ARGS", help="replay these arguments concretely instead of running CrossHair")
     a = ap.parse_args(argv)
     check_mutant(a.mutant)

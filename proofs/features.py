@@ -101,7 +101,7 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
 
 
 def run_job(job: Job) -> prove.Result:
-    from ..conformance.mutants import BY_NAME as MUTANTS, applied
+    from ..mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]) if job.mutant else nullcontext():
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)

@@ -201,7 +201,7 @@ class Job:
 def run_job(job: Job) -> Result:
     if job.mutant is None:
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True)
-    from ..conformance.mutants import BY_NAME as MUTANTS, applied
+    from ..mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)

@@ -97,7 +97,7 @@ def replay_state(data: dict[str, Any]) -> tuple[bool, list[Any]]:
     """Step the reference from the stored state; whether the invariant breaks, and what to print."""
     invariant = BY_NAME[data["invariant"]]
     if data.get("mutant"):  # the counterexample was found with a planted bug: replay it with that bug
-        from ..conformance.mutants import BY_NAME as MUTANTS, applied
+        from ..mutants import BY_NAME as MUTANTS, applied
 
         if data["mutant"] not in MUTANTS:
             raise SpecError("counterexample.mutant", data["mutant"], "is not a known mutant")

@@ -17,13 +17,14 @@ survivor in the tables: "—" marks only a checker that finished.
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import statistics
 
 from rich.console import Console
 from rich.table import Table
 
-from .conformance.mutants import EQUIVALENT, MUTANTS
+from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source, resolve, rewrite
 from .mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
@@ -117,7 +118,31 @@ def _run(cells: list[tuple[str, str, float]], jobs: int) -> list[Kill]:
     return sorted(kills, key=lambda k: order[(k.mutant, k.checker)])
 
 
+def show(name: str) -> tuple[str, bool]:
+    """A mutant's change as a diff of its target's canonical source: the text its snippets are written against.
+
+    (text, True), or, when the reference has drifted under the mutant, the
+    error and the whole canonical source to rewrite it against, and False.
+    """
+    if name not in BY_NAME:
+        raise SpecError("--show", name, f"is not a mutant of the catalogue ({', '.join(sorted(BY_NAME))})")
+    mutant = BY_NAME[name]
+    source = canonical_source(resolve(mutant.target)[3])
+    header = f"{mutant.name} ({mutant.origin}): {mutant.description}\ntarget {mutant.target}, canonical source:\n"
+    try:
+        mutated = rewrite(source, mutant)
+    except MutantDrift as e:
+        return f"{e}\n{header}{source}\n", False
+    diff = difflib.unified_diff(source.splitlines(), mutated.splitlines(), mutant.target, f"{mutant.target} ({name})",
+                                n=3, lineterm="")
+    return header + "\n".join(diff) + "\n", True
+
+
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
+    if args.show:
+        text, ok = show(args.show)
+        print(text, end="")
+        return 0 if ok else 1
     checkers, names = _check_args(args)
     out = OutDir(args.out, args.force, "--out", "mutants")
     out.prepare(OUTPUTS)  # now, not after an hour of cells
@@ -186,7 +211,9 @@ def add_mutants_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
     p.add_argument("--budget", type=float, default=30.0, metavar="S",
                    help=f"seconds per mutant and checker, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)")
-    p.add_argument("--out", default="mutants", metavar="DIR",
+    p.add_argument("--out", default="mutant-scores", metavar="DIR",
                    help="folder for mutants.json, mutants.md and mutants.png")
     p.add_argument("--force", action="store_true", help="replace an earlier run's tables in --out")
+    p.add_argument("--show", metavar="NAME", help="print the mutant's change against its target's canonical source "
+                                                  "(the form snippets are written in), and run nothing")
     p.set_defaults(func=cmd_mutants)

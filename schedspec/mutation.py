@@ -12,10 +12,10 @@ size of what each checker hands back is recorded as (requests, steps).
 A mutant that no checker kills fails the run, unless it is argued
 equivalent in `mutants.EQUIVALENT`.
 
-It lives at the top, beside the CLI, not in `conformance/`: scoring a
-mutant runs every checker, the Z3 and CrossHair ones of `proofs/` among
-them, and `proofs/` itself plants mutants from `conformance.mutants`. In
-`conformance/` it made the two packages import each other.
+It lives at the top, beside the CLI: scoring a mutant runs every checker,
+those of `conformance/` and the Z3 and CrossHair ones of `proofs/`, and
+neither of those two packages imports the other. The mutants themselves sit
+below both (`schedspec.mutants`), since both plant them.
 
 A cell that is not a kill is `survived` only when the checker finished
 without finding the mutant: Z3 proved every check up to N = 3, CrossHair
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .conformance.mutants import Mutant
+from .mutants import Mutant
 
 CHECKERS = ("monitors", "diff", "z3", "hypothesis", "crosshair")
 BUDGET_SPENT = "budget spent"  # the `what` of a cell whose seconds ran out before its search was done
@@ -82,8 +82,8 @@ def _against_vllm(m: Mutant, workload) -> str:
     if not vllm_venv_ready():
         return ""
     from .conformance.differ import diff
-    from .conformance.mutants import applied
     from .conformance.registry import engine_factory
+    from .mutants import applied
     from .reference_impl import ReferenceEngine
 
     with applied(m):
@@ -167,7 +167,7 @@ RUNNERS: dict[str, Callable[[Mutant, float], Kill]] = {
 
 def run_cell(args: tuple[str, str, float]) -> Kill:
     """One (mutant, checker) cell; a checker that crashes is reported, not raised."""
-    from .conformance.mutants import BY_NAME
+    from .mutants import BY_NAME
 
     name, checker, budget_s = args
     t0 = time.perf_counter()

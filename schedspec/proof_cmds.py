@@ -157,7 +157,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "(default 30)")
     p.add_argument("--contract", action="append", metavar="NAME",
                    help="a contract (check_token_bounds) or its check (token-bounds); repeatable; default: all")
-    p.add_argument("--mutant", metavar="NAME", help="plant this mutant of the reference first (conformance/mutants.py)")
+    p.add_argument("--mutant", metavar="NAME", help="plant this mutant of the reference first (mutants/)")
     p.add_argument("--jobs", type=int, default=1, help="contracts run side by side (default 1)")
     p.add_argument("--out", metavar="DIR", help="write results.json here, and each counterexample as a workload file")
     p.add_argument("--force", action="store_true",

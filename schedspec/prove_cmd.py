@@ -41,7 +41,7 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         if name not in BY_NAME:
             raise SpecError("--invariant", name, f"is not an invariant of the catalogue; known: {', '.join(BY_NAME)}")
     if args.mutant:
-        from .conformance.mutants import BY_NAME as MUTANTS
+        from .mutants import BY_NAME as MUTANTS
 
         if args.mutant not in MUTANTS:
             raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
@@ -163,7 +163,7 @@ def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-unknown", action="store_true",
                    help="exit 0 even if some checks are unknown (timed out); violated ones still fail")
     p.add_argument("--jobs", type=int, default=1, help="checks run side by side (default 1)")
-    p.add_argument("--mutant", help="plant this mutant (conformance/mutants.py) in the reference and the encoding")
+    p.add_argument("--mutant", help="plant this mutant (mutants/) in the reference and the encoding")
     p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching", "async"],
                    help="put this feature (prefix caching, spec decode or async scheduling) in the step "
                         "(proofs/features.py); repeatable")

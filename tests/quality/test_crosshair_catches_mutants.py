@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from schedspec.conformance.mutants import MUTANTS
+from schedspec.mutants import MUTANTS
 from schedspec.proofs.contracts import FEATURE_OF
 from schedspec.proofs.crosshair_runner import CX, run_contract
 

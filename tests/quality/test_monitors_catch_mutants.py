@@ -22,7 +22,7 @@ state machine reaches it.
 import pytest
 
 from schedspec.conformance.hunt import hunt
-from schedspec.conformance.mutants import BY_NAME
+from schedspec.mutants import BY_NAME
 
 PINNED = {
     "Z1-no-refund": ("assertion", (2, 0, 22, 10, 1, 7)),

@@ -32,8 +32,8 @@ shows each new invariant, on its own, catching a planted bug.
 
 import pytest
 
-from schedspec.conformance.mutants import BY_NAME
 from schedspec.conformance.state_machine_hunt import hunt_state_machine
+from schedspec.mutants import BY_NAME
 
 PINNED = {
     "Z1-no-refund": ("assertion", (3, 2)),
@@ -117,7 +117,7 @@ def test_a_hunt_does_not_depend_on_what_else_is_imported():
 
     script = ("import sys, importlib\n"
               "for m in sys.argv[1:]: importlib.import_module(m)\n"
-              "from schedspec.conformance.mutants import BY_NAME\n"
+              "from schedspec.mutants import BY_NAME\n"
               "from schedspec.conformance.state_machine_hunt import hunt_state_machine\n"
               "m = BY_NAME['Z10-admit-after-preemption']\n"
               "f = hunt_state_machine(m, budget_s=600, expect=m.expect)\n"

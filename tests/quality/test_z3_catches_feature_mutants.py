@@ -16,7 +16,7 @@ catch them.
 
 import pytest
 
-from schedspec.conformance.mutants import BY_NAME
+from schedspec.mutants import BY_NAME
 from schedspec.proofs.features import SYNC, Job, run_job
 from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance.mutants import BY_NAME as MUTANTS, MUTANTS as ALL_MUTANTS
+from schedspec.mutants import BY_NAME as MUTANTS, MUTANTS as ALL_MUTANTS
 from schedspec.spec.invariants import BY_NAME as INVARIANTS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from schedspec.cli import main
-from schedspec.conformance.mutants import BY_NAME as MUTANTS, applied
+from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs import bounded, crosshair_runner
 from schedspec.proofs.bounded import Ask, Draws, Knobs, decode, workload
 from schedspec.proofs.contracts import CONTRACTS, FEATURE_OF, HISTORY_CHECKS, contract, explain

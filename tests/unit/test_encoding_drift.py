@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedspec.conformance.families import FAMILIES, generate
-from schedspec.conformance.mutants import MUTANTS, applied
 from schedspec.conformance.strategies import workloads
+from schedspec.mutants import MUTANTS, applied
 from schedspec.proofs.drift import compare
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import fake_model

@@ -85,7 +85,7 @@ def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
     query, a counterexample the mutated reference breaks when replayed."""
     import time
 
-    from schedspec.conformance.mutants import BY_NAME as MUTANTS, applied
+    from schedspec.mutants import BY_NAME as MUTANTS, applied
     from schedspec.proofs.prove import _by_cuts, _encoded
     from schedspec.spec.invariants import BY_NAME
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import z3
 
-from schedspec.conformance.mutants import BY_NAME as MUTANTS, applied
+from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs import async_request as lemma
 
 

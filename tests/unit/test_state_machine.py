@@ -12,7 +12,6 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from schedspec.conformance.mutants import BY_NAME, applied
 from schedspec.conformance.state_machine import (
     TRACE_CHECKS,
     Bounds,
@@ -22,6 +21,7 @@ from schedspec.conformance.state_machine import (
     make_request,
 )
 from schedspec.conformance.state_machine_hunt import FAST, hunt_state_machine
+from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.arith import cdiv
 from schedspec.spec.invariants import INVARIANTS, check_trace

@@ -1,7 +1,7 @@
 """Mutants of the three features: the bug-zoo entries the features make live, and classic ones.
 
-Written like `mutants.MUTANTS` (one snippet found exactly once in one
-function, replaced), and appended to it. Each names the families whose
+Written like the core ones (one canonical snippet found exactly once in one
+function, replaced; see `planting.py`). Each names the families whose
 workloads exercise it: a hunt searches those, so the core mutants keep the
 core families and their pinned results.
 
@@ -12,50 +12,41 @@ undo on failure, as vLLM had it before PR #11565.
 
 from __future__ import annotations
 
-from .mutants import Mutant
+from .planting import Mutant
 
-_Z6_FIND = """    num_free_blocks = self.block_pool.get_num_free_blocks()
-
-    if full_sequence_must_fit:
-        full_num_tokens = min(request.num_tokens, L)
-        required = rules.num_blocks_to_allocate(full_num_tokens, num_held_blocks, bs) + num_evictable_blocks
-        if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
-            return None
-
-    num_tokens_need_slot = rules.num_tokens_need_slot(
-        num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
-    required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs) + num_evictable_blocks
+_Z6_FIND = """num_free_blocks = self.block_pool.get_num_free_blocks()
+if full_sequence_must_fit:
+    full_num_tokens = min(request.num_tokens, L)
+    required = rules.num_blocks_to_allocate(full_num_tokens, num_held_blocks, bs) + num_evictable_blocks
     if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
         return None
-
-    if new_computed_blocks:
-        # add_local_computed_blocks: the hit blocks join the table as already cached.
-        self.block_pool.touch(new_computed_blocks)
-"""
-_Z6_REPLACE = """    if new_computed_blocks:
-        self.block_pool.touch(new_computed_blocks)  # Z6: taken before the capacity check, never given back
-    num_free_blocks = self.block_pool.get_num_free_blocks()
-
-    if full_sequence_must_fit:
-        full_num_tokens = min(request.num_tokens, L)
-        required = rules.num_blocks_to_allocate(full_num_tokens, num_held_blocks, bs)
-        if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
-            return None
-
-    num_tokens_need_slot = rules.num_tokens_need_slot(
-        num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
-    required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
+num_tokens_need_slot = rules.num_tokens_need_slot(num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
+required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs) + num_evictable_blocks
+if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
+    return None
+if new_computed_blocks:
+    self.block_pool.touch(new_computed_blocks)"""
+# The touch moves first and is never undone; the capacity checks, without the evictable hit blocks, follow.
+_Z6_REPLACE = """if new_computed_blocks:
+    self.block_pool.touch(new_computed_blocks)
+num_free_blocks = self.block_pool.get_num_free_blocks()
+if full_sequence_must_fit:
+    full_num_tokens = min(request.num_tokens, L)
+    required = rules.num_blocks_to_allocate(full_num_tokens, num_held_blocks, bs)
     if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
         return None
+num_tokens_need_slot = rules.num_tokens_need_slot(num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
+required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
+if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
+    return None
+if new_computed_blocks:"""
 
-    if new_computed_blocks:
-"""
-
-_Z7_LOOP = """    for block_hash in request.block_hashes[:max_hit_blocks]:
-        block = self.block_pool.get_cached_block(block_hash)
-        if block is None:
-            break
-        hit_blocks.append(block)
+_Z7_LOOP = """
+for block_hash in request.block_hashes[:max_hit_blocks]:
+    block = self.block_pool.get_cached_block(block_hash)
+    if block is None:
+        break
+    hit_blocks.append(block)
 """
 
 CACHING, SPEC, ASYNC = ("prefix-caching",), ("spec-decode",), ("async",)
@@ -63,8 +54,8 @@ CACHING, SPEC, ASYNC = ("prefix-caching",), ("spec-decode",), ("async",)
 FEATURE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z2-no-async-max-tokens-skip", "Z2", "drop the async skip of a request whose in-flight step already reaches max_tokens",
            "reference_impl.rules:async_max_tokens_reached",
-           "return and_(num_output_placeholders > 0,\n"
-           "                num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)",
+           "return and_(num_output_placeholders > 0,"
+           " num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)",
            "return False",
            ("no-decode-past-max-tokens",), ASYNC),
     Mutant("Z5-skipped-reversed", "Z5", "waiting requests skipped in a step go back to the head in reverse order",
@@ -83,10 +74,10 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
            ("prefix-hit-below-last-token",), CACHING),
     Mutant("Z7-recompute-one-token", "Z7", "a full hit recomputes only the last token, not the last block (before PR #17999)",
            "reference_impl.kv_cache_manager:KVCacheManager.get_computed_blocks",
-           "rules.max_prefix_hit_blocks(request.num_tokens, self.block_size)\n" + _Z7_LOOP
-           + "    return hit_blocks, len(hit_blocks) * self.block_size",
-           "request.num_tokens // self.block_size\n" + _Z7_LOOP
-           + "    return hit_blocks, min(len(hit_blocks) * self.block_size, request.num_tokens - 1)",
+           "max_hit_blocks = rules.max_prefix_hit_blocks(request.num_tokens, self.block_size)" + _Z7_LOOP
+           + "return (hit_blocks, len(hit_blocks) * self.block_size)",
+           "max_hit_blocks = request.num_tokens // self.block_size" + _Z7_LOOP
+           + "return (hit_blocks, min(len(hit_blocks) * self.block_size, request.num_tokens - 1))",
            ("prefix-hit-below-last-token",), CACHING),
     Mutant("hashed-freed-to-front", "classic", "freed blocks that carry a hash go to the front of the free queue, not the LRU tail",
            "reference_impl.block_pool:BlockPool.free_blocks",
@@ -102,7 +93,8 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
            ("cached-blocks-match-tokens",), CACHING),
     Mutant("cache-wrong-hash", "classic", "newly full blocks are all cached under the hash of the first of them",
            "reference_impl.block_pool:BlockPool.cache_full_blocks",
-           "block, block_hash = blocks[i], block_hashes[i]", "block, block_hash = blocks[i], block_hashes[num_cached_blocks]",
+           "block, block_hash = (blocks[i], block_hashes[i])",
+           "block, block_hash = (blocks[i], block_hashes[num_cached_blocks])",
            ("cached-blocks-match-tokens",), CACHING),
     Mutant("no-rejection-rollback", "classic", "rejected drafts do not roll num_computed_tokens back",
            "reference_impl.update:SchedulerUpdates.update_from_output",
@@ -114,11 +106,11 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
            ("drafts-within-held",), SPEC),
     Mutant("padding-ignores-L", "classic", "spec-decode padding of an admission ignores the max_model_len guard",
            "reference_impl.rules:pads_spec_decode",
-           ",\n                num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len)", ")",
+           ", num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len)", ")",
            ("chunk-bounds",), SPEC),
     Mutant("rejection-ignores-placeholder-guard", "classic", "rejected drafts are taken off the placeholders even when there are none (sync)",
            "reference_impl.update:SchedulerUpdates.update_from_output",
-           "if request.num_output_placeholders > 0:\n                    request.num_output_placeholders -= num_rejected",
+           "if request.num_output_placeholders > 0:\n    request.num_output_placeholders -= num_rejected",
            "request.num_output_placeholders -= num_rejected",
            ("placeholder-counters",), SPEC),
     Mutant("placeholders-kept-on-preempt", "classic", "preemption keeps the victim's output placeholders",

@@ -1,47 +1,16 @@
-"""Mutants of the reference: planted bugs that every checker must catch.
+"""The mutants of the core scope: the bug-zoo entries it makes live, and classic mutations.
 
-A mutant is a one-place change written as a pair of source snippets: the
-text to find in one function of the reference, and what to put instead. It
-is applied at run time, never by editing files: the function's source is
-read, the snippet replaced (it must occur exactly once, so a refactor that
-moves the line makes the mutant fail loudly instead of silently testing
-nothing), recompiled in its module, and swapped in wherever the original
-function object is referenced. The Z3 encoding calls the same `rules`
-functions, so a mutant of a rule reaches it too: a bug is written once.
-
-Each mutant names the bug-zoo entry it plants (or the classic mutation
-operator) and the invariants expected to trip. A mutant that cannot change
-behaviour in the modelled scope is kept, with the argument, in `EQUIVALENT`.
+Each names the bug-zoo entry it plants (or "classic") and the invariants
+expected to trip. A mutant that cannot change behaviour in the modelled
+scope is kept, with the argument, in `EQUIVALENT`, rather than silenced.
+Snippets are canonical source (`planting.py` says why and how to write one).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import sys
-import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from .planting import Mutant
 
-
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    origin: str  # a bug-zoo id (Z1..Z14) or "classic"
-    description: str
-    target: str  # "module:qualname", module relative to schedspec
-    find: str
-    replace: str
-    expect: tuple[str, ...]  # invariants (or checks) expected to trip
-    # The workload families that exercise it; () for the core scope's nine (`hunt.CORE_FAMILIES`).
-    families: tuple[str, ...] = ()
-    # A floor under the state machine's search budget, for a bug that only a deep search reaches:
-    # a run under `--budget` below it would report a survivor that is really a search too short.
-    min_search_s: float = 0.0
-
-
-MUTANTS: tuple[Mutant, ...] = (
+CORE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z1-no-refund", "Z1", "leave an already-scheduled PRIORITY victim in the step's output",
            "reference_impl.scheduler:Scheduler.schedule",
            "if preempted_req in scheduled_running_reqs:", "if False:",
@@ -49,8 +18,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z4-min-tokens-first", "Z4", "min_tokens returns 'not stopped' before the length caps are checked",
            "reference_impl.rules:stop_kind",
            "ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED)",
-           "ite(num_output_tokens < min_tokens, NOT_STOPPED,\n"
-           "                   ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
+           "ite(num_output_tokens < min_tokens, NOT_STOPPED,"
+           " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
            ("token-bounds",)),
     Mutant("Z10-admit-after-preemption", "Z10", "run the waiting pass even in a step that preempted",
            "reference_impl.rules:waiting_pass_allowed",
@@ -59,14 +28,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z12-leak-on-preempt", "Z12", "preemption returns all but one of the victim's blocks",
            "reference_impl.scheduler:Scheduler._preempt_request",
            "self.kv_cache_manager.free(request)",
-           "self.kv_cache_manager.block_pool.free_blocks(reversed(request.block_ids[1:]))\n    request.block_ids = []",
+           "self.kv_cache_manager.block_pool.free_blocks(reversed(request.block_ids[1:]))\nrequest.block_ids = []",
            ("block-conservation",)),
     Mutant("Z13-length-before-stop", "Z13", "check the length caps before EOS and stop tokens",
            "reference_impl.rules:stop_kind",
-           "return ite(or_(is_eos, is_stop_token), STOPPED,\n"
-           "               ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
-           "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,\n"
-           "               ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
+           "return ite(or_(is_eos, is_stop_token), STOPPED,"
+           " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
+           "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,"
+           " ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
            ("stop-token-finishes",)),
     Mutant("Z14-double-free", "Z14", "free a request's tail block twice",
            "reference_impl.kv_cache_manager:KVCacheManager.free",
@@ -103,13 +72,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("waiting-holds-nothing", "block-conservation")),
     Mutant("priority-self-preempt-breaks", "classic", "`continue` swapped for `break` after a PRIORITY self-preemption",
            "reference_impl.scheduler:Scheduler.schedule",
-           "continue  # it removed itself", "break  # it removed itself",
+           "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    continue",
+           "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    break",
            ("diff",)),
 )
-
-from .feature_mutants import FEATURE_MUTANTS  # noqa: E402 - they are Mutants too
-
-MUTANTS += FEATURE_MUTANTS
 
 EQUIVALENT: dict[str, str] = {
     "clamp-L-off-by-one": "The running-pass clamp n <= L - C - 1 never binds without drafts: a prefill chunk stops at "
@@ -131,39 +97,3 @@ EQUIVALENT: dict[str, str] = {
     "Z9": "'prepend is a heap push' is vLLM 0.33.0's own PRIORITY queue: the pinned semantics, documented as a "
           "deliberate difference from FCFS, not a mutant.",
 }
-
-BY_NAME = {m.name: m for m in MUTANTS}
-
-
-def _resolve(target: str):
-    module_name, _, qualname = target.partition(":")
-    module = importlib.import_module(f"schedspec.{module_name}")
-    owner, *rest = qualname.split(".")
-    if rest:
-        cls = getattr(module, owner)
-        return module, cls, rest[0], cls.__dict__[rest[0]]
-    return module, module, owner, getattr(module, owner)
-
-
-@contextmanager
-def applied(mutant: Mutant) -> Iterator[None]:
-    """Swap the mutated function in everywhere the original is referenced; restore on exit."""
-    module, owner, attr, original = _resolve(mutant.target)
-    source = textwrap.dedent(inspect.getsource(original))
-    if source.count(mutant.find) != 1:
-        raise RuntimeError(f"mutant {mutant.name}: {mutant.find!r} occurs {source.count(mutant.find)} times "
-                           f"in {mutant.target}; the reference changed, update the mutant")
-    namespace: dict = {}
-    exec(compile(source.replace(mutant.find, mutant.replace), f"<mutant {mutant.name}>", "exec"), vars(module), namespace)
-    mutated = namespace[attr]
-    patched = [(owner, attr)]
-    setattr(owner, attr, mutated)
-    for m in list(sys.modules.values()):  # `from .stop import check_stop` holds its own reference
-        if getattr(m, "__name__", "").startswith("schedspec") and m is not owner and vars(m).get(attr) is original:
-            setattr(m, attr, mutated)
-            patched.append((m, attr))
-    try:
-        yield
-    finally:
-        for obj, name in patched:
-            setattr(obj, name, original)
