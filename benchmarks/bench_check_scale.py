@@ -66,8 +66,13 @@ def measure(argv: list[str], tree: str | None = None) -> dict:
     env = dict(os.environ)
     if tree:  # ahead of the editable install's finder, which sys.meta_path consults last
         env["PYTHONPATH"] = tree
-    proc = subprocess.run([sys.executable, "-c", _PARENT, json.dumps(argv)], env=env, capture_output=True,
-                          text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [sys.executable, "-c", _PARENT, json.dumps(argv)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else None
     if result is None or result["rc"] not in (0, 1):
         raise SystemExit(f"measurement failed: {argv}\n{proc.stderr[-3000:]}{result and result['stderr']}")
@@ -89,13 +94,21 @@ def trace_of(n: int, folder: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, nargs="+", default=[10_000, 50_000])
-    parser.add_argument("--keep", metavar="DIR", help="keep the traces here and reuse them (default: a temporary folder)")
-    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
-                        help="also measure `whole` with the package under DIR (DIR/schedspec)")
+    parser.add_argument(
+        "--keep", metavar="DIR", help="keep the traces here and reuse them (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also measure `whole` with the package under DIR (DIR/schedspec)",
+    )
     parser.add_argument("--skip-current-whole", action="store_true", help="measure `whole` only under --tree")
     args = parser.parse_args()
-    runs = [(f"whole ({name})", [sys.executable, "-c", _WHOLE], path)
-            for name, path in (t.split("=", 1) for t in args.tree)]
+    runs = [
+        (f"whole ({name})", [sys.executable, "-c", _WHOLE], path) for name, path in (t.split("=", 1) for t in args.tree)
+    ]
     if not args.skip_current_whole:
         runs.append(("whole (current)", [sys.executable, "-c", _WHOLE], None))
     runs.append(("check (current)", _schedspec() + ["check"], None))
@@ -109,8 +122,10 @@ def main() -> None:
             for name, argv, tree in runs:
                 r = measure(argv + [trace], tree)
                 rows.append((n, size_mb, name, r["wall_s"], r["peak_mb"]))
-                print(f"N={n} ({size_mb:.0f} MB trace) {name}: {r['wall_s']:.1f} s, peak {r['peak_mb']:.0f} MB",
-                      flush=True)
+                print(
+                    f"N={n} ({size_mb:.0f} MB trace) {name}: {r['wall_s']:.1f} s, peak {r['peak_mb']:.0f} MB",
+                    flush=True,
+                )
     print("\n| requests | trace MB | path | wall s | peak RSS MB |\n|---:|---:|---|---:|---:|")
     for n, size_mb, name, wall, peak in rows:
         print(f"| {n:,} | {size_mb:.0f} | {name} | {wall:.1f} | {peak:.0f} |")

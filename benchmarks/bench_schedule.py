@@ -24,10 +24,19 @@ PROMPT_LEN = 16
 
 
 def decode_workload(num_running: int) -> Workload:
-    config = SchedulerConfig(max_num_batched_tokens=max(16384, num_running), max_num_seqs=num_running,
-                             max_model_len=32768, block_size=16, num_gpu_blocks=num_running * 40 + 1)
-    requests = tuple(WorkloadRequest(Request(f"b{i}", (3 + i % 1000,) * PROMPT_LEN, max_tokens=100_000, ignore_eos=True,
-                                             arrival_time=i)) for i in range(num_running))
+    config = SchedulerConfig(
+        max_num_batched_tokens=max(16384, num_running),
+        max_num_seqs=num_running,
+        max_model_len=32768,
+        block_size=16,
+        num_gpu_blocks=num_running * 40 + 1,
+    )
+    requests = tuple(
+        WorkloadRequest(
+            Request(f"b{i}", (3 + i % 1000,) * PROMPT_LEN, max_tokens=100_000, ignore_eos=True, arrival_time=i)
+        )
+        for i in range(num_running)
+    )
     return Workload(config, requests, name=f"decode-{num_running}")
 
 
@@ -63,7 +72,9 @@ def measure(engine_name: str, num_running: int, steps: int) -> tuple[float, floa
             assert output.total_num_scheduled_tokens == num_running
             sched_times.append(t1 - t0)
             update_times.append(t3 - t2)
-        warm = warm or (len(output.num_scheduled_tokens) == num_running and output.total_num_scheduled_tokens == num_running)
+        warm = warm or (
+            len(output.num_scheduled_tokens) == num_running and output.total_num_scheduled_tokens == num_running
+        )
     if hasattr(engine, "close"):
         engine.close()
     return statistics.median(sched_times), statistics.median(update_times)

@@ -54,22 +54,38 @@ def serving_workload(num_requests: int, seed: int = 0):
     from schedspec.spec.workload import Workload, WorkloadRequest
 
     rng = random.Random(seed)
-    config = SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=4096,
-                             block_size=16, num_gpu_blocks=8192)
+    config = SchedulerConfig(
+        max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=4096, block_size=16, num_gpu_blocks=8192
+    )
     requests = tuple(
-        WorkloadRequest(Request(f"q{i}", (10 + i % 1000,) * rng.randint(16, 128), max_tokens=rng.randint(8, 64),
-                                ignore_eos=True, arrival_time=float(i)), arrival_step=i // ARRIVALS_PER_STEP)
-        for i in range(num_requests))
-    return Workload(config, requests, name=f"serving-{num_requests}",
-                    max_steps=num_requests // ARRIVALS_PER_STEP + TAIL_STEPS)
+        WorkloadRequest(
+            Request(
+                f"q{i}",
+                (10 + i % 1000,) * rng.randint(16, 128),
+                max_tokens=rng.randint(8, 64),
+                ignore_eos=True,
+                arrival_time=float(i),
+            ),
+            arrival_step=i // ARRIVALS_PER_STEP,
+        )
+        for i in range(num_requests)
+    )
+    return Workload(
+        config, requests, name=f"serving-{num_requests}", max_steps=num_requests // ARRIVALS_PER_STEP + TAIL_STEPS
+    )
 
 
 def measure(tree: str | None, argv: list[str], profile: bool = False) -> dict:
     env = dict(os.environ)
     if tree:  # ahead of the editable install's finder, which sys.meta_path consults last
         env["PYTHONPATH"] = tree
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(argv), "1" if profile else "0"],
-                          env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURE, json.dumps(argv), "1" if profile else "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         raise SystemExit(f"measurement failed: {argv}\n{proc.stderr[-3000:]}")
     if profile:
@@ -80,8 +96,13 @@ def measure(tree: str | None, argv: list[str], profile: bool = False) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, nargs="+", default=[10_000, 50_000])
-    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
-                        help="also measure the package under DIR (DIR/schedspec)")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also measure the package under DIR (DIR/schedspec)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the current tree instead, without --out")
     args = parser.parse_args()
     trees = [(name, path) for name, path in (t.split("=", 1) for t in args.tree)] + [("current", None)]
@@ -101,12 +122,17 @@ def main() -> None:
                     r = measure(tree, ["simulate", path] + (["--out", trace, "--force"] if out else []))
                     size_mb = os.path.getsize(trace) / 2**20 if out else None
                     rows.append((n, name, out, r["wall_s"], r["peak_mb"], size_mb))
-                    print(f"N={n} {name} {'--out' if out else 'no --out'}: {r['wall_s']:.2f} s, "
-                          f"peak {r['peak_mb']:.0f} MB" + (f", trace {size_mb:.0f} MB" if out else ""), flush=True)
+                    print(
+                        f"N={n} {name} {'--out' if out else 'no --out'}: {r['wall_s']:.2f} s, "
+                        f"peak {r['peak_mb']:.0f} MB" + (f", trace {size_mb:.0f} MB" if out else ""),
+                        flush=True,
+                    )
     if rows:
         print("\n| requests | tree | --out | wall s | peak MB | trace MB |\n|---:|---|---|---:|---:|---:|")
         for n, name, out, wall, peak, size in rows:
-            print(f"| {n:,} | {name} | {'yes' if out else 'no'} | {wall:.2f} | {peak:.0f} | {'' if size is None else f'{size:.0f}'} |")
+            print(
+                f"| {n:,} | {name} | {'yes' if out else 'no'} | {wall:.2f} | {peak:.0f} | {'' if size is None else f'{size:.0f}'} |"
+            )
 
 
 if __name__ == "__main__":

@@ -63,23 +63,38 @@ PER_INSTANCE = 256
 
 def decode_workload(num: int) -> Workload:
     # A budget that admits every prompt in the first step: the warm-up is two steps even at 100k.
-    config = SchedulerConfig(max_num_batched_tokens=num * (PROMPT_LEN + 1), max_num_seqs=num, max_model_len=32768,
-                             block_size=16, num_gpu_blocks=num * 8 + 1)
+    config = SchedulerConfig(
+        max_num_batched_tokens=num * (PROMPT_LEN + 1),
+        max_num_seqs=num,
+        max_model_len=32768,
+        block_size=16,
+        num_gpu_blocks=num * 8 + 1,
+    )
     return Workload(config, _requests(num), name=f"decode-{num}")
 
 
 def instance_workload() -> Workload:
-    config = SchedulerConfig(max_num_batched_tokens=4096, max_num_seqs=PER_INSTANCE, max_model_len=32768,
-                             block_size=16, num_gpu_blocks=PER_INSTANCE * 8 + 1)
+    config = SchedulerConfig(
+        max_num_batched_tokens=4096,
+        max_num_seqs=PER_INSTANCE,
+        max_model_len=32768,
+        block_size=16,
+        num_gpu_blocks=PER_INSTANCE * 8 + 1,
+    )
     return Workload(config, _requests(PER_INSTANCE), name=f"instance-{PER_INSTANCE}")
 
 
 def _requests(num: int) -> tuple[WorkloadRequest, ...]:
-    return tuple(WorkloadRequest(Request(f"b{i}", (3 + i % 1000,) * PROMPT_LEN, max_tokens=100_000, ignore_eos=True,
-                                         arrival_time=float(i))) for i in range(num))
+    return tuple(
+        WorkloadRequest(
+            Request(f"b{i}", (3 + i % 1000,) * PROMPT_LEN, max_tokens=100_000, ignore_eos=True, arrival_time=float(i))
+        )
+        for i in range(num)
+    )
 
 
 # ---- the Python engines (reference, TorchEngine), stepped in sequence ----------------------------------------
+
 
 def _python_engine(kind: str, config: SchedulerConfig, device: str):
     if kind == "reference":
@@ -120,6 +135,7 @@ def time_python(kind: str, workload: Workload, instances: int, steps: int, devic
 
 # ---- the torch tensor step ---------------------------------------------------------------------------------------
 
+
 def time_torch(workload: Workload, instances: int, steps: int, device: str) -> float:
     from schedspec.gpu_impl.batch import advance, build_state
     from schedspec.gpu_impl.device import cpu_threads
@@ -146,6 +162,7 @@ def time_torch(workload: Workload, instances: int, steps: int, device: str) -> f
 
 
 # ---- the run -----------------------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -218,8 +235,9 @@ def main() -> None:
         with open(args.results, "a", encoding="utf-8") as f:
             f.write("\n" + text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"per_step_s": per_step, "instance_steps_per_s": rate, "notes": notes},
-                                              indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({"per_step_s": per_step, "instance_steps_per_s": rate, "notes": notes}, indent=1, default=str)
+        )
 
 
 def _fmt(x: float | str, scale: float = 1.0, digits: int = 2) -> str:
@@ -230,30 +248,50 @@ def report(per_step, rate, args, notes) -> str:
     exe = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else "python"
     cmd = f"{exe} benchmarks/bench_torch.py " + " ".join(sys.argv[1:])
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    lines = [f"## Torch engine vs reference vs vLLM 0.33.0 ({time.strftime('%Y-%m-%d')})", "",
-             f"Command: `{cmd}`", "",
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {gpu}; "
-             f"Python {platform.python_version()}, torch {torch.__version__}; load average at the end "
-             f"{os.getloadavg()[0]:.1f} (a shared machine: absolute times vary, ratios are within this one run).", "",
-             "### Time per step (schedule + update_from_output), N running decodes in one instance", "",
-             "| engine | " + " | ".join(f"N={n:,} ms" for n in args.running) + " | "
-             + " | ".join(f"x ref at {n:,}" for n in args.running) + " |",
-             "|---|" + "---:|" * (2 * len(args.running))]
+    lines = [
+        f"## Torch engine vs reference vs vLLM 0.33.0 ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {gpu}; "
+        f"Python {platform.python_version()}, torch {torch.__version__}; load average at the end "
+        f"{os.getloadavg()[0]:.1f} (a shared machine: absolute times vary, ratios are within this one run).",
+        "",
+        "### Time per step (schedule + update_from_output), N running decodes in one instance",
+        "",
+        "| engine | "
+        + " | ".join(f"N={n:,} ms" for n in args.running)
+        + " | "
+        + " | ".join(f"x ref at {n:,}" for n in args.running)
+        + " |",
+        "|---|" + "---:|" * (2 * len(args.running)),
+    ]
     ref = per_step["reference"]
     for e, row in per_step.items():
         cells = [_fmt(row[n], 1e3, 3) for n in args.running]
-        ratios = [f"{ref[n] / row[n]:,.1f}x" if not isinstance(row[n], str) and not isinstance(ref[n], str) else "-"
-                  for n in args.running]
+        ratios = [
+            f"{ref[n] / row[n]:,.1f}x" if not isinstance(row[n], str) and not isinstance(ref[n], str) else "-"
+            for n in args.running
+        ]
         lines.append(f"| {e} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
-    lines += ["", f"### Instance-steps per second, B instances of {PER_INSTANCE} decoding requests", "",
-              "| engine | " + " | ".join(f"B={b:,}" for b in args.instances) + " | " +
-              " | ".join(f"x ref at B={b:,}" for b in args.instances) + " |",
-              "|---|" + "---:|" * (2 * len(args.instances))]
+    lines += [
+        "",
+        f"### Instance-steps per second, B instances of {PER_INSTANCE} decoding requests",
+        "",
+        "| engine | "
+        + " | ".join(f"B={b:,}" for b in args.instances)
+        + " | "
+        + " | ".join(f"x ref at B={b:,}" for b in args.instances)
+        + " |",
+        "|---|" + "---:|" * (2 * len(args.instances)),
+    ]
     ref = rate["reference"]
     for e, row in rate.items():
         cells = [_fmt(row[b], 1.0, 0) for b in args.instances]
-        ratios = [f"{row[b] / ref[b]:,.1f}x" if not isinstance(row[b], str) and not isinstance(ref[b], str) else "-"
-                  for b in args.instances]
+        ratios = [
+            f"{row[b] / ref[b]:,.1f}x" if not isinstance(row[b], str) and not isinstance(ref[b], str) else "-"
+            for b in args.instances
+        ]
         lines.append(f"| {e} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -73,8 +73,10 @@ def main() -> None:
     t0 = time.perf_counter()
     VllmEngine(SchedulerConfig()).close()
     start = time.perf_counter() - t0
-    rows = [("before: a round trip per call", *run(RoundTripPerCall, workloads)),
-            ("after: state read with schedule/update", *run(VllmEngine, workloads))]
+    rows = [
+        ("before: a round trip per call", *run(RoundTripPerCall, workloads)),
+        ("after: state read with schedule/update", *run(VllmEngine, workloads)),
+    ]
     print(f"{args.workloads} workloads (all 12 families, seed 11); one driver start: {start:.1f} s\n")
     print("| adapter | steps | round trips | per step | wall s | ms/step |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from schedspec.spec.workload import Workload
 
-VLLM_TIMER = r'''
+VLLM_TIMER = r"""
 import importlib.util, json, statistics, sys, time
 spec = importlib.util.spec_from_file_location("vllm_driver", sys.argv[1])
 d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)
@@ -50,7 +50,7 @@ while len(times) < a["steps"]:
         times.append(spent)
     steady = steady + 1 if all_decode else 0
 d.PROTO.write(json.dumps({"seconds": statistics.median(times), "vllm": d.vllm.__version__}) + "\n")
-'''
+"""
 
 
 def vllm_python() -> Path | None:
@@ -64,10 +64,19 @@ def time_vllm(workload: Workload, instances: int, steps: int, prompt_len: int) -
     """Median seconds per round of `instances` vLLM schedulers on `workload`'s decode requests, once all decode."""
     from schedspec.conformance.engines.vllm import DRIVER
 
-    args = {"config": workload.config.to_dict(), "requests": len(workload.requests), "prompt": prompt_len,
-            "instances": instances, "steps": steps}
-    done = subprocess.run([str(vllm_python()), "-c", VLLM_TIMER, str(DRIVER), json.dumps(args)],
-                          capture_output=True, text=True, timeout=3600)
+    args = {
+        "config": workload.config.to_dict(),
+        "requests": len(workload.requests),
+        "prompt": prompt_len,
+        "instances": instances,
+        "steps": steps,
+    }
+    done = subprocess.run(
+        [str(vllm_python()), "-c", VLLM_TIMER, str(DRIVER), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"vLLM timer failed: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]

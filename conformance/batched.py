@@ -59,18 +59,23 @@ DEFAULT_BATCH = 1024
 
 
 def applicable(tasks: Sequence[Task]) -> bool:
-    return (bool(tasks) and os.environ.get(LOCKSTEP_ENV) != "1"
-            and all(t.engine == "torch" and t.against == "reference" for t in tasks))
+    return (
+        bool(tasks)
+        and os.environ.get(LOCKSTEP_ENV) != "1"
+        and all(t.engine == "torch" and t.against == "reference" for t in tasks)
+    )
 
 
-def _result(task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, again: Trace | None,
-            seconds: float) -> WorkloadResult:
+def _result(
+    task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, again: Trace | None, seconds: float
+) -> WorkloadResult:
     t0 = time.perf_counter()
     divergence, compared = compare_records(oracle.steps, torch_trace.steps, task.level)
     out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
     complete = divergence is None and compared < workload.max_steps
-    engine_trace = Trace(workload, tuple(torch_trace.steps[:compared]), task.engine,
-                         "drained" if complete else "max_steps")
+    engine_trace = Trace(
+        workload, tuple(torch_trace.steps[:compared]), task.engine, "drained" if complete else "max_steps"
+    )
     out.violations = [str(v) for v in check_trace(engine_trace)]
     if divergence is not None:
         lock = run_task(task)  # shrinks and writes the counterexample
@@ -79,8 +84,16 @@ def _result(task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, a
         # Only the batch diverged. The monitors judge the engine's whole batched run.
         out.violations = [str(v) for v in check_trace(torch_trace)]
         out.divergence = divergence.to_json()
-        cx = Counterexample.of(workload, divergence, task.against, task.engine, task.level,
-                               {"a": engine_version(task.against), "b": engine_version(task.engine)}, workload, 0)
+        cx = Counterexample.of(
+            workload,
+            divergence,
+            task.against,
+            task.engine,
+            task.level,
+            {"a": engine_version(task.against), "b": engine_version(task.engine)},
+            workload,
+            0,
+        )
         path = os.path.join(task.out_dir, f"counterexample-{workload.name}.json")
         cx.write(path)
         out.counterexample_file, out.shrunk_size = path, cx.to_json()["size"]
@@ -92,14 +105,15 @@ def _result(task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, a
     return out
 
 
-def run(tasks: Sequence[Task], on_done: Callable[[WorkloadResult], None] = lambda r: None,
-        device: Any = None) -> list[WorkloadResult]:
+def run(
+    tasks: Sequence[Task], on_done: Callable[[WorkloadResult], None] = lambda r: None, device: Any = None
+) -> list[WorkloadResult]:
     from ..gpu_impl.batch import run_batch
 
     chunk = max(1, int(os.environ.get(BATCH_ENV, DEFAULT_BATCH)))
     results: list[WorkloadResult] = []
     for start in range(0, len(tasks), chunk):
-        part = list(tasks[start:start + chunk])
+        part = list(tasks[start : start + chunk])
         workloads = [generate(t.family, t.seed, t.index) for t in part]
         t0 = time.perf_counter()
         try:

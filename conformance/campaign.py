@@ -157,8 +157,16 @@ def _outcome_json(r: DiffResult) -> Any:
 
 
 def _write(task: Task, small: Workload, original: Workload, d: Divergence, out: WorkloadResult, calls: int) -> None:
-    cx = Counterexample.of(small, d, task.against, task.engine, task.level,
-                           {"a": engine_version(task.against), "b": engine_version(task.engine)}, original, calls)
+    cx = Counterexample.of(
+        small,
+        d,
+        task.against,
+        task.engine,
+        task.level,
+        {"a": engine_version(task.against), "b": engine_version(task.engine)},
+        original,
+        calls,
+    )
     path = os.path.join(task.out_dir, f"counterexample-{original.name}.json")
     cx.write(path)
     out.counterexample_file, out.shrunk_size = path, cx.to_json()["size"]

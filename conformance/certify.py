@@ -67,9 +67,12 @@ class Options:
     max_errors: int = 5
 
     def validate(self) -> None:
-        for option, value, floor in (("--jobs", self.jobs, 1), ("--shrink-budget", self.shrink_budget, 0),
-                                     ("--max-counterexamples", self.max_counterexamples, 0),
-                                     ("--max-errors", self.max_errors, 1)):
+        for option, value, floor in (
+            ("--jobs", self.jobs, 1),
+            ("--shrink-budget", self.shrink_budget, 0),
+            ("--max-counterexamples", self.max_counterexamples, 0),
+            ("--max-errors", self.max_errors, 1),
+        ):
             if value < floor:
                 raise SpecError(option, value, f"must be >= {floor}")
         for option, value in (("--step-timeout", self.step_timeout_s), ("--start-timeout", self.start_timeout_s)):
@@ -87,8 +90,17 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def plan(engine: str, against: str, level: str, families: list[str], workloads: int, seed: int,
-         shard: tuple[int, int], out_dir: str, options: Options = Options()) -> list[Task]:
+def plan(
+    engine: str,
+    against: str,
+    level: str,
+    families: list[str],
+    workloads: int,
+    seed: int,
+    shard: tuple[int, int],
+    out_dir: str,
+    options: Options = Options(),
+) -> list[Task]:
     for f in families:
         if f not in FAMILIES:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
@@ -101,24 +113,45 @@ def plan(engine: str, against: str, level: str, families: list[str], workloads: 
     every = DETERMINISM_EVERY if is_builtin(engine) else DETERMINISM_EVERY_THIRD_PARTY
     i, n = shard
     return [
-        Task(families[k % len(families)], k // len(families), seed, engine, against, level, out_dir,
-             check_determinism=(k % every == 0), shrink_budget=options.shrink_budget,
-             step_timeout_s=options.step_timeout_s, start_timeout_s=options.start_timeout_s, isolate=options.isolate)
-        for k in range(workloads) if k % n == i
+        Task(
+            families[k % len(families)],
+            k // len(families),
+            seed,
+            engine,
+            against,
+            level,
+            out_dir,
+            check_determinism=(k % every == 0),
+            shrink_budget=options.shrink_budget,
+            step_timeout_s=options.step_timeout_s,
+            start_timeout_s=options.start_timeout_s,
+            isolate=options.isolate,
+        )
+        for k in range(workloads)
+        if k % n == i
     ]
 
 
 def _lost(task: Task) -> WorkloadResult:
     """A workload whose worker process died under it: the engine ran in the harness's own process."""
     r = WorkloadResult(f"{task.family}-{task.index}", task.family, 0, 0.0)
-    r.error = {"side": "b", "engine": task.engine, "kind": "died", "step": None,
-               "cause": "the worker process running this workload died (the engine ran in process: os._exit, a signal, "
-                        "or out of memory)", "fix": "run the engine in its own process (drop --in-process) to see where"}
+    r.error = {
+        "side": "b",
+        "engine": task.engine,
+        "kind": "died",
+        "step": None,
+        "cause": "the worker process running this workload died (the engine ran in process: os._exit, a signal, "
+        "or out of memory)",
+        "fix": "run the engine in its own process (drop --in-process) to see where",
+    }
     return r
 
 
-def run(tasks: list[Task], options: Options, on_done: Callable[[WorkloadResult], None] = lambda r: None,
-        ) -> list[WorkloadResult]:
+def run(
+    tasks: list[Task],
+    options: Options,
+    on_done: Callable[[WorkloadResult], None] = lambda r: None,
+) -> list[WorkloadResult]:
     """Phase 1 runs every workload; phase 2 shrinks the first `max_counterexamples` divergences."""
     from . import batched
 
@@ -145,13 +178,22 @@ def run(tasks: list[Task], options: Options, on_done: Callable[[WorkloadResult],
             results[k] = r
     for r in results:
         if r.divergence and not r.steps_table and not r.shrink_note:
-            r.shrink_note = f"not shrunk: beyond --max-counterexamples {options.max_counterexamples}" \
-                if options.shrink_budget > 0 else "not shrunk: --shrink-budget 0"
+            r.shrink_note = (
+                f"not shrunk: beyond --max-counterexamples {options.max_counterexamples}"
+                if options.shrink_budget > 0
+                else "not shrunk: --shrink-budget 0"
+            )
     return results
 
 
-def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[int, int], workloads: int,
-                elapsed_s: float, allow_divergence: bool = False) -> dict[str, Any]:
+def certificate(
+    tasks: list[Task],
+    results: list[WorkloadResult],
+    shard: tuple[int, int],
+    workloads: int,
+    elapsed_s: float,
+    allow_divergence: bool = False,
+) -> dict[str, Any]:
     t0 = tasks[0]
     per_family: dict[str, dict[str, int]] = {}
     covered: Counter[str] = Counter()
@@ -164,9 +206,22 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
     steps = sum(r.steps_compared for r in results)
     nondet = [{"workload": r.name, **r.nondeterministic} for r in results if r.nondeterministic]
     violations = [{"workload": r.name, "violation": v} for r in results for v in r.violations]
-    cxs = [{"workload": r.name, "file": r.counterexample_file, "step": r.divergence["step"], "field": r.divergence["field"],
-            "shrunk_size": r.shrunk_size, "a": r.divergence["a"], "b": r.divergence["b"], "crash": r.crash,
-            "shrunk": r.steps_table, "shrink_note": r.shrink_note} for r in results if r.divergence]
+    cxs = [
+        {
+            "workload": r.name,
+            "file": r.counterexample_file,
+            "step": r.divergence["step"],
+            "field": r.divergence["field"],
+            "shrunk_size": r.shrunk_size,
+            "a": r.divergence["a"],
+            "b": r.divergence["b"],
+            "crash": r.crash,
+            "shrunk": r.steps_table,
+            "shrink_note": r.shrink_note,
+        }
+        for r in results
+        if r.divergence
+    ]
     errors = [{"workload": r.name, **r.error} for r in results if r.error]
     not_run = [{"workload": r.name, "why": r.skipped} for r in results if r.skipped]
     crashes = [c for c in cxs if c["crash"]]
@@ -181,12 +236,19 @@ def certificate(tasks: list[Task], results: list[WorkloadResult], shard: tuple[i
         "against_version": engine_version(t0.against),
         "level": t0.level,
         "levels_checked": list(LEVELS[: LEVELS.index(t0.level) + 1]),
-        "campaign": {"seed": t0.seed, "workloads": workloads, "shard": f"{shard[0]}/{shard[1]}",
-                     "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index)},
+        "campaign": {
+            "seed": t0.seed,
+            "workloads": workloads,
+            "shard": f"{shard[0]}/{shard[1]}",
+            "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index),
+        },
         "vllm_source": vllm_source_info(source) if source is not None else None,
         "allow_divergence": allow_divergence,
         "verdict": verdict(errors or not_run, (departures and not allow_divergence) or crashes or nondet or violations),
-        "passed": not (errors or not_run) and (allow_divergence or not departures) and not crashes and not nondet
+        "passed": not (errors or not_run)
+        and (allow_divergence or not departures)
+        and not crashes
+        and not nondet
         and not violations,
         "outcomes": {k: outcomes.get(k, 0) for k in ("matched", "diverged", "error", "skipped")},
         "departures": departures if allow_divergence else [],
@@ -236,8 +298,10 @@ def ensure_engines_built(engine: str, against: str, say: Callable[[str], None]) 
 
     if vllm_venv_ready():
         return
-    say(f"certify: building the vLLM 0.33.0 venv in {vllm_venv_path()} (first use only: about 90 s, 1.5 GB, "
-        "CPU torch, --no-deps) ...")
+    say(
+        f"certify: building the vLLM 0.33.0 venv in {vllm_venv_path()} (first use only: about 90 s, 1.5 GB, "
+        "CPU torch, --no-deps) ..."
+    )
     ensure_vllm_venv()
     say("certify: vLLM venv ready")
 
@@ -246,10 +310,20 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def certify(engine: str, against: str = "reference", level: str = "blocks", families: list[str] | None = None,
-            workloads: int = 100, seed: int = 0, shard: tuple[int, int] = (0, 1), options: Options = Options(),
-            out_dir: str = "certificate", on_done: Callable[[WorkloadResult], None] = lambda r: None,
-            tasks: list[Task] | None = None, allow_divergence: bool = False) -> tuple[dict[str, Any], list[WorkloadResult]]:
+def certify(
+    engine: str,
+    against: str = "reference",
+    level: str = "blocks",
+    families: list[str] | None = None,
+    workloads: int = 100,
+    seed: int = 0,
+    shard: tuple[int, int] = (0, 1),
+    options: Options = Options(),
+    out_dir: str = "certificate",
+    on_done: Callable[[WorkloadResult], None] = lambda r: None,
+    tasks: list[Task] | None = None,
+    allow_divergence: bool = False,
+) -> tuple[dict[str, Any], list[WorkloadResult]]:
     tasks = tasks or plan(engine, against, level, families or list(FAMILIES), workloads, seed, shard, out_dir, options)
     os.makedirs(out_dir, exist_ok=True)
     ensure_engines_built(tasks[0].engine, tasks[0].against, _stderr)  # not counted in steps/s

@@ -36,7 +36,10 @@ class Difference:
 
 def _tokens(r: StepRecord) -> Iterator[tuple[str, Any]]:
     yield "output.num_scheduled_tokens", list(r.output.num_scheduled_tokens.items())
-    yield "output.scheduled_spec_decode_tokens", sorted((k, list(v)) for k, v in r.output.scheduled_spec_decode_tokens.items())
+    yield (
+        "output.scheduled_spec_decode_tokens",
+        sorted((k, list(v)) for k, v in r.output.scheduled_spec_decode_tokens.items()),
+    )
 
 
 def _lifecycle(r: StepRecord) -> Iterator[tuple[str, Any]]:
@@ -65,7 +68,10 @@ def _blocks(r: StepRecord) -> Iterator[tuple[str, Any]]:
         yield f"output.scheduled_new_reqs[{n.req_id}].block_ids", list(n.block_ids)
         yield f"output.scheduled_new_reqs[{n.req_id}].num_computed_tokens", n.num_computed_tokens
     for c in r.output.scheduled_cached_reqs:
-        yield f"output.scheduled_cached_reqs[{c.req_id}].new_block_ids", None if c.new_block_ids is None else list(c.new_block_ids)
+        yield (
+            f"output.scheduled_cached_reqs[{c.req_id}].new_block_ids",
+            None if c.new_block_ids is None else list(c.new_block_ids),
+        )
         yield f"output.scheduled_cached_reqs[{c.req_id}].num_computed_tokens", c.num_computed_tokens
 
 
@@ -90,7 +96,9 @@ def first_difference(a: StepRecord, b: StepRecord, level: str) -> Difference | N
             return Difference(name_a, va, vb)
     if len(fa) != len(fb):
         extra = (fa if len(fa) > len(fb) else fb)[min(len(fa), len(fb))]
-        return Difference(extra[0], extra[1] if len(fa) > len(fb) else "<absent>", extra[1] if len(fb) > len(fa) else "<absent>")
+        return Difference(
+            extra[0], extra[1] if len(fa) > len(fb) else "<absent>", extra[1] if len(fb) > len(fa) else "<absent>"
+        )
     return None
 
 
@@ -107,8 +115,14 @@ def compare_records(a: Sequence[StepRecord], b: Sequence[StepRecord], level: str
         ra = a[step] if step < len(a) else None
         rb = b[step] if step < len(b) else None
         if ra is None or rb is None:
-            return Divergence(step, "trace length", "ended" if ra is None else "continues",
-                              "ended" if rb is None else "continues", before, (ra, rb)), step
+            return Divergence(
+                step,
+                "trace length",
+                "ended" if ra is None else "continues",
+                "ended" if rb is None else "continues",
+                before,
+                (ra, rb),
+            ), step
         try:
             d = first_difference(ra, rb, level)
         except Exception as e:  # noqa: BLE001 - a record that cannot be read is malformed, as in differ.diff

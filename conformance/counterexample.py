@@ -37,12 +37,29 @@ class Counterexample:
     shrink_calls: int = 0
 
     @classmethod
-    def of(cls, workload: Workload, divergence: Divergence, engine_a: str, engine_b: str, level: str,
-           versions: dict[str, str], original: Workload, shrink_calls: int) -> Counterexample:
+    def of(
+        cls,
+        workload: Workload,
+        divergence: Divergence,
+        engine_a: str,
+        engine_b: str,
+        level: str,
+        versions: dict[str, str],
+        original: Workload,
+        shrink_calls: int,
+    ) -> Counterexample:
         from .shrink import size
 
-        return cls(workload, engine_a, engine_b, level, divergence.to_json(), versions,
-                   {"name": original.name, "size": list(size(original))}, shrink_calls)
+        return cls(
+            workload,
+            engine_a,
+            engine_b,
+            level,
+            divergence.to_json(),
+            versions,
+            {"name": original.name, "size": list(size(original))},
+            shrink_calls,
+        )
 
     def to_json(self) -> dict[str, Any]:
         from .shrink import size
@@ -55,8 +72,12 @@ class Counterexample:
             "level": self.level,
             "divergence": self.divergence,
             "original": self.original,
-            "size": dict(zip(("requests", "aborts", "prompt_tokens", "max_tokens", "arrival_steps", "max_steps"),
-                             size(self.workload))),
+            "size": dict(
+                zip(
+                    ("requests", "aborts", "prompt_tokens", "max_tokens", "arrival_steps", "max_steps"),
+                    size(self.workload),
+                )
+            ),
             "shrink_calls": self.shrink_calls,
             "workload": self.workload.to_json(),
         }
@@ -75,8 +96,11 @@ class Counterexample:
                 raise SpecError(path, found, "is not a schedspec counterexample (no kind 'divergence')")
             raise SpecError(path, found, f"is a {kind}, not a counterexample; {_OTHER_COMMAND[kind]}")
         if data.get("version") != COUNTEREXAMPLE_VERSION:
-            raise SpecError(f"{where}.version", data.get("version"),
-                            f"is not a counterexample format this schedspec reads (version {COUNTEREXAMPLE_VERSION})")
+            raise SpecError(
+                f"{where}.version",
+                data.get("version"),
+                f"is not a counterexample format this schedspec reads (version {COUNTEREXAMPLE_VERSION})",
+            )
         for key in ("engines", "level", "divergence", "workload"):
             if key not in data:
                 raise SpecError(f"{where}.{key}", None, "is required")
@@ -85,6 +109,13 @@ class Counterexample:
         engines = data["engines"]
         if not isinstance(engines, dict) or not all(isinstance(engines.get(k), str) for k in "ab"):
             raise SpecError(f"{where}.engines", engines, "must name engines a and b")
-        return cls(Workload.from_json(data["workload"], f"{where}.workload"), engines["a"], engines["b"],
-                   data["level"], data["divergence"], data.get("versions", {}), data.get("original", {}),
-                   data.get("shrink_calls", 0))
+        return cls(
+            Workload.from_json(data["workload"], f"{where}.workload"),
+            engines["a"],
+            engines["b"],
+            data["level"],
+            data["divergence"],
+            data.get("versions", {}),
+            data.get("original", {}),
+            data.get("shrink_calls", 0),
+        )

@@ -36,10 +36,23 @@ from ..spec.request import RequestStatus
 from ..spec.trace import StepRecord
 from ..spec.workload import Workload
 
-BEHAVIOURS = ("preemption", "chunked_prefill", "budget_exhausted", "head_of_line_blocking",
-              "stop_eos", "stop_token", "stop_max_tokens", "stop_max_model_len", "abort",
-              "prefix_hit", "prefix_self_hit", "spec_padding", "spec_rejection", "spec_drafts_trimmed",
-              "stale_output")
+BEHAVIOURS = (
+    "preemption",
+    "chunked_prefill",
+    "budget_exhausted",
+    "head_of_line_blocking",
+    "stop_eos",
+    "stop_token",
+    "stop_max_tokens",
+    "stop_max_model_len",
+    "abort",
+    "prefix_hit",
+    "prefix_self_hit",
+    "spec_padding",
+    "spec_rejection",
+    "spec_drafts_trimmed",
+    "stale_output",
+)
 
 
 def coverage(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
@@ -57,8 +70,12 @@ def coverage(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
         total = out.total_num_scheduled_tokens
         if total == cfg.token_budget:
             seen["budget_exhausted"] += 1
-        if (rec.state.waiting and not out.preempted_req_ids and total < cfg.token_budget
-                and len(rec.state.running) < cfg.max_num_active_reqs):
+        if (
+            rec.state.waiting
+            and not out.preempted_req_ids
+            and total < cfg.token_budget
+            and len(rec.state.running) < cfg.max_num_active_reqs
+        ):
             seen["head_of_line_blocking"] += 1
         for rid, f in rec.finished.items():
             seen[_stop_kind(reqs[rid], f.status, f.output_token_ids, cfg.max_model_len)] += 1

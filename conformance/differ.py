@@ -45,13 +45,13 @@ class EngineFailure(Exception):
 
 FIXES = {
     "start": "check that the factory takes one SchedulerConfig and returns an engine "
-             "(docs/engines.md); if the machine is loaded, raise --start-timeout",
+    "(docs/engines.md); if the machine is loaded, raise --start-timeout",
     "died": "the engine's process exited: run the workload alone (`schedspec replay` or the engine under a debugger) "
-            "and read its stderr",
+    "and read its stderr",
     "timeout": "a call took longer than --step-timeout: the engine hangs, or the machine is overloaded; "
-               "raise --step-timeout to tell which",
+    "raise --step-timeout to tell which",
     "malformed": "return the spec's types (spec/output.py SchedulerOutput, spec/trace.py StateSummary and "
-                 "FinishedRequest); see docs/engines.md",
+    "FinishedRequest); see docs/engines.md",
 }
 
 
@@ -70,8 +70,14 @@ class EngineError:
         return FIXES[self.kind]
 
     def to_json(self) -> dict[str, Any]:
-        return {"side": self.side, "engine": self.engine, "kind": self.kind, "step": self.step,
-                "cause": self.cause, "fix": self.fix}
+        return {
+            "side": self.side,
+            "engine": self.engine,
+            "kind": self.kind,
+            "step": self.step,
+            "cause": self.cause,
+            "fix": self.fix,
+        }
 
     def __str__(self) -> str:
         where = "at start" if self.step is None else f"at step {self.step}"
@@ -103,7 +109,12 @@ class Divergence:
 
     def same_as(self, other: Divergence | None) -> bool:
         """The same finding again: what replaying a counterexample must give."""
-        return other is not None and (self.step, self.field, self.a, self.b) == (other.step, other.field, other.a, other.b)
+        return other is not None and (self.step, self.field, self.a, self.b) == (
+            other.step,
+            other.field,
+            other.a,
+            other.b,
+        )
 
 
 @dataclass
@@ -242,20 +253,28 @@ def diff(
                     return result
                 except EngineCrash as e:
                     crash_a, crash_b = (str(e), None) if side == "a" else (None, str(e))
-                    result.divergence = Divergence(step, f"engine {side}", crash_a, crash_b, before,
-                                                   (records[0] if records else None, None))
+                    result.divergence = Divergence(
+                        step, f"engine {side}", crash_a, crash_b, before, (records[0] if records else None, None)
+                    )
                     return result
             ra, rb = records if len(records) == 2 else (records[0], records[0])
             if ra is None or rb is None:
                 if ra is not rb:
-                    result.divergence = Divergence(step, "trace length", "ended" if ra is None else "continues",
-                                                   "ended" if rb is None else "continues", before, (ra, rb))
+                    result.divergence = Divergence(
+                        step,
+                        "trace length",
+                        "ended" if ra is None else "continues",
+                        "ended" if rb is None else "continues",
+                        before,
+                        (ra, rb),
+                    )
                 return result
             try:
                 d = first_difference(ra, rb, level)
             except Exception as e:  # noqa: BLE001 - a record that cannot even be read is malformed
-                result.error = EngineError("b", names[1], "malformed", step, f"the step record cannot be compared: "
-                                           f"{type(e).__name__}: {e}")
+                result.error = EngineError(
+                    "b", names[1], "malformed", step, f"the step record cannot be compared: {type(e).__name__}: {e}"
+                )
                 return result
             result.steps_compared += 1
             if keep_records:

@@ -49,8 +49,9 @@ def _field(r: StepRecord | None, field: str) -> str:
     return _fmt(values[field]) if field in values else "(absent)"
 
 
-def step_table(records_a: Sequence[StepRecord], records_b: Sequence[StepRecord], d: Divergence,
-               window: int = WINDOW) -> dict[str, Any]:
+def step_table(
+    records_a: Sequence[StepRecord], records_b: Sequence[StepRecord], d: Divergence, window: int = WINDOW
+) -> dict[str, Any]:
     """The diverging step and field, and one row per step from `window` steps before it through it."""
     by_step_a: dict[int, StepRecord | None] = {r.step: r for r in records_a}
     by_step_b: dict[int, StepRecord | None] = {r.step: r for r in records_b}
@@ -61,14 +62,17 @@ def step_table(records_a: Sequence[StepRecord], records_b: Sequence[StepRecord],
     for step in range(max(0, d.step - window), d.step + 1):
         ra, rb = by_step_a.get(step), by_step_b.get(step)
         last = step == d.step
-        rows.append({
-            "step": step,
-            "tokens_a": _tokens(ra), "tokens_b": _tokens(rb),
-            "preempted": f"{_preempted(ra)} / {_preempted(rb)}" if ra or rb else "",
-            "field_a": _fmt(d.a) if last else (_field(ra, d.field) if traced else ""),
-            "field_b": _fmt(d.b) if last else (_field(rb, d.field) if traced else ""),
-            "diverges": last,
-        })
+        rows.append(
+            {
+                "step": step,
+                "tokens_a": _tokens(ra),
+                "tokens_b": _tokens(rb),
+                "preempted": f"{_preempted(ra)} / {_preempted(rb)}" if ra or rb else "",
+                "field_a": _fmt(d.a) if last else (_field(ra, d.field) if traced else ""),
+                "field_b": _fmt(d.b) if last else (_field(rb, d.field) if traced else ""),
+                "diverges": last,
+            }
+        )
     return {"step": d.step, "field": d.field, "rows": rows}
 
 
@@ -83,8 +87,12 @@ def markdown_table(table: dict[str, Any], name_a: str = "a", name_b: str = "b") 
     for r in table["rows"]:
         on = r["diverges"]
         bold = lambda s, hi: f"**{s}**" if hi and s else s  # noqa: E731
-        cells = [f"**{r['step']}** ⟵" if on else str(r["step"]),
-                 bold(r["tokens_a"], on and tokens_is_field), bold(r["tokens_b"], on and tokens_is_field), r["preempted"]]
+        cells = [
+            f"**{r['step']}** ⟵" if on else str(r["step"]),
+            bold(r["tokens_a"], on and tokens_is_field),
+            bold(r["tokens_b"], on and tokens_is_field),
+            r["preempted"],
+        ]
         if not tokens_is_field:
             cells += [bold(r["field_a"], on), bold(r["field_b"], on)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

@@ -47,8 +47,18 @@ class RandomDraw:
         return self.rng.random() < 0.5
 
 
-def _requests(d: Draw, n: int, L: int, max_prompt: int, max_tokens: int, spread: int, *,
-              priority: bool = False, stops: bool = False, min_tokens: bool = False) -> tuple[WorkloadRequest, ...]:
+def _requests(
+    d: Draw,
+    n: int,
+    L: int,
+    max_prompt: int,
+    max_tokens: int,
+    spread: int,
+    *,
+    priority: bool = False,
+    stops: bool = False,
+    min_tokens: bool = False,
+) -> tuple[WorkloadRequest, ...]:
     out = []
     for i in range(n):
         prompt_len = d.int(1, max(1, min(L - 1, max_prompt)))
@@ -72,8 +82,14 @@ def _requests(d: Draw, n: int, L: int, max_prompt: int, max_tokens: int, spread:
 
 
 def _config(d: Draw, *, budget: int, seqs: int, L: int, bs: int, blocks: int, **kw) -> SchedulerConfig:
-    return SchedulerConfig(max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs, max_model_len=L,
-                           block_size=bs, num_gpu_blocks=blocks, **kw)
+    return SchedulerConfig(
+        max_num_batched_tokens=max(budget, seqs),
+        max_num_seqs=seqs,
+        max_model_len=L,
+        block_size=bs,
+        num_gpu_blocks=blocks,
+        **kw,
+    )
 
 
 def budget(d: Draw) -> Workload:
@@ -84,31 +100,63 @@ def budget(d: Draw) -> Workload:
 
 def threshold(d: Draw) -> Workload:
     L, bs = d.int(64, 256), d.choice([4, 16])
-    cfg = _config(d, budget=d.int(16, 128), seqs=d.int(2, 8), L=L, bs=bs, blocks=L * 8 // bs + 1,
-                  long_prefill_token_threshold=d.int(1, 48), long_prefill_token_threshold_adaptive=d.bool())
+    cfg = _config(
+        d,
+        budget=d.int(16, 128),
+        seqs=d.int(2, 8),
+        L=L,
+        bs=bs,
+        blocks=L * 8 // bs + 1,
+        long_prefill_token_threshold=d.int(1, 48),
+        long_prefill_token_threshold_adaptive=d.bool(),
+    )
     return Workload(cfg, _requests(d, d.int(1, 6), L, 150, 6, 5))
 
 
 def no_chunking(d: Draw) -> Workload:
     L, bs = d.int(32, 128), d.choice([4, 16])
-    cfg = _config(d, budget=d.int(L, 2 * L), seqs=d.int(1, 6), L=L, bs=bs, blocks=L * 6 // bs + 1,
-                  enable_chunked_prefill=False, long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]))
+    cfg = _config(
+        d,
+        budget=d.int(L, 2 * L),
+        seqs=d.int(1, 6),
+        L=L,
+        bs=bs,
+        blocks=L * 6 // bs + 1,
+        enable_chunked_prefill=False,
+        long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
+    )
     return Workload(cfg, _requests(d, d.int(1, 6), L, L, 6, 4))
 
 
 def kv_pressure(d: Draw) -> Workload:
     bs = d.choice([2, 4, 8])
     L = d.int(32, 96)
-    cfg = _config(d, budget=d.int(16, 128), seqs=d.int(2, 8), L=L, bs=bs, blocks=d.int(3, 24),
-                  watermark=d.choice([0.0, 0.0, 0.1, 0.3]), scheduler_reserve_full_isl=d.choice([True, True, False]))
+    cfg = _config(
+        d,
+        budget=d.int(16, 128),
+        seqs=d.int(2, 8),
+        L=L,
+        bs=bs,
+        blocks=d.int(3, 24),
+        watermark=d.choice([0.0, 0.0, 0.1, 0.3]),
+        scheduler_reserve_full_isl=d.choice([True, True, False]),
+    )
     return Workload(cfg, _requests(d, d.int(2, 6), L, 24, 16, 6), max_steps=MAX_STEPS)
 
 
 def priority(d: Draw) -> Workload:
     bs = d.choice([2, 4])
     L = d.int(32, 96)
-    cfg = _config(d, budget=d.int(16, 128), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 24), policy="priority",
-                  long_prefill_token_threshold=d.choice([0, d.int(1, 16)]))
+    cfg = _config(
+        d,
+        budget=d.int(16, 128),
+        seqs=d.int(1, 6),
+        L=L,
+        bs=bs,
+        blocks=d.int(4, 24),
+        policy="priority",
+        long_prefill_token_threshold=d.choice([0, d.int(1, 16)]),
+    )
     return Workload(cfg, _requests(d, d.int(2, 6), L, 24, 12, 6, priority=True), max_steps=MAX_STEPS)
 
 
@@ -127,8 +175,9 @@ def stops(d: Draw) -> Workload:
 
 def aborts(d: Draw) -> Workload:
     L, bs = d.int(32, 128), d.choice([2, 4, 16])
-    cfg = _config(d, budget=d.int(8, 96), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(6, 40),
-                  policy=d.choice(["fcfs", "priority"]))
+    cfg = _config(
+        d, budget=d.int(8, 96), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(6, 40), policy=d.choice(["fcfs", "priority"])
+    )
     reqs = _requests(d, d.int(1, 6), L, 40, 10, 4, priority=cfg.policy == "priority")
     chosen = [r.request_id for r in reqs if d.bool()]
     abort_list = tuple(Abort(d.int(0, 12), rid) for rid in chosen)
@@ -168,15 +217,20 @@ def _prompts(d: Draw, n: int, bs: int, max_len: int, planted: Sequence[tuple[int
             prompt = d.choice(prompts)
         elif kind == 4:
             j = d.int(0, len(prompts) - 1)
-            prompt = prompts[j] + planted[j][: d.int(0, len(planted[j]))] + tuple(d.int(10, 12) for _ in range(d.int(0, bs + 1)))
+            prompt = (
+                prompts[j]
+                + planted[j][: d.int(0, len(planted[j]))]
+                + tuple(d.int(10, 12) for _ in range(d.int(0, bs + 1)))
+            )
         else:
             prompt = tuple(d.int(10, 14) for _ in range(d.int(1, 3 * bs)))
         prompts.append(prompt[:max_len] or (10,))
     return prompts
 
 
-def _feature_requests(d: Draw, cfg: SchedulerConfig, n: int, max_tokens: int, spread: int, *,
-                      stops: bool = False, proposals: bool = False) -> tuple[WorkloadRequest, ...]:
+def _feature_requests(
+    d: Draw, cfg: SchedulerConfig, n: int, max_tokens: int, spread: int, *, stops: bool = False, proposals: bool = False
+) -> tuple[WorkloadRequest, ...]:
     """Requests over shared prompts; a later turn arrives after the request it continues."""
     k, bs = cfg.num_speculative_tokens, cfg.block_size
     vocab = (2, 12) if stops else (10, 14)
@@ -186,11 +240,16 @@ def _feature_requests(d: Draw, cfg: SchedulerConfig, n: int, max_tokens: int, sp
     for i, prompt in enumerate(prompts):
         mt = d.int(1, max_tokens)
         request = Request(
-            request_id=f"r{i}", prompt_token_ids=prompt, max_tokens=mt,
+            request_id=f"r{i}",
+            prompt_token_ids=prompt,
+            max_tokens=mt,
             min_tokens=d.int(0, mt) if stops and d.bool() else 0,
-            eos_token_id=EOS if stops else None, ignore_eos=stops and d.bool(),
+            eos_token_id=EOS if stops else None,
+            ignore_eos=stops and d.bool(),
             stop_token_ids=STOP_TOKENS if stops and d.bool() else (),
-            priority=d.int(0, 3) if cfg.policy == "priority" else 0, arrival_time=float(i))
+            priority=d.int(0, 3) if cfg.policy == "priority" else 0,
+            arrival_time=float(i),
+        )
         arrival = d.int(0, spread) if i == 0 else d.int(out[-1].arrival_step, out[-1].arrival_step + spread // 2 + 1)
         spec = tuple((nd, d.int(0, nd)) for nd in (d.int(0, k) for _ in range(d.int(0, mt + 1)))) if proposals else ()
         out.append(WorkloadRequest(request, arrival, planted[i], spec))
@@ -205,28 +264,56 @@ def _spec_threshold(d: Draw, k: int) -> int:
 def prefix_caching(d: Draw) -> Workload:
     bs = d.choice([2, 4, 4, 8])
     L = d.int(32, 96)
-    cfg = _config(d, budget=d.int(8, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(6, 24),
-                  policy=d.choice(["fcfs", "fcfs", "priority"]), long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
-                  enable_prefix_caching=True)
+    cfg = _config(
+        d,
+        budget=d.int(8, 64),
+        seqs=d.int(1, 6),
+        L=L,
+        bs=bs,
+        blocks=d.int(6, 24),
+        policy=d.choice(["fcfs", "fcfs", "priority"]),
+        long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
+        enable_prefix_caching=True,
+    )
     return Workload(cfg, _feature_requests(d, cfg, d.int(2, 6), 8, 6), max_steps=FEATURE_MAX_STEPS)
 
 
 def spec_decode(d: Draw) -> Workload:
     k, bs = d.int(1, 4), d.choice([2, 4, 4, 8])
     L = d.int(16, 64)
-    cfg = _config(d, budget=d.choice([d.int(2, 8), d.int(8, 48)]), seqs=d.int(1, 5), L=L, bs=bs, blocks=d.int(4, 24),
-                  long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
-                  num_speculative_tokens=k, policy=d.choice(["fcfs", "fcfs", "priority"]))
-    return Workload(cfg, _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True),
-                    max_steps=FEATURE_MAX_STEPS)
+    cfg = _config(
+        d,
+        budget=d.choice([d.int(2, 8), d.int(8, 48)]),
+        seqs=d.int(1, 5),
+        L=L,
+        bs=bs,
+        blocks=d.int(4, 24),
+        long_prefill_token_threshold=min(_spec_threshold(d, k), L),
+        enable_prefix_caching=d.bool(),
+        num_speculative_tokens=k,
+        policy=d.choice(["fcfs", "fcfs", "priority"]),
+    )
+    return Workload(
+        cfg, _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True), max_steps=FEATURE_MAX_STEPS
+    )
 
 
 def async_scheduling(d: Draw) -> Workload:
     k, bs = d.choice([0, 0, d.int(1, 3)]), d.choice([2, 4, 8])
     L = d.int(24, 96)
-    cfg = _config(d, budget=d.int(4, 64), seqs=d.int(1, 6), L=L, bs=bs, blocks=d.int(4, 14),
-                  long_prefill_token_threshold=min(_spec_threshold(d, k), L), enable_prefix_caching=d.bool(),
-                  num_speculative_tokens=k, async_scheduling=True, policy=d.choice(["fcfs", "fcfs", "priority"]))
+    cfg = _config(
+        d,
+        budget=d.int(4, 64),
+        seqs=d.int(1, 6),
+        L=L,
+        bs=bs,
+        blocks=d.int(4, 14),
+        long_prefill_token_threshold=min(_spec_threshold(d, k), L),
+        enable_prefix_caching=d.bool(),
+        num_speculative_tokens=k,
+        async_scheduling=True,
+        policy=d.choice(["fcfs", "fcfs", "priority"]),
+    )
     reqs = _feature_requests(d, cfg, d.int(2, 5), d.choice([1, 3, 6, 12]), 5, stops=d.bool())
     abort_list = tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0)
     return Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS)

@@ -36,8 +36,17 @@ from .compare import first_difference
 from .families import FAMILIES, generate
 from .shrink import shrink, size
 
-CORE_FAMILIES = ("budget", "threshold", "no-chunking", "kv-pressure", "priority", "max-model-len", "stops", "aborts",
-                 "big-batch")
+CORE_FAMILIES = (
+    "budget",
+    "threshold",
+    "no-chunking",
+    "kv-pressure",
+    "priority",
+    "max-model-len",
+    "stops",
+    "aborts",
+    "big-batch",
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,14 @@ def _diff_problem(pristine: Callable[[Workload], Trace]) -> Callable[[Workload],
     return problem
 
 
-def hunt(mutant: Mutant, checker: str = "monitors", seed: int = 0, budget_s: float = 30.0,
-         families: list[str] | None = None, shrink_budget_s: float = 30.0) -> Finding | None:
+def hunt(
+    mutant: Mutant,
+    checker: str = "monitors",
+    seed: int = 0,
+    budget_s: float = 30.0,
+    families: list[str] | None = None,
+    shrink_budget_s: float = 30.0,
+) -> Finding | None:
     """Search the families round-robin until the checker sees a problem; shrink it; None if the budget ran out."""
     families = families or list(mutant.families or CORE_FAMILIES)
     for f in families:
@@ -101,6 +116,7 @@ def hunt(mutant: Mutant, checker: str = "monitors", seed: int = 0, budget_s: flo
             with applied(mutant):
                 return _diff_problem(lambda x: pristine_cache[repr(x.to_json())])(w)
     elif checker == "monitors":
+
         def problem(w: Workload):
             with applied(mutant):
                 return _monitor_problem(w)
@@ -116,7 +132,11 @@ def hunt(mutant: Mutant, checker: str = "monitors", seed: int = 0, budget_s: flo
             if found is not None:
                 elapsed = time.perf_counter() - t0
                 what = found[0]
-                small, _ = shrink(w, lambda c: (p := problem(c)) is not None and p[0] == what, time_budget_s=shrink_budget_s)  # noqa: B023 - shrink runs before the loop moves on
+                small, _ = shrink(
+                    w,
+                    lambda c: (p := problem(c)) is not None and p[0] == what,  # noqa: B023 - shrink runs before the loop moves on
+                    time_budget_s=shrink_budget_s,
+                )
                 step = problem(small)[1]
                 return Finding(mutant.name, checker, what, step, small, w.name, elapsed, size(small))
         index += 1

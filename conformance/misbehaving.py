@@ -66,8 +66,14 @@ class _CoinFlip(ReferenceEngine):
         if items and self._rng.random() < 0.2:
             rid, n = items[-1]
             items[-1] = (rid, n + 1)
-            return SchedulerOutput(dict(items), out.scheduled_new_reqs, out.scheduled_cached_reqs,
-                                   out.scheduled_spec_decode_tokens, out.preempted_req_ids, out.finished_req_ids)
+            return SchedulerOutput(
+                dict(items),
+                out.scheduled_new_reqs,
+                out.scheduled_cached_reqs,
+                out.scheduled_spec_decode_tokens,
+                out.preempted_req_ids,
+                out.finished_req_ids,
+            )
         return out
 
 

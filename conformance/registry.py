@@ -34,15 +34,21 @@ def vllm_source_engine(source: str) -> str:
 
 
 def vllm_source_of(spec: str) -> str | None:
-    return spec[len(VLLM_SOURCE_PREFIX):] if spec.startswith(VLLM_SOURCE_PREFIX) else None
+    return spec[len(VLLM_SOURCE_PREFIX) :] if spec.startswith(VLLM_SOURCE_PREFIX) else None
 
 
 def is_builtin(spec: str) -> bool:
     return spec in BUILTIN_ENGINES or vllm_source_of(spec) is not None
 
 
-def engine_factory(spec: str, option: str = "--engine", *, isolate: bool | None = None,
-                   start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> EngineFactory:
+def engine_factory(
+    spec: str,
+    option: str = "--engine",
+    *,
+    isolate: bool | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+    step_timeout_s: float = STEP_TIMEOUT_S,
+) -> EngineFactory:
     """The factory the harness drives `spec` through.
 
     A third-party engine (`module:callable`) runs in its own process unless
@@ -67,8 +73,12 @@ def engine_factory(spec: str, option: str = "--engine", *, isolate: bool | None 
     return factory
 
 
-def in_process_factory(spec: str, option: str = "--engine", start_timeout_s: float = START_TIMEOUT_S,
-                       step_timeout_s: float = STEP_TIMEOUT_S) -> EngineFactory:
+def in_process_factory(
+    spec: str,
+    option: str = "--engine",
+    start_timeout_s: float = START_TIMEOUT_S,
+    step_timeout_s: float = STEP_TIMEOUT_S,
+) -> EngineFactory:
     """The engine's own factory, in this process, with nothing around it."""
     if spec == "reference":
         from ..reference_impl import ReferenceEngine
@@ -129,8 +139,11 @@ def engine_version(spec: str) -> str:
         from .engines.vllm_source import vllm_source_info
 
         info = vllm_source_info(source)
-        commit = "not a git checkout" if info["commit"] is None else \
-            f"commit {info['commit'][:12]}" + (", dirty" if info["dirty"] else ", clean")
+        commit = (
+            "not a git checkout"
+            if info["commit"] is None
+            else f"commit {info['commit'][:12]}" + (", dirty" if info["dirty"] else ", clean")
+        )
         return f"vllm source {info['path']} ({commit}); dependencies from the vllm 0.33.0 venv"
     if spec in ("reference", "torch"):
         from importlib.metadata import version

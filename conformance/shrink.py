@@ -48,21 +48,26 @@ def _candidates(w: Workload) -> Iterator[Workload]:
         if chunk < 1:
             continue
         for start in range(0, len(reqs), chunk):
-            rest = reqs[:start] + reqs[start + chunk:]
+            rest = reqs[:start] + reqs[start + chunk :]
             if rest:
                 yield _with_requests(w, rest)
     for i in range(len(w.aborts)):
-        yield w.replace(aborts=w.aborts[:i] + w.aborts[i + 1:])
+        yield w.replace(aborts=w.aborts[:i] + w.aborts[i + 1 :])
     for i, r in enumerate(reqs):
         q = r.request
         for n in _shorter(q.num_prompt_tokens, 1):
-            yield _with_requests(w, reqs[:i] + [replace(r, request=replace(q, prompt_token_ids=q.prompt_token_ids[:n]))] + reqs[i + 1:])
+            yield _with_requests(
+                w, reqs[:i] + [replace(r, request=replace(q, prompt_token_ids=q.prompt_token_ids[:n]))] + reqs[i + 1 :]
+            )
         for m in _shorter(q.max_tokens, 1):
-            shorter = replace(r, request=replace(q, max_tokens=m, min_tokens=min(q.min_tokens, m)),
-                              output_token_ids=r.output_token_ids[:m])
-            yield _with_requests(w, reqs[:i] + [shorter] + reqs[i + 1:])
+            shorter = replace(
+                r,
+                request=replace(q, max_tokens=m, min_tokens=min(q.min_tokens, m)),
+                output_token_ids=r.output_token_ids[:m],
+            )
+            yield _with_requests(w, reqs[:i] + [shorter] + reqs[i + 1 :])
         for s in _shorter(r.arrival_step, 0):
-            yield _with_requests(w, reqs[:i] + [replace(r, arrival_step=s)] + reqs[i + 1:])
+            yield _with_requests(w, reqs[:i] + [replace(r, arrival_step=s)] + reqs[i + 1 :])
     for s in _shorter(w.max_steps, 1):
         yield w.replace(max_steps=s)
 

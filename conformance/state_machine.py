@@ -57,8 +57,11 @@ from .state_machine_draws import FILLER, Bounds, _raw, batch_queue_size, make_co
 
 TRACE_CHECKS = ("finished-reported-once", "stop-is-final")  # monitor.py's checks over the whole trace
 STALE_COVERAGE = "stale outputs waiting, squared"
-COVERAGE = ("preemptions among several running", "victims ahead of a scheduled request",
-            "KV blocks in use, summed over steps")
+COVERAGE = (
+    "preemptions among several running",
+    "victims ahead of a scheduled request",
+    "KV blocks in use, summed over steps",
+)
 
 
 class Counterexample(AssertionError):
@@ -92,8 +95,14 @@ class Run:
     def workload(self) -> Workload:
         """The run as a workload. One step more than it ran, so that what finished in its last step is
         reported: cut at max_steps right there, the engine loop would call the trace drained with a report due."""
-        return Workload(self.config, tuple(self.requests), tuple(self.aborts), name="state-machine",
-                        max_steps=self.steps + 1, filler_token_id=FILLER)
+        return Workload(
+            self.config,
+            tuple(self.requests),
+            tuple(self.aborts),
+            name="state-machine",
+            max_steps=self.steps + 1,
+            filler_token_id=FILLER,
+        )
 
 
 @dataclass
@@ -206,16 +215,30 @@ class SchedulerMachine(RuleBasedStateMachine):
             if self.in_flight and (len(self.in_flight) >= self.queue_size or not (scheduled and more)):
                 updated, old_out, absorbed = self.in_flight.pop()
                 post, finished = self._call(api.update_from_output, mid, old_out, absorbed)
-        self.run.program.append(f"step {step}: scheduled {dict(out.num_scheduled_tokens)}, preempted "
-                                f"{sorted(out.preempted_req_ids)}, sampled {dict(model_output.sampled_token_ids)}"
-                                + (f", absorbed step {updated}" if updated not in (None, step) else "")
-                                + (f", drafts {drafts}" if drafts else ""))
+        self.run.program.append(
+            f"step {step}: scheduled {dict(out.num_scheduled_tokens)}, preempted "
+            f"{sorted(out.preempted_req_ids)}, sampled {dict(model_output.sampled_token_ids)}"
+            + (f", absorbed step {updated}" if updated not in (None, step) else "")
+            + (f", drafts {drafts}" if drafts else "")
+        )
         self.state = post
         self.view = view_from_states(pre, out, post, model_output=absorbed, finished=finished)
         added, aborted, finished_by_abort = self.pending
-        self.records.append(StepRecord(step, tuple(added), tuple(aborted), out, model_output, StateSummary.of(post),
-                                       {**finished_by_abort, **finished}, updated_step=updated, draft_token_ids=drafts,
-                                       scheduled=scheduled, in_flight=tuple(s for s, _, _ in reversed(self.in_flight))))
+        self.records.append(
+            StepRecord(
+                step,
+                tuple(added),
+                tuple(aborted),
+                out,
+                model_output,
+                StateSummary.of(post),
+                {**finished_by_abort, **finished},
+                updated_step=updated,
+                draft_token_ids=drafts,
+                scheduled=scheduled,
+                in_flight=tuple(s for s, _, _ in reversed(self.in_flight)),
+            )
+        )
         self.pending = ([], [], {})
         self.trace_violations = None
 
@@ -233,6 +256,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             scheduler = api.thaw(state)
             scheduler.update_draft_token_ids(drafts)
             return api.freeze(scheduler)
+
         return self._call(update_draft_token_ids, post), drafts
 
     def check_trace(self, name: str) -> None:
@@ -241,7 +265,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         if self.trace_violations is None:  # the monitors' own trace-level code
             s = self.state  # drained as the engine loop means it: nothing queued, no report outstanding
             end = "max_steps" if s.running or s.waiting or s.finished_req_ids or self.in_flight else "drained"
-            self.trace_violations = list(monitor.trace_violations(Trace(self.run.workload(), tuple(self.records), "reference", end)))
+            self.trace_violations = list(
+                monitor.trace_violations(Trace(self.run.workload(), tuple(self.records), "reference", end))
+            )
         for v in self.trace_violations:
             if v.invariant == name:
                 self._fail(name, v.detail)
@@ -253,8 +279,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         # A victim ahead of a request scheduled in the same step: PRIORITY's refund path (bug-zoo Z1).
         last = max((pre.running.index(rid) for rid in out.num_scheduled_tokens if rid in pre.running), default=-1)
         self.coverage["victims ahead of a scheduled request"] += sum(
-            pre.running.index(rid) < last for rid in out.preempted_req_ids if rid in pre.running)
-        self.coverage["KV blocks in use, summed over steps"] += 1 - mid.num_free_blocks / self.run.config.num_usable_blocks
+            pre.running.index(rid) < last for rid in out.preempted_req_ids if rid in pre.running
+        )
+        self.coverage["KV blocks in use, summed over steps"] += (
+            1 - mid.num_free_blocks / self.run.config.num_usable_blocks
+        )
         if self.bounds.features:  # waiting requests whose output is still in flight: the stale skip, in pairs (Z5)
             stale = sum(pre.requests[rid].num_stale_output_tokens > 0 for rid in pre.waiting)
             self.coverage[STALE_COVERAGE] = self.coverage.get(STALE_COVERAGE, 0.0) + stale * stale
@@ -275,6 +304,7 @@ def _catalogue_check(inv: Invariant):
         if self.view is not None and not inv.holds(self.view):
             problem = self.view.ids_problem if inv.name == "block-conservation" else ""
             self._fail(inv.name, problem or inv.sentence)
+
     return check
 
 

@@ -63,18 +63,41 @@ def _scaled(value: int, n_max: int, n: int) -> int:
 def _raw(b: Bounds) -> tuple[st.SearchStrategy, st.SearchStrategy]:
     """Fixed-shape strategies, built once per bounds (building them per draw cost more than the reference)."""
     l_hi, big = b.max_model_len[1], 4 * b.max_model_len[1]
-    config = st.tuples(st.integers(*b.max_model_len), st.sampled_from(b.block_sizes), st.integers(1, b.max_num_seqs),
-                       st.booleans(), st.integers(0, big), st.integers(0, big), st.booleans(), st.integers(0, l_hi),
-                       st.booleans(), st.integers(1, b.max_num_seqs), st.booleans(),
-                       st.sampled_from(("fcfs", "priority")), st.sampled_from((0.0, 0.1, 0.3)), st.booleans())
-    request = st.tuples(st.integers(0, l_hi), st.integers(1, b.max_tokens), st.integers(0, b.max_tokens),
-                        st.integers(0, b.max_priority), st.integers(0, 2 * b.max_priority),
-                        st.sampled_from((EOS, None)), st.booleans(), st.sampled_from(((), STOP_TOKENS, STOP_TOKENS[:1])),
-                        st.lists(st.sampled_from(VOCAB), max_size=b.max_planted))
+    config = st.tuples(
+        st.integers(*b.max_model_len),
+        st.sampled_from(b.block_sizes),
+        st.integers(1, b.max_num_seqs),
+        st.booleans(),
+        st.integers(0, big),
+        st.integers(0, big),
+        st.booleans(),
+        st.integers(0, l_hi),
+        st.booleans(),
+        st.integers(1, b.max_num_seqs),
+        st.booleans(),
+        st.sampled_from(("fcfs", "priority")),
+        st.sampled_from((0.0, 0.1, 0.3)),
+        st.booleans(),
+    )
+    request = st.tuples(
+        st.integers(0, l_hi),
+        st.integers(1, b.max_tokens),
+        st.integers(0, b.max_tokens),
+        st.integers(0, b.max_priority),
+        st.integers(0, 2 * b.max_priority),
+        st.sampled_from((EOS, None)),
+        st.booleans(),
+        st.sampled_from(((), STOP_TOKENS, STOP_TOKENS[:1])),
+        st.lists(st.sampled_from(VOCAB), max_size=b.max_planted),
+    )
     if b.features:
         k = b.max_speculative_tokens
-        config = st.tuples(config, st.booleans(), st.integers(0, k), st.booleans(), st.sampled_from(b.batch_queue_sizes))
-        request = st.tuples(request, st.lists(st.tuples(st.integers(0, k), st.integers(0, k)), max_size=b.max_proposals))
+        config = st.tuples(
+            config, st.booleans(), st.integers(0, k), st.booleans(), st.sampled_from(b.batch_queue_sizes)
+        )
+        request = st.tuples(
+            request, st.lists(st.tuples(st.integers(0, k), st.integers(0, k)), max_size=b.max_proposals)
+        )
     return config, request
 
 
@@ -93,11 +116,19 @@ def make_config(raw: tuple, b: Bounds) -> SchedulerConfig:
     if 1 <= threshold < 1 + k:  # vLLM 0.33.0 crashes there (exp1) and the spec refuses it: lift it to 1 + k
         threshold = 1 + k if 1 + k <= L else 0
     return SchedulerConfig(
-        max_num_batched_tokens=lo + _scaled(budget, big, 2 * L), max_num_seqs=seqs, max_model_len=L, block_size=bs,
+        max_num_batched_tokens=lo + _scaled(budget, big, 2 * L),
+        max_num_seqs=seqs,
+        max_model_len=L,
+        block_size=bs,
         num_gpu_blocks=1 + need + _scaled(blocks, big, (b.max_sequences_in_cache - 1) * need),
-        long_prefill_token_threshold=threshold, long_prefill_token_threshold_adaptive=threshold > 0 and adaptive,
-        enable_chunked_prefill=not unchunked, policy=policy, watermark=watermark, scheduler_reserve_full_isl=not no_isl,
-        max_num_active_seqs=min(active, seqs) if active_on else None, **features,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=threshold > 0 and adaptive,
+        enable_chunked_prefill=not unchunked,
+        policy=policy,
+        watermark=watermark,
+        scheduler_reserve_full_isl=not no_isl,
+        max_num_active_seqs=min(active, seqs) if active_on else None,
+        **features,
     )
 
 
@@ -117,10 +148,15 @@ def make_request(raw: tuple, config: SchedulerConfig, b: Bounds, index: int, ste
     prompt, max_tokens, min_tokens, priority, arrival, eos, ignore_eos, stops, planted = raw
     fcfs = config.policy == "fcfs"  # vLLM rejects a nonzero priority unless the policy is PRIORITY
     request = Request(
-        request_id=f"r{index}", prompt_token_ids=(10,) * (1 + _scaled(prompt, b.max_model_len[1], config.max_model_len - 2)),
+        request_id=f"r{index}",
+        prompt_token_ids=(10,) * (1 + _scaled(prompt, b.max_model_len[1], config.max_model_len - 2)),
         # max_tokens may exceed L - prompt: the max_model_len cap must then win, whatever min_tokens says (Z4).
-        max_tokens=max_tokens, min_tokens=min(min_tokens, max_tokens), eos_token_id=eos, ignore_eos=ignore_eos,
-        stop_token_ids=stops, priority=0 if fcfs else priority,
+        max_tokens=max_tokens,
+        min_tokens=min(min_tokens, max_tokens),
+        eos_token_id=eos,
+        ignore_eos=ignore_eos,
+        stop_token_ids=stops,
+        priority=0 if fcfs else priority,
         # vLLM stamps arrival on receipt; under PRIORITY, ties and reorderings reach the (priority, arrival) tie-break.
         arrival_time=float(index if fcfs else arrival),
     )

@@ -46,14 +46,25 @@ def machine_for(bounds: Bounds = Bounds()) -> type[SchedulerMachine]:
     """A fresh machine class for these bounds, with its own run log, so two hunts never share one."""
     # Placed in the machine's module, as when it was built there: Hypothesis reads a machine's source
     # (found through its module) for its digest, and this one should read SchedulerMachine's.
-    return type("SchedulerMachine", (SchedulerMachine,),
-                {"bounds": bounds, "log": RunLog(), "__module__": SchedulerMachine.__module__})
+    return type(
+        "SchedulerMachine",
+        (SchedulerMachine,),
+        {"bounds": bounds, "log": RunLog(), "__module__": SchedulerMachine.__module__},
+    )
 
 
 def profile(max_examples: int, step_count: int, **kw) -> settings:
     """Stable settings: no database, no deadline, derandomized."""
-    return settings(max_examples=max_examples, stateful_step_count=step_count, deadline=None, database=None,
-                    derandomize=True, print_blob=False, suppress_health_check=list(HealthCheck), **kw)
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=step_count,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        **kw,
+    )
 
 
 FAST = profile(100, 30)
@@ -75,8 +86,15 @@ def _own_constants_only() -> Iterator[None]:
         providers._get_local_constants, providers.CONSTANTS_CACHE = saved
 
 
-def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_examples: int = 3000, step_count: int = 25,
-                       bounds: Bounds = Bounds(), seed: int = 0, expect: tuple[str, ...] | None = None) -> Finding | None:
+def hunt_state_machine(
+    mutant: Mutant | None,
+    budget_s: float = 60.0,
+    max_examples: int = 3000,
+    step_count: int = 25,
+    bounds: Bounds = Bounds(),
+    seed: int = 0,
+    expect: tuple[str, ...] | None = None,
+) -> Finding | None:
     """Run the machine on the mutated reference: the shrunk counterexample, or None if none turned up.
 
     `size` is (requests, steps) of Hypothesis's shrunk example, `step` the
@@ -95,8 +113,13 @@ def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_exampl
             step_count = max(step_count, 40)
     machine = machine_for(bounds)
     hypothesis_seed(seed)(machine)  # a fixed seed, independent of this file's source (derandomize hashes it)
-    cfg = profile(max_examples, step_count, phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
-                  report_multiple_bugs=False, verbosity=Verbosity.quiet)
+    cfg = profile(
+        max_examples,
+        step_count,
+        phases=(Phase.explicit, Phase.generate, Phase.target, Phase.shrink),
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+    )
     log = machine.log
     log.started = time.perf_counter()
     log.deadline = log.started + budget_s
@@ -111,6 +134,13 @@ def hunt_state_machine(mutant: Mutant | None, budget_s: float = 60.0, max_exampl
             failure = e
     run = log.current
     what = failure.kind if isinstance(failure, Counterexample) else f"error:{type(failure).__name__}"
-    return Finding(mutant.name if mutant else "pristine", "state-machine", what, run.steps - 1, run.workload(),
-                   "\n".join([*run.program, str(failure)]), (log.first_failure or time.perf_counter()) - log.started,
-                   (len(run.requests), run.steps))
+    return Finding(
+        mutant.name if mutant else "pristine",
+        "state-machine",
+        what,
+        run.steps - 1,
+        run.workload(),
+        "\n".join([*run.program, str(failure)]),
+        (log.first_failure or time.perf_counter()) - log.started,
+        (len(run.requests), run.steps),
+    )

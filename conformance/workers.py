@@ -29,9 +29,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def run_all(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, lost: Callable[[T], R],
-            on_done: Callable[[R], None] = lambda r: None, stop: Callable[[], bool] = lambda: False,
-            skipped: Callable[[T], R] | None = None) -> list[R]:
+def run_all(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    jobs: int,
+    lost: Callable[[T], R],
+    on_done: Callable[[R], None] = lambda r: None,
+    stop: Callable[[], bool] = lambda: False,
+    skipped: Callable[[T], R] | None = None,
+) -> list[R]:
     results: dict[int, R] = {}
 
     def finish(i: int, r: R) -> None:
@@ -55,8 +61,15 @@ def run_all(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, lost: Callable[
     return [results[i] for i in range(len(tasks))]
 
 
-def _run_pool(fn: Callable[[T], R], tasks: Sequence[T], todo: deque[int], jobs: int, ctx: multiprocessing.context.BaseContext,
-              finish: Callable[[int, R], None], stop: Callable[[], bool]) -> list[int]:
+def _run_pool(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    todo: deque[int],
+    jobs: int,
+    ctx: multiprocessing.context.BaseContext,
+    finish: Callable[[int, R], None],
+    stop: Callable[[], bool],
+) -> list[int]:
     """Run from `todo` until it is empty, `stop()`, or the pool breaks; return the tasks in flight at the break."""
     in_flight: dict[Future[R], int] = {}
     with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:

@@ -51,14 +51,20 @@ ENGINE_NAME = "torch"
 
 def build_state(workloads: Sequence[Workload], device: torch.device) -> BatchState:
     """Every request of every workload in its slot (slot = index in the workload), none arrived yet."""
-    st = BatchState([w.config for w in workloads], max((len(w.requests) for w in workloads), default=1), device,
-                    fillers=[w.filler_token_id for w in workloads])
+    st = BatchState(
+        [w.config for w in workloads],
+        max((len(w.requests) for w in workloads), default=1),
+        device,
+        fillers=[w.filler_token_id for w in workloads],
+    )
     entries = []
     for b, w in enumerate(workloads):
         add_order = sorted(range(len(w.requests)), key=lambda i: (w.requests[i].arrival_step, i))
         rank = {slot: r for r, slot in enumerate(add_order)}
-        entries += [Entry(b, i, r.request, rank[i], r.arrival_step, r.output_token_ids, r.spec_proposals)
-                    for i, r in enumerate(w.requests)]
+        entries += [
+            Entry(b, i, r.request, rank[i], r.arrival_step, r.output_token_ids, r.spec_proposals)
+            for i, r in enumerate(w.requests)
+        ]
     load(st, entries)
     if st.any_priority:
         ranks = torch.zeros((st.B, st.R), dtype=torch.int64)
@@ -86,8 +92,9 @@ def advance(st: BatchState) -> tuple[StepOut, torch.Tensor, torch.Tensor, torch.
     return out, gen, num_gen, stopped
 
 
-def run_batch(workloads: Sequence[Workload], device: str | torch.device | None = None,
-              engine_name: str = ENGINE_NAME) -> list[Trace]:
+def run_batch(
+    workloads: Sequence[Workload], device: str | torch.device | None = None, engine_name: str = ENGINE_NAME
+) -> list[Trace]:
     """Run every workload as one instance of a single batch; the traces `spec.engine.run` would give, in order.
 
     Workloads with prefix caching run in a batch of their own: they need the keyed free queue and the
@@ -156,8 +163,10 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             absorb = ~is_async | (~hold & (queue.size > 0))
             old = queue.pop(absorb & is_async)
             sync = (~is_async)[:, None]
-            n, key, nspec, g, ng = (torch.where(sync.reshape(sync.shape + (1,) * (x.dim() - 2)), x, y)
-                                    for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old))
+            n, key, nspec, g, ng = (
+                torch.where(sync.reshape(sync.shape + (1,) * (x.dim() - 2)), x, y)
+                for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old)
+            )
             stopped = update_from_output(st, n, key, nspec, g, ng)
             decisions = torch.stack([push, hold, absorb, is_async]).tolist()
         drafts = None
@@ -197,15 +206,25 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             # In the order update_from_output's loop finds them: the absorbed step's grant order.
             for _, s, status, toks in sorted(stops.get(r, ())):
                 finished[names[s]] = FinishedRequest(STATUS[status], toks)
-            record = StepRecord(step, tuple(q.request_id for q in w.arrivals_at(step)),
-                                tuple(w.aborts_at(step)), output, model_output, sums[r], finished,
-                                updated_step=updated, draft_token_ids=(drafts.get(r, {}) if drafts else {}),
-                                scheduled=scheduled, in_flight=flight)
+            record = StepRecord(
+                step,
+                tuple(q.request_id for q in w.arrivals_at(step)),
+                tuple(w.aborts_at(step)),
+                output,
+                model_output,
+                sums[r],
+                finished,
+                updated_step=updated,
+                draft_token_ids=(drafts.get(r, {}) if drafts else {}),
+                scheduled=scheduled,
+                in_flight=flight,
+            )
             records[i].append(record)
             if row_async and decisions[1][r]:
                 pass  # the step ended with its output queued: nothing can have drained
-            elif (not flight and not (row_async and fin_left[r])
-                  and drained_after(record, w)):  # the engine loop's own stopping rule (spec/engine.py)
+            elif (
+                not flight and not (row_async and fin_left[r]) and drained_after(record, w)
+            ):  # the engine loop's own stopping rule (spec/engine.py)
                 ends[i] = "drained"
             if ends[i] is None and step + 1 >= w.max_steps:
                 ends[i] = "max_steps"
@@ -224,8 +243,9 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
     return [Trace(w, tuple(records[i]), engine_name, ends[i] or "max_steps") for i, w in enumerate(workloads)]
 
 
-def _record_outputs(produced: list[dict[int, list[int]]], inst: list[int], gen: torch.Tensor,
-                    appended: torch.Tensor) -> None:
+def _record_outputs(
+    produced: list[dict[int, list[int]]], inst: list[int], gen: torch.Tensor, appended: torch.Tensor
+) -> None:
     """Append the tokens update_from_output kept (`appended` [B, R] leading entries of `gen`)."""
     ab, asl = (appended > 0).nonzero(as_tuple=True)
     if not ab.numel():
@@ -236,8 +256,14 @@ def _record_outputs(produced: list[dict[int, list[int]]], inst: list[int], gen: 
         produced[inst[b]][s].extend(tokens[:count])
 
 
-def _model_outputs(st: BatchState, out: StepOut, gen: torch.Tensor, num_gen: torch.Tensor,
-                   ids: Sequence[Sequence[str]], rows: Sequence[int]) -> list[ModelRunnerOutput | None]:
+def _model_outputs(
+    st: BatchState,
+    out: StepOut,
+    gen: torch.Tensor,
+    num_gen: torch.Tensor,
+    ids: Sequence[Sequence[str]],
+    rows: Sequence[int],
+) -> list[ModelRunnerOutput | None]:
     """The fake model's answer per instance: the sampled tokens of every scheduled request (() if none)."""
     sb, ss = (out.n_sched > 0).nonzero(as_tuple=True)
     cols = torch.stack([sb, ss, num_gen[sb, ss]]).tolist()
@@ -251,7 +277,9 @@ def _model_outputs(st: BatchState, out: StepOut, gen: torch.Tensor, num_gen: tor
     return result
 
 
-def _drafts(drafts: torch.Tensor, count: torch.Tensor, ids: Sequence[Sequence[str]]) -> dict[int, dict[str, tuple[int, ...]]]:
+def _drafts(
+    drafts: torch.Tensor, count: torch.Tensor, ids: Sequence[Sequence[str]]
+) -> dict[int, dict[str, tuple[int, ...]]]:
     """The drafter's proposals per instance row: request id -> drafts."""
     db, ds = (count > 0).nonzero(as_tuple=True)
     cols = torch.stack([db, ds, count[db, ds]]).tolist()

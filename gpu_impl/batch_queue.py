@@ -29,7 +29,9 @@ class BatchQueue:
 
     def push(self, mask: Tensor, n: Tensor, key: Tensor, nspec: Tensor, gen: Tensor, ngen: Tensor) -> None:
         """Append one entry to the masked instances' queues (the caller keeps them below DEPTH)."""
-        at = (self.size.clamp(max=DEPTH - 1)[:, None] == torch.arange(DEPTH, device=mask.device)[None, :]) & mask[:, None]
+        at = (self.size.clamp(max=DEPTH - 1)[:, None] == torch.arange(DEPTH, device=mask.device)[None, :]) & mask[
+            :, None
+        ]
         for name, value in zip(self.FIELDS, (n, key, nspec, gen, ngen)):
             cur = getattr(self, name)
             sel = at.reshape(at.shape + (1,) * (cur.dim() - 2))

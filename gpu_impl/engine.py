@@ -42,10 +42,12 @@ ENGINE_NAME = "torch"
 
 def _threads(method):
     """Run an engine method under the CPU thread setting of `device.cpu_threads`."""
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with cpu_threads(self.device):
             return method(self, *args, **kwargs)
+
     return wrapper
 
 
@@ -86,7 +88,7 @@ class TorchEngine:
             ranks = torch.tensor(priority_ranks(self.requests), dtype=torch.int64, device=self.device)
             self.st.prio_rank[0, : len(ranks)] = ranks
         mask = torch.zeros_like(self.st.fin_pending)
-        mask[0, first: first + len(requests)] = True
+        mask[0, first : first + len(requests)] = True
         self.st.arrive(mask)
 
     @_threads
@@ -114,7 +116,9 @@ class TorchEngine:
         return summaries(self.st, [self.ids])[0]
 
     @_threads
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         if not self._pending:
             raise RuntimeError("update_from_output without a preceding schedule")
         out, ids = self._pending.popleft()
@@ -133,8 +137,9 @@ class TorchEngine:
             s_, j_, x_ = (torch.tensor(c, dtype=torch.int64) for c in zip(*at))
             gen[0, s_, j_] = x_
             num_gen[0, torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
-        stopped = update_from_output(self.st, out.n_sched, out.sched_key, out.n_spec, gen.to(self.device),
-                                     num_gen.to(self.device))
+        stopped = update_from_output(
+            self.st, out.n_sched, out.sched_key, out.n_spec, gen.to(self.device), num_gen.to(self.device)
+        )
         # The outputs each request kept: a stop trims what follows it.
         counts = self.st.num_out[0, torch.tensor([r[0] for r in rows], device=self.device)].tolist() if rows else []
         for (slot, t), count in zip(rows, counts):

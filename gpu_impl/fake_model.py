@@ -33,8 +33,9 @@ def truth(st: BatchState, index: Tensor) -> Tensor:
     return torch.where(index < st.plen[..., None], planted, filler)
 
 
-def fake_model(st: BatchState, n_sched: Tensor, n_spec: Tensor | None = None,
-               spec_vals: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def fake_model(
+    st: BatchState, n_sched: Tensor, n_spec: Tensor | None = None, spec_vals: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """(tokens [B, R, 1 + k], count [B, R]) for the step just scheduled (count 0: nothing sampled)."""
     sampled = (n_sched > 0) & (st.C >= st.num_tokens())
     K = spec_vals.shape[2] if (spec_vals is not None and n_spec is not None) else 0

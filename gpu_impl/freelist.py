@@ -61,8 +61,7 @@ def keyed_free(st: BatchState, slots: Tensor, mask: Tensor, owner: Tensor, q: Te
     NB = st.fkey.shape[1]
     flat = b * NB + block
     occ = torch.zeros(B * NB, dtype=torch.int64, device=st.device).scatter_add_(0, flat, torch.ones_like(flat))
-    last = torch.full((B * NB,), -1, dtype=torch.int64, device=st.device).scatter_reduce_(
-        0, flat, zr, reduce="amax")
+    last = torch.full((B * NB,), -1, dtype=torch.int64, device=st.device).scatter_reduce_(0, flat, zr, reduce="amax")
     ref = st.ref.reshape(-1)
     releasing = (zr == last[flat]) & (occ[flat] >= ref[flat])  # the last holder lets it go
     st.ref = (ref - occ).clamp(min=0).reshape(B, NB)

@@ -92,8 +92,9 @@ def _load_hashes(st: BatchState, entries: Sequence[Entry]) -> None:
     # T never passes L, so a table of L // bs hashes holds every full block a request will have.
     width = max(L[e.instance] // bs[e.instance] for e in mine)
     st.grow_wide("bhash", width)
-    tokens = torch.tensor([list(e.request.prompt_token_ids) + [0] * (X - e.request.num_prompt_tokens) for e in mine],
-                          dtype=torch.int64).to(dev)
+    tokens = torch.tensor(
+        [list(e.request.prompt_token_ids) + [0] * (X - e.request.num_prompt_tokens) for e in mine], dtype=torch.int64
+    ).to(dev)
     lengths = torch.tensor([e.request.num_prompt_tokens for e in mine], dtype=torch.int64).to(dev)
     sizes = torch.tensor([bs[e.instance] for e in mine], dtype=torch.int64).to(dev)
     hashes, h0, h1 = prompt_hashes(tokens, lengths, sizes, width)
@@ -110,6 +111,7 @@ def priority_ranks(requests_by_slot: Sequence[Request]) -> list[int]:
     Ranked on the host with the rule itself (`spec.rules.heap_key`), not a tensor twin: requests are
     ranked once, when they are loaded, and the step reads only the rank.
     """
+
     def key(i: int) -> tuple:
         q = requests_by_slot[i]
         return heap_key(q.priority, q.arrival_time, q.request_id)

@@ -41,6 +41,7 @@ F = TypeVar("F", bound=Callable)
 def _without_gc(build: F) -> F:
     """Build the objects with the cyclic garbage collector paused: they hold no cycles, and with
     100k requests its full collections, triggered by the allocations alone, cost more than the build."""
+
     @functools.wraps(build)
     def wrapper(*args, **kwargs):
         if not gc.isenabled():
@@ -50,6 +51,7 @@ def _without_gc(build: F) -> F:
             return build(*args, **kwargs)
         finally:
             gc.enable()
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -74,8 +76,9 @@ def _groups(bi: list[int], B: int) -> list[tuple[int, int]]:
 
 
 @_without_gc
-def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
-            ) -> list[SchedulerOutput | None]:
+def outputs(
+    st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
+) -> list[SchedulerOutput | None]:
     """One `SchedulerOutput` per instance (None for instances not in `want`)."""
     B = st.B
     bi, si = _by_instance(out.n_sched > 0, out.sched_key)
@@ -87,8 +90,9 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
         blocks = st.table[bi[owner], si[owner], lo[owner] + q].tolist()
     else:
         blocks = []
-    cols = torch.stack([bi, si, out.n_sched[bi, si], out.kind[bi, si], out.c_before[bi, si], count,
-                        out.n_spec[bi, si]]).tolist()
+    cols = torch.stack(
+        [bi, si, out.n_sched[bi, si], out.kind[bi, si], out.c_before[bi, si], count, out.n_spec[bi, si]]
+    ).tolist()
     spec_rows = out.spec_vals[bi, si].tolist() if out.spec_vals.shape[2] and any(cols[6]) else None
     pb, ps = out.preempted.nonzero(as_tuple=True)
     fb, fs = out.finished.nonzero(as_tuple=True)
@@ -117,7 +121,7 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
                     spec[names[cols[1][i]]] = tuple(spec_rows[i][: cols[6][i]])
         pos = first_block[lo]
         for rid, kind, computed, count in zip(rids, cols[3][lo:hi], cols[4][lo:hi], cols[5][lo:hi]):
-            blk = tuple(blocks[pos:pos + count]) if count else ()
+            blk = tuple(blocks[pos : pos + count]) if count else ()
             pos += count
             if kind == CACHED:
                 cached.append(CachedRequestData(rid, computed, blk or None))
@@ -125,14 +129,21 @@ def outputs(st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Se
                 new.append(NewRequestData(rid, computed, blk, False))
             elif kind == RESUMED:
                 resumed.append(NewRequestData(rid, computed, blk, True))
-        result[b] = SchedulerOutput(num_scheduled_tokens=tokens, scheduled_new_reqs=tuple(new + resumed),
-                                    scheduled_cached_reqs=tuple(cached), scheduled_spec_decode_tokens=spec,
-                                    preempted_req_ids=frozenset(preempted[b]), finished_req_ids=frozenset(finished[b]))
+        result[b] = SchedulerOutput(
+            num_scheduled_tokens=tokens,
+            scheduled_new_reqs=tuple(new + resumed),
+            scheduled_cached_reqs=tuple(cached),
+            scheduled_spec_decode_tokens=spec,
+            preempted_req_ids=frozenset(preempted[b]),
+            finished_req_ids=frozenset(finished[b]),
+        )
     return result
 
 
 @_without_gc
-def summaries(st: BatchState, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None) -> list[StateSummary | None]:
+def summaries(
+    st: BatchState, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
+) -> list[StateSummary | None]:
     """One `StateSummary` per instance: queues in order, free blocks, every live request (in add order)."""
     B = st.B
     rb, rs = _by_instance(st.running_mask(), st.run_pos)
@@ -144,13 +155,14 @@ def summaries(st: BatchState, ids: Sequence[Sequence[str]], want: Sequence[int] 
     free = st.free.tolist()
     rg, wg, lg = _groups(run[0], B), _groups(wait[0], B), _groups(live[0], B)
     result: list[StateSummary | None] = [None] * B
-    for b in (range(B) if want is None else want):
+    for b in range(B) if want is None else want:
         names = ids[b]
         result[b] = StateSummary(
-            running=tuple(names[s] for s in run[1][rg[b][0]:rg[b][1]]),
-            waiting=tuple(names[s] for s in wait[1][wg[b][0]:wg[b][1]]),
+            running=tuple(names[s] for s in run[1][rg[b][0] : rg[b][1]]),
+            waiting=tuple(names[s] for s in wait[1][wg[b][0] : wg[b][1]]),
             num_free_blocks=free[b],
-            requests={names[live[1][i]]: RequestSummary(STATUS[live[2][i]], live[3][i], live[4][i])
-                      for i in range(*lg[b])},
+            requests={
+                names[live[1][i]]: RequestSummary(STATUS[live[2][i]], live[3][i], live[4][i]) for i in range(*lg[b])
+            },
         )
     return result

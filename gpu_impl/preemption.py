@@ -69,8 +69,9 @@ def victim_key_twin(prio: Tensor, arrival: Tensor, alive: Tensor) -> Tensor:
     return by_arrival.gather(1, by_prio)
 
 
-def preempted_counters_twin(victims: Tensor, status: Tensor, C: Tensor, nspec: Tensor, P: Tensor,
-                            inflight: Tensor, stale: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def preempted_counters_twin(
+    victims: Tensor, status: Tensor, C: Tensor, nspec: Tensor, P: Tensor, inflight: Tensor, stale: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Tensor twin of `spec.rules.preempted_counters` for the `victims` mask [B, R]: (status, C, nspec, P,
     stale), each kept where a slot is no victim.
 
@@ -79,11 +80,13 @@ def preempted_counters_twin(victims: Tensor, status: Tensor, C: Tensor, nspec: T
     `num_preemptions` reaches no output or summary.
     """
     zeros = torch.zeros_like(C)
-    return (torch.where(victims, torch.full_like(status, PREEMPTED), status),
-            torch.where(victims, zeros, C),
-            torch.where(victims, zeros, nspec),
-            torch.where(victims, zeros, P),
-            torch.where(victims, inflight, stale))
+    return (
+        torch.where(victims, torch.full_like(status, PREEMPTED), status),
+        torch.where(victims, zeros, C),
+        torch.where(victims, zeros, nspec),
+        torch.where(victims, zeros, P),
+        torch.where(victims, inflight, stale),
+    )
 
 
 def victim_order(st: BatchState, order: Tensor, alive: Tensor) -> Tensor:
@@ -114,11 +117,15 @@ def shared_freed(st: BatchState, victim_slots: Tensor, valid: Tensor) -> Tensor:
     block = st.table[b, victim_slots.reshape(-1)[owner], q].long()
     NB = st.fkey.shape[1]
     last = torch.full((B * NB,), -1, dtype=torch.int64, device=st.device).scatter_reduce_(
-        0, b * NB + block, pos, reduce="amax")
+        0, b * NB + block, pos, reduce="amax"
+    )
     hit = last >= 0
     cell = torch.arange(B * NB, device=st.device)[hit]
-    return freed.reshape(-1).scatter_add_(0, torch.div(cell, NB, rounding_mode="floor") * R + last[hit],
-                                          torch.ones_like(cell)).reshape(B, R)
+    return (
+        freed.reshape(-1)
+        .scatter_add_(0, torch.div(cell, NB, rounding_mode="floor") * R + last[hit], torch.ones_like(cell))
+        .reshape(B, R)
+    )
 
 
 def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Tensor, T: Tensor) -> None:
@@ -161,7 +168,8 @@ def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Te
     # Drafts are dropped, placeholders reset, and output still in flight becomes stale
     # (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1823-1836)).
     st.status, st.C, st.nspec, st.P, st.stale = preempted_counters_twin(
-        in_slots, st.status, st.C, st.nspec, st.P, st.inflight, st.stale)
+        in_slots, st.status, st.C, st.nspec, st.P, st.inflight, st.stale
+    )
     rank_in_slots = torch.zeros_like(st.wait_pos).scatter(1, victim_slots, idx)
     st.wait_pos = torch.where(in_slots, st.wait_head[:, None] - rank_in_slots, st.wait_pos)
     st.wait_head = st.wait_head - count

@@ -82,6 +82,7 @@ def num_owed_tokens(num_tokens_with_spec: Tensor, P: Tensor, C: Tensor) -> Tenso
 
 # ---- The three features: prefix caching, speculative decoding, async scheduling. ----
 
+
 def max_prefix_hit_blocks(num_tokens: Tensor, block_size: Tensor) -> Tensor:
     """Tensor twin of `reference_impl.rules.max_prefix_hit_blocks`.
 
@@ -90,20 +91,31 @@ def max_prefix_hit_blocks(num_tokens: Tensor, block_size: Tensor) -> Tensor:
     return torch.div(num_tokens - 1, block_size, rounding_mode="floor")
 
 
-def pads_spec_decode(k: Tensor, num_new_tokens: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor,
-                     num_computed_tokens: Tensor, max_model_len: Tensor) -> Tensor:
+def pads_spec_decode(
+    k: Tensor,
+    num_new_tokens: Tensor,
+    prefill_scheduled: Tensor,
+    any_running_scheduled: Tensor,
+    num_computed_tokens: Tensor,
+    max_model_len: Tensor,
+) -> Tensor:
     """Tensor twin of `reference_impl.rules.pads_spec_decode`.
 
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330): a decode-like admission (one token left, no
     prefill chunk in the running pass, and a running request already scheduled or a prefix hit) is padded
     to 1 + k tokens when 1 + k + 1 positions fit under L."""
-    return ((k > 0) & (num_new_tokens == 1) & ~prefill_scheduled
-            & (any_running_scheduled | (num_computed_tokens > 0))
-            & (num_computed_tokens + 1 + k + 1 <= max_model_len))
+    return (
+        (k > 0)
+        & (num_new_tokens == 1)
+        & ~prefill_scheduled
+        & (any_running_scheduled | (num_computed_tokens > 0))
+        & (num_computed_tokens + 1 + k + 1 <= max_model_len)
+    )
 
 
-def num_scheduled_spec_tokens(num_new_tokens: Tensor, num_computed_tokens: Tensor, num_tokens: Tensor,
-                              num_output_placeholders: Tensor) -> Tensor:
+def num_scheduled_spec_tokens(
+    num_new_tokens: Tensor, num_computed_tokens: Tensor, num_tokens: Tensor, num_output_placeholders: Tensor
+) -> Tensor:
     """Tensor twin of `reference_impl.rules.num_scheduled_spec_tokens`, clamped at 0 (the reference
     schedules drafts only when the rule's count is positive).
 

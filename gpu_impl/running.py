@@ -60,8 +60,18 @@ def idle_pass(st: BatchState, budget: Tensor) -> RunningPass:
     """The pass when no instance has a running request: nothing granted, nothing preempted."""
     zeros = torch.zeros((st.B, st.R), dtype=torch.int64, device=st.device)
     none = torch.zeros_like(zeros, dtype=torch.bool)
-    return RunningPass(st, st.cols(), st.cols(), none, zeros, zeros, none, budget.clone(),
-                       torch.zeros_like(budget), torch.ones_like(budget, dtype=torch.bool))
+    return RunningPass(
+        st,
+        st.cols(),
+        st.cols(),
+        none,
+        zeros,
+        zeros,
+        none,
+        budget.clone(),
+        torch.zeros_like(budget),
+        torch.ones_like(budget, dtype=torch.bool),
+    )
 
 
 def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Tensor) -> RunningPass:
@@ -80,10 +90,18 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
         done = rules.async_max_tokens_reached(P, C, st.prompt_len.gather(1, order), st.max_tokens.gather(1, order))
         ask = torch.where(done, torch.zeros_like(ask), ask)
     zeros = torch.zeros_like(C)
-    p = RunningPass(st, order, st.cols(), alive, zeros,
-                    st.held.gather(1, order), torch.zeros_like(alive), budget.clone(),
-                    torch.zeros(B, dtype=torch.int64, device=st.device),
-                    torch.zeros(B, dtype=torch.bool, device=st.device))
+    p = RunningPass(
+        st,
+        order,
+        st.cols(),
+        alive,
+        zeros,
+        st.held.gather(1, order),
+        torch.zeros_like(alive),
+        budget.clone(),
+        torch.zeros(B, dtype=torch.int64, device=st.device),
+        torch.zeros(B, dtype=torch.bool, device=st.device),
+    )
     while True:
         p.rounds += 1
         if p.rounds == 1:  # everything is still to visit, nothing has been allocated yet

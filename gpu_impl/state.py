@@ -57,29 +57,74 @@ I64, F64, BOOL, I32 = torch.int64, torch.float64, torch.bool, torch.int32
 
 # Per-slot tensors [B, R] and the value a fresh slot holds.
 SLOT_FIELDS: dict[str, tuple[torch.dtype, float | int | bool]] = {
-    "status": (I64, EMPTY), "prompt_len": (I64, 0), "num_out": (I64, 0), "C": (I64, 0), "held": (I64, 0),
-    "max_tokens": (I64, 0), "run_pos": (I64, 0), "wait_pos": (I64, 0), "prio_rank": (I64, 0),
-    "prio": (I64, 0), "arrival": (F64, 0.0), "eos": (I64, 0), "has_eos": (BOOL, False),
-    "fin_pending": (BOOL, False), "add_rank": (I64, 0), "arrival_step": (I64, -1), "plen": (I64, 0),
+    "status": (I64, EMPTY),
+    "prompt_len": (I64, 0),
+    "num_out": (I64, 0),
+    "C": (I64, 0),
+    "held": (I64, 0),
+    "max_tokens": (I64, 0),
+    "run_pos": (I64, 0),
+    "wait_pos": (I64, 0),
+    "prio_rank": (I64, 0),
+    "prio": (I64, 0),
+    "arrival": (F64, 0.0),
+    "eos": (I64, 0),
+    "has_eos": (BOOL, False),
+    "fin_pending": (BOOL, False),
+    "add_rank": (I64, 0),
+    "arrival_step": (I64, -1),
+    "plen": (I64, 0),
     # The three features. Spec decode: len(spec_token_ids), proposals used. Async: output placeholders (P), in-flight
     # and stale-output tokens. is_prefill_chunk as the last _update_after_schedule left it.
-    "nspec": (I64, 0), "nprop": (I64, 0), "P": (I64, 0), "inflight": (I64, 0), "stale": (I64, 0),
+    "nspec": (I64, 0),
+    "nprop": (I64, 0),
+    "P": (I64, 0),
+    "inflight": (I64, 0),
+    "stale": (I64, 0),
     "chunk": (BOOL, False),
     # Prefix caching: num_cached_blocks, how many block hashes are known, and the running hash residues
     # of all tokens so far (one per field of `spec.block_hash`), extended as tokens are appended.
-    "ncached": (I64, 0), "nhash": (I64, 0), "h0": (I64, 0), "h1": (I64, 0),
+    "ncached": (I64, 0),
+    "nhash": (I64, 0),
+    "h0": (I64, 0),
+    "h1": (I64, 0),
 }
 # Per-slot tensors with a trailing dimension [B, R, X].
 WIDE_FIELDS: dict[str, tuple[torch.dtype, int | bool]] = {
-    "table": (I32, 0), "stop_tok": (I64, 0), "stop_valid": (BOOL, False), "planted": (I64, 0),
+    "table": (I32, 0),
+    "stop_tok": (I64, 0),
+    "stop_valid": (BOOL, False),
+    "planted": (I64, 0),
     "spec_tok": (I64, 0),  # spec_token_ids, padded to k (-1: a placeholder draft)
-    "prop_nd": (I64, 0), "prop_na": (I64, 0),  # the workload's spec proposals (batched runner)
+    "prop_nd": (I64, 0),
+    "prop_na": (I64, 0),  # the workload's spec proposals (batched runner)
     "bhash": (I64, -1),  # block_hashes, one per full block of prompt + outputs
 }
 # Per-instance tensors [B] (config first, then the dynamic counters).
-INST_FIELDS = ("budget0", "input_budget0", "max_active", "L", "bs", "wm", "thr0", "adaptive", "chunked", "gate",
-               "prio_policy", "cap", "capsafe", "filler", "head", "free", "run_ctr", "wait_tail", "wait_head",
-               "k", "async_", "caching")
+INST_FIELDS = (
+    "budget0",
+    "input_budget0",
+    "max_active",
+    "L",
+    "bs",
+    "wm",
+    "thr0",
+    "adaptive",
+    "chunked",
+    "gate",
+    "prio_policy",
+    "cap",
+    "capsafe",
+    "filler",
+    "head",
+    "free",
+    "run_ctr",
+    "wait_tail",
+    "wait_head",
+    "k",
+    "async_",
+    "caching",
+)
 # Per-block tensors [B, num_gpu_blocks], used only when some instance caches (see `freelist.py`):
 # free-queue order keys, ref counts, the hash a block is cached under (-1: none) and its insertion order.
 BLOCK_FIELDS = ("fkey", "ref", "blk_hash", "blk_ins")
@@ -88,8 +133,16 @@ KEYED_INST_FIELDS = ("front_ctr", "tail_ctr", "ins_ctr")
 
 
 class BatchState:
-    def __init__(self, configs: Sequence[SchedulerConfig], capacity: int, device: torch.device | str,
-                 width: int = 4, stops: int = 0, planted: int = 0, fillers: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        configs: Sequence[SchedulerConfig],
+        capacity: int,
+        device: torch.device | str,
+        width: int = 4,
+        stops: int = 0,
+        planted: int = 0,
+        fillers: Sequence[int] | None = None,
+    ) -> None:
         dev = self.device = torch.device(device)
         B = self.B = len(configs)
         self.R = max(int(capacity), 1)
@@ -147,8 +200,16 @@ class BatchState:
             self.front_ctr = torch.zeros(B, dtype=I64, device=dev)
             self.tail_ctr = torch.full((B,), nb, dtype=I64, device=dev)
             self.ins_ctr = torch.zeros(B, dtype=I64, device=dev)
-        widths = {"table": max(width, 1), "stop_tok": stops, "stop_valid": stops, "planted": planted,
-                  "spec_tok": self.kmax, "prop_nd": 0, "prop_na": 0, "bhash": 0}
+        widths = {
+            "table": max(width, 1),
+            "stop_tok": stops,
+            "stop_valid": stops,
+            "planted": planted,
+            "spec_tok": self.kmax,
+            "prop_nd": 0,
+            "prop_na": 0,
+            "bhash": 0,
+        }
         for name, (dtype, pad) in WIDE_FIELDS.items():
             setattr(self, name, torch.full((B, self.R, widths[name]), pad, dtype=dtype, device=dev))
 
@@ -186,8 +247,11 @@ class BatchState:
             setattr(self, name, torch.cat([t, torch.full((self.B, extra), pad, dtype=dtype, device=self.device)], 1))
         for name, (dtype, pad) in WIDE_FIELDS.items():
             t = getattr(self, name)
-            setattr(self, name, torch.cat(
-                [t, torch.full((self.B, extra, t.shape[2]), pad, dtype=dtype, device=self.device)], 1))
+            setattr(
+                self,
+                name,
+                torch.cat([t, torch.full((self.B, extra, t.shape[2]), pad, dtype=dtype, device=self.device)], 1),
+            )
         self.R = new
 
     def grow_wide(self, name: str, need: int) -> None:

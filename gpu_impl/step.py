@@ -59,8 +59,9 @@ def schedule(st: BatchState) -> StepOut:
     running, waiting = st.running_mask(), st.waiting_mask()
     num_running = running.long().sum(1)
     num_eligible = num_running + waiting.long().sum(1)
-    threshold = (rules.effective_threshold(st.thr0, num_eligible, st.adaptive, st.input_budget0)
-                 if st.any_threshold else st.thr0)  # all zero: no instance caps long prefills
+    threshold = (
+        rules.effective_threshold(st.thr0, num_eligible, st.adaptive, st.input_budget0) if st.any_threshold else st.thr0
+    )  # all zero: no instance caps long prefills
     # One read-back decides which passes have any work: a pass over empty queues does nothing.
     any_running, any_waiting = torch.stack([running.any(), waiting.any()]).tolist()
 
@@ -87,8 +88,16 @@ def schedule(st: BatchState) -> StepOut:
         running_granted = n_sched > 0
         prefill_scheduled = (running_granted & st.chunk).any(1)
         pass_ = cached_waiting_pass if st.keyed else waiting_pass
-        wp = pass_(st, threshold, rp.budget, rp.alive.long().sum(1), allowed, waiting,
-                   prefill_scheduled, running_granted.any(1))
+        wp = pass_(
+            st,
+            threshold,
+            rp.budget,
+            rp.alive.long().sum(1),
+            allowed,
+            waiting,
+            prefill_scheduled,
+            running_granted.any(1),
+        )
         n_sched = n_sched.scatter_add(1, wp.order, wp.grant)
         sched_key = torch.minimum(sched_key, big.scatter(1, wp.order, torch.where(wp.admitted, st.R + rp.idx, big)))
         kind_wait = torch.where(wp.admitted, torch.where(wp.resumed, RESUMED, NEW), NONE)

@@ -43,8 +43,9 @@ from .state import BIG, FINISHED_ABORTED, FINISHED_LENGTH_CAPPED, FINISHED_STOPP
 Tensor = torch.Tensor
 
 
-def update_from_output(st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spec: Tensor, gen: Tensor,
-                       num_gen: Tensor) -> Tensor:
+def update_from_output(
+    st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spec: Tensor, gen: Tensor, num_gen: Tensor
+) -> Tensor:
     """Absorb one step's output: `gen` [B, R, G] sampled tokens, `num_gen` [B, R] how many (0: none).
     `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts. Returns the
     mask of requests that stopped."""

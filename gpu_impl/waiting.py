@@ -56,8 +56,16 @@ class WaitingPass:
     padded: Tensor  # [B, R] a padded spec-decode admission (by position)
 
 
-def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running: Tensor, allowed: Tensor,
-                 waiting: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor) -> WaitingPass:
+def waiting_pass(
+    st: BatchState,
+    threshold: Tensor,
+    budget: Tensor,
+    num_running: Tensor,
+    allowed: Tensor,
+    waiting: Tensor,
+    prefill_scheduled: Tensor,
+    any_running_scheduled: Tensor,
+) -> WaitingPass:
     """`waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
     the RUNNING pass preempted nothing, so the queue is still exactly that.
 
@@ -77,8 +85,11 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     skip = (st.stale.gather(1, order) > 0) & valid if st.any_async else torch.zeros_like(valid)
     take = valid & ~skip
     k = st.k[:, None]
-    pad = rules.pads_spec_decode(k, T, prefill_scheduled[:, None], any_running_scheduled[:, None], zeros, L) \
-        if st.any_spec else torch.zeros_like(valid)
+    pad = (
+        rules.pads_spec_decode(k, T, prefill_scheduled[:, None], any_running_scheduled[:, None], zeros, L)
+        if st.any_spec
+        else torch.zeros_like(valid)
+    )
     ask = torch.where(take, rules.clamp_to_threshold(torch.where(pad, 1 + k, T), threshold[:, None]), zeros)
     n = rules.grants(ask, bud)
     left = bud - torch.minimum(ask.cumsum(1) - ask, bud)
@@ -87,12 +98,20 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     before = slots.cumsum(1) - slots
     ahead = take.long().cumsum(1) - take.long()  # admitted before this one, if it is admitted at all
     watermark = torch.where(num_running[:, None] + ahead > 0, st.wm[:, None], zeros)
-    ok = (valid & allowed[:, None]
-          & (num_running[:, None] + ahead < st.max_active[:, None])
-          & (skip | ((left > 0)
-                     & ~(pad & (1 + k > left))  # "prefer to not schedule than schedule un-padded"
-                     & (st.chunked[:, None] | (ask <= left))
-                     & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before))))
+    ok = (
+        valid
+        & allowed[:, None]
+        & (num_running[:, None] + ahead < st.max_active[:, None])
+        & (
+            skip
+            | (
+                (left > 0)
+                & ~(pad & (1 + k > left))  # "prefer to not schedule than schedule un-padded"
+                & (st.chunked[:, None] | (ask <= left))
+                & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before)
+            )
+        )
+    )
     admitted = (idx < rules.first_index(~ok, idx, R)[:, None]) & take  # the longest prefix where all hold
     count = admitted.long().sum(1)
     grant = torch.where(admitted, n, zeros)
@@ -101,6 +120,8 @@ def waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running:
     pop_alloc(st, order, torch.where(admitted, slots, zeros))
     in_slots = torch.zeros_like(admitted).scatter(1, order, admitted)
     st.status = torch.where(in_slots, torch.full_like(st.status, RUNNING), st.status)
-    st.run_pos = st.run_pos.scatter(1, order, torch.where(admitted, st.run_ctr[:, None] + ahead, st.run_pos.gather(1, order)))
+    st.run_pos = st.run_pos.scatter(
+        1, order, torch.where(admitted, st.run_ctr[:, None] + ahead, st.run_pos.gather(1, order))
+    )
     st.run_ctr = st.run_ctr + count
     return WaitingPass(order, grant, admitted, resumed, count, admitted & pad)

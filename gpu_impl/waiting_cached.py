@@ -40,8 +40,16 @@ from .waiting import WaitingPass
 Tensor = torch.Tensor
 
 
-def cached_waiting_pass(st: BatchState, threshold: Tensor, budget: Tensor, num_running: Tensor, allowed: Tensor,
-                        waiting: Tensor, prefill_scheduled: Tensor, any_running_scheduled: Tensor) -> WaitingPass:
+def cached_waiting_pass(
+    st: BatchState,
+    threshold: Tensor,
+    budget: Tensor,
+    num_running: Tensor,
+    allowed: Tensor,
+    waiting: Tensor,
+    prefill_scheduled: Tensor,
+    any_running_scheduled: Tensor,
+) -> WaitingPass:
     B, R = st.B, st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices

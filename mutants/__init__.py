@@ -12,5 +12,17 @@ from .planting import Mutant, MutantDrift, applied, canonical_source, mutated_so
 MUTANTS: tuple[Mutant, ...] = CORE_MUTANTS + FEATURE_MUTANTS
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
 
-__all__ = ["BY_NAME", "CORE_MUTANTS", "EQUIVALENT", "FEATURE_MUTANTS", "MUTANTS", "Mutant", "MutantDrift", "applied",
-           "canonical_source", "mutated_source", "resolve", "rewrite"]
+__all__ = [
+    "BY_NAME",
+    "CORE_MUTANTS",
+    "EQUIVALENT",
+    "FEATURE_MUTANTS",
+    "MUTANTS",
+    "Mutant",
+    "MutantDrift",
+    "applied",
+    "canonical_source",
+    "mutated_source",
+    "resolve",
+    "rewrite",
+]

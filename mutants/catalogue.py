@@ -11,89 +11,154 @@ from __future__ import annotations
 from .planting import Mutant
 
 CORE_MUTANTS: tuple[Mutant, ...] = (
-    Mutant("Z1-no-refund", "Z1", "leave an already-scheduled PRIORITY victim in the step's output",
-           "reference_impl.scheduler:Scheduler.schedule",
-           "if preempted_req in scheduled_running_reqs:", "if False:",
-           ("scheduled-subset-running", "budget-conservation")),
-    Mutant("Z4-min-tokens-first", "Z4", "min_tokens returns 'not stopped' before the length caps are checked",
-           "reference_impl.rules:stop_kind",
-           "ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED)",
-           "ite(num_output_tokens < min_tokens, NOT_STOPPED,"
-           " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
-           ("token-bounds",)),
-    Mutant("Z10-admit-after-preemption", "Z10", "run the waiting pass even in a step that preempted",
-           "reference_impl.rules:waiting_pass_allowed",
-           "return num_preempted == 0", "return True",
-           ("no-admission-after-preemption",)),
-    Mutant("Z12-leak-on-preempt", "Z12", "preemption returns all but one of the victim's blocks",
-           "reference_impl.scheduler:Scheduler._preempt_request",
-           "self.kv_cache_manager.free(request)",
-           "self.kv_cache_manager.block_pool.free_blocks(reversed(request.block_ids[1:]))\nrequest.block_ids = []",
-           ("block-conservation",)),
-    Mutant("Z13-length-before-stop", "Z13", "check the length caps before EOS and stop tokens",
-           "reference_impl.rules:stop_kind",
-           "return ite(or_(is_eos, is_stop_token), STOPPED,"
-           " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
-           "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,"
-           " ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
-           ("stop-token-finishes",)),
-    Mutant("Z14-double-free", "Z14", "free a request's tail block twice",
-           "reference_impl.kv_cache_manager:KVCacheManager.free",
-           "self.block_pool.free_blocks(reversed(request.block_ids))",
-           "self.block_pool.free_blocks(list(reversed(request.block_ids)) + request.block_ids[-1:])",
-           ("block-conservation",)),
-    Mutant("stop-at-L-off-by-one", "classic", "check_stop lets a request reach max_model_len tokens without finishing",
-           "reference_impl.rules:stop_kind",
-           "num_tokens >= max_model_len", "num_tokens > max_model_len",
-           ("token-bounds",)),
-    Mutant("threshold-off-by-one", "classic", "the long-prefill threshold lets one token too many through",
-           "reference_impl.rules:clamp_to_threshold",
-           "threshold, num_new_tokens)", "threshold + 1, num_new_tokens)",
-           ("chunk-bounds",)),
-    Mutant("budget-off-by-one", "classic", "the running pass may overdraw the token budget by one",
-           "reference_impl.rules:running_num_new_tokens",
-           "n = min_(n, token_budget)", "n = min_(n, token_budget + 1)",
-           ("budget-conservation",)),
-    Mutant("blocks-off-by-one", "classic", "allocation asks for one block too many",
-           "reference_impl.rules:num_blocks_to_allocate",
-           "- num_held_blocks, 0)", "- num_held_blocks + 1, 0)",
-           ("blocks-match-tokens", "block-conservation")),
-    Mutant("wrong-victim", "classic", "FCFS preempts the oldest running request instead of the newest",
-           "reference_impl.rules:fcfs_victim_index",
-           "return num_running - 1", "return 0",
-           ("fcfs-victim-is-latest",)),
-    Mutant("append-not-prepend", "classic", "a preempted request joins the back of the waiting queue",
-           "reference_impl.scheduler:Scheduler._preempt_request",
-           "self.waiting.prepend_request(request)", "self.waiting.add_request(request)",
-           ("no-starvation-after-prepend",)),
-    Mutant("missing-free", "classic", "preemption keeps the victim's blocks",
-           "reference_impl.scheduler:Scheduler._preempt_request",
-           "self.kv_cache_manager.free(request)", "pass",
-           ("waiting-holds-nothing", "block-conservation")),
-    Mutant("priority-self-preempt-breaks", "classic", "`continue` swapped for `break` after a PRIORITY self-preemption",
-           "reference_impl.scheduler:Scheduler.schedule",
-           "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    continue",
-           "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    break",
-           ("diff",)),
+    Mutant(
+        "Z1-no-refund",
+        "Z1",
+        "leave an already-scheduled PRIORITY victim in the step's output",
+        "reference_impl.scheduler:Scheduler.schedule",
+        "if preempted_req in scheduled_running_reqs:",
+        "if False:",
+        ("scheduled-subset-running", "budget-conservation"),
+    ),
+    Mutant(
+        "Z4-min-tokens-first",
+        "Z4",
+        "min_tokens returns 'not stopped' before the length caps are checked",
+        "reference_impl.rules:stop_kind",
+        "ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED)",
+        "ite(num_output_tokens < min_tokens, NOT_STOPPED,"
+        " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
+        ("token-bounds",),
+    ),
+    Mutant(
+        "Z10-admit-after-preemption",
+        "Z10",
+        "run the waiting pass even in a step that preempted",
+        "reference_impl.rules:waiting_pass_allowed",
+        "return num_preempted == 0",
+        "return True",
+        ("no-admission-after-preemption",),
+    ),
+    Mutant(
+        "Z12-leak-on-preempt",
+        "Z12",
+        "preemption returns all but one of the victim's blocks",
+        "reference_impl.scheduler:Scheduler._preempt_request",
+        "self.kv_cache_manager.free(request)",
+        "self.kv_cache_manager.block_pool.free_blocks(reversed(request.block_ids[1:]))\nrequest.block_ids = []",
+        ("block-conservation",),
+    ),
+    Mutant(
+        "Z13-length-before-stop",
+        "Z13",
+        "check the length caps before EOS and stop tokens",
+        "reference_impl.rules:stop_kind",
+        "return ite(or_(is_eos, is_stop_token), STOPPED,"
+        " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
+        "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,"
+        " ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
+        ("stop-token-finishes",),
+    ),
+    Mutant(
+        "Z14-double-free",
+        "Z14",
+        "free a request's tail block twice",
+        "reference_impl.kv_cache_manager:KVCacheManager.free",
+        "self.block_pool.free_blocks(reversed(request.block_ids))",
+        "self.block_pool.free_blocks(list(reversed(request.block_ids)) + request.block_ids[-1:])",
+        ("block-conservation",),
+    ),
+    Mutant(
+        "stop-at-L-off-by-one",
+        "classic",
+        "check_stop lets a request reach max_model_len tokens without finishing",
+        "reference_impl.rules:stop_kind",
+        "num_tokens >= max_model_len",
+        "num_tokens > max_model_len",
+        ("token-bounds",),
+    ),
+    Mutant(
+        "threshold-off-by-one",
+        "classic",
+        "the long-prefill threshold lets one token too many through",
+        "reference_impl.rules:clamp_to_threshold",
+        "threshold, num_new_tokens)",
+        "threshold + 1, num_new_tokens)",
+        ("chunk-bounds",),
+    ),
+    Mutant(
+        "budget-off-by-one",
+        "classic",
+        "the running pass may overdraw the token budget by one",
+        "reference_impl.rules:running_num_new_tokens",
+        "n = min_(n, token_budget)",
+        "n = min_(n, token_budget + 1)",
+        ("budget-conservation",),
+    ),
+    Mutant(
+        "blocks-off-by-one",
+        "classic",
+        "allocation asks for one block too many",
+        "reference_impl.rules:num_blocks_to_allocate",
+        "- num_held_blocks, 0)",
+        "- num_held_blocks + 1, 0)",
+        ("blocks-match-tokens", "block-conservation"),
+    ),
+    Mutant(
+        "wrong-victim",
+        "classic",
+        "FCFS preempts the oldest running request instead of the newest",
+        "reference_impl.rules:fcfs_victim_index",
+        "return num_running - 1",
+        "return 0",
+        ("fcfs-victim-is-latest",),
+    ),
+    Mutant(
+        "append-not-prepend",
+        "classic",
+        "a preempted request joins the back of the waiting queue",
+        "reference_impl.scheduler:Scheduler._preempt_request",
+        "self.waiting.prepend_request(request)",
+        "self.waiting.add_request(request)",
+        ("no-starvation-after-prepend",),
+    ),
+    Mutant(
+        "missing-free",
+        "classic",
+        "preemption keeps the victim's blocks",
+        "reference_impl.scheduler:Scheduler._preempt_request",
+        "self.kv_cache_manager.free(request)",
+        "pass",
+        ("waiting-holds-nothing", "block-conservation"),
+    ),
+    Mutant(
+        "priority-self-preempt-breaks",
+        "classic",
+        "`continue` swapped for `break` after a PRIORITY self-preemption",
+        "reference_impl.scheduler:Scheduler.schedule",
+        "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    continue",
+        "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    break",
+        ("diff",),
+    ),
 )
 
 EQUIVALENT: dict[str, str] = {
     "clamp-L-off-by-one": "The running-pass clamp n <= L - C - 1 never binds without drafts: a prefill chunk stops at "
-                          "T <= L - 1 and a decode has C = T - 1 < L - 1, so L - C instead of L - C - 1 is unobservable "
-                          "in the core scope (D4 shows it binding once drafts exist).",
+    "T <= L - 1 and a decode has C = T - 1 < L - 1, so L - C instead of L - C - 1 is unobservable "
+    "in the core scope (D4 shows it binding once drafts exist).",
     "Z3": "0.33.0 already caps every running chunk at L - C - 1 and rejects a prompt of L tokens upstream "
-          "(workload validation does the same), so 'keep the -1 for prefill chunks' is the pinned code itself.",
+    "(workload validation does the same), so 'keep the -1 for prefill chunks' is the pinned code itself.",
     "Z5": "The skip that Z5 re-queues in reverse needs a schedule() while a preempted request's output is still in "
-          "flight. vLLM's step_with_batch_queue never does that with a queue of 2 (async, PP = 1): the schedule that "
-          "preempts fills the queue, so the same step absorbs the victim's output. So Z5-skipped-reversed survives "
-          "every checker that drives the engine loop (monitors, diff) and is live only where a deeper pipeline "
-          "(PP > 1, or vLLM's own T16, which schedules twice before updating) leaves two steps in flight: the "
-          "state machine's async runs do.",
+    "flight. vLLM's step_with_batch_queue never does that with a queue of 2 (async, PP = 1): the schedule that "
+    "preempts fills the queue, so the same step absorbs the victim's output. So Z5-skipped-reversed survives "
+    "every checker that drives the engine loop (monitors, diff) and is live only where a deeper pipeline "
+    "(PP > 1, or vLLM's own T16, which schedules twice before updating) leaves two steps in flight: the "
+    "state machine's async runs do.",
     "Z8": "vLLM 0.33.0's guard `if scheduled_spec_token_ids and generated_token_ids` is Z8's behaviour: an empty "
-          "row for a request with drafts skips the refund. It is unobservable here: drafts are scheduled only on top "
-          "of everything else a request is owed (never for a prefill chunk), so the model always samples for such a "
-          "request, and a stale row leaves C and P alone either way. The fake model, like vLLM's runner without "
-          "failed KV loads, never returns an empty row for it, so neither the guard nor its removal can be told apart.",
+    "row for a request with drafts skips the refund. It is unobservable here: drafts are scheduled only on top "
+    "of everything else a request is owed (never for a prefill chunk), so the model always samples for such a "
+    "request, and a stale row leaves C and P alone either way. The fake model, like vLLM's runner without "
+    "failed KV loads, never returns an empty row for it, so neither the guard nor its removal can be told apart.",
     "Z9": "'prepend is a heap push' is vLLM 0.33.0's own PRIORITY queue: the pinned semantics, documented as a "
-          "deliberate difference from FCFS, not a mutant.",
+    "deliberate difference from FCFS, not a mutant.",
 }

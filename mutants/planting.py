@@ -86,7 +86,7 @@ def mutated_source(mutant: Mutant) -> str:
 def rewrite(source: str, mutant: Mutant) -> str:
     """`source` (canonical) with the mutant's change made; `MutantDrift` unless its snippet occurs exactly once."""
     at, find, replace = _locate(source, mutant)
-    return source[:at] + replace + source[at + len(find):]
+    return source[:at] + replace + source[at + len(find) :]
 
 
 def _locate(source: str, mutant: Mutant) -> tuple[int, str, str]:
@@ -97,7 +97,7 @@ def _locate(source: str, mutant: Mutant) -> tuple[int, str, str]:
     """
     hits = []
     for line_start in [0, *(i + 1 for i, c in enumerate(source) if c == "\n")]:
-        line = source[line_start:source.find("\n", line_start) % (len(source) + 1)]
+        line = source[line_start : source.find("\n", line_start) % (len(source) + 1)]
         indent = line[: len(line) - len(line.lstrip(" "))]
         find = _placed(mutant.find, indent)
         at = source.find(find, line_start)
@@ -105,9 +105,11 @@ def _locate(source: str, mutant: Mutant) -> tuple[int, str, str]:
             hits.append((at, find, _placed(mutant.replace, indent)))
             at = source.find(find, at + 1)
     if len(hits) != 1:
-        raise MutantDrift(f"mutant {mutant.name}: {mutant.find!r} occurs {len(hits)} times in the canonical source "
-                          f"of {mutant.target}; the reference changed, update the mutant "
-                          f"(`schedspec mutants --show {mutant.name}` prints the source to write it against)")
+        raise MutantDrift(
+            f"mutant {mutant.name}: {mutant.find!r} occurs {len(hits)} times in the canonical source "
+            f"of {mutant.target}; the reference changed, update the mutant "
+            f"(`schedspec mutants --show {mutant.name}` prints the source to write it against)"
+        )
     return hits[0]
 
 
@@ -117,8 +119,13 @@ _Position = tuple[str, int, int, int, int]  # node type, line, column, end line,
 def _positions(node: ast.AST) -> _Position | None:
     if not hasattr(node, "lineno") or node.end_lineno is None:  # type: ignore[attr-defined]
         return None
-    return (type(node).__name__, node.lineno, node.col_offset,  # type: ignore[attr-defined]
-            node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+    return (
+        type(node).__name__,
+        node.lineno,
+        node.col_offset,  # type: ignore[attr-defined]
+        node.end_lineno,
+        node.end_col_offset,
+    )  # type: ignore[attr-defined]
 
 
 def compiled(mutant: Mutant, function: Callable[..., object]) -> CodeType:
@@ -152,14 +159,19 @@ def compiled(mutant: Mutant, function: Callable[..., object]) -> CodeType:
     def canonical_line(line: int) -> int | None:
         return line if line < top else None if line <= top + replace.count("\n") else line - shift
 
-    tree = ast.parse(source[:at] + replace + source[at + len(find):])
+    tree = ast.parse(source[:at] + replace + source[at + len(find) :])
     for node in ast.walk(tree):
         pos = _positions(node)
         if pos is None:
             continue
         start, end = canonical_line(pos[1]), canonical_line(pos[3])
-        kept = (home.get((pos[0], start, pos[2], end, pos[4])) if start and end
-                else by_start.get((pos[0], start, pos[2])) if start else None)
+        kept = (
+            home.get((pos[0], start, pos[2], end, pos[4]))
+            if start and end
+            else by_start.get((pos[0], start, pos[2]))
+            if start
+            else None
+        )
         line, col, end_line, end_col = kept[1:] if kept else (region_home, 0, region_home, 0)
         node.lineno, node.col_offset = line, col + indent  # type: ignore[attr-defined]
         node.end_lineno, node.end_col_offset = end_line, end_col + indent  # type: ignore[attr-defined]

@@ -70,32 +70,79 @@ class Request:
 
 def fresh(tag: str) -> Request:
     I_, B = (lambda n: z3.Int(f"{n}_{tag}")), (lambda n: z3.Bool(f"{n}_{tag}"))
-    return Request(B("running"), I_("T"), I_("C"), I_("P"), I_("S"), I_("I"), I_("stale"), B("f"),
-                   I_("n1"), I_("d1"), I_("c1"))
+    return Request(
+        B("running"), I_("T"), I_("C"), I_("P"), I_("S"), I_("I"), I_("stale"), B("f"), I_("n1"), I_("d1"), I_("c1")
+    )
 
 
 def J(r: Request, k: Any) -> Any:
-    in_flight = and_(r.I == r.n1, r.n1 >= 1, r.n1 <= r.C, r.stale == 0, r.P == r.c1, r.d1 >= 0,
-                     or_(r.c1 == 0, and_(r.c1 == 1 + r.d1, r.c1 <= r.n1)))
-    return and_(r.T >= 1, r.C >= 0, r.S >= 0, r.S <= k,
-                ite(r.f, in_flight, and_(r.I == 0, r.P == 0, r.stale == 0)),
-                implies(r.running, and_(r.C + 1 <= r.T + r.P, implies(r.P > 0, r.T + r.P - r.C == 1))),
-                implies(not_(r.running), and_(r.C == 0, r.P == 0, not_(r.f))))
+    in_flight = and_(
+        r.I == r.n1,
+        r.n1 >= 1,
+        r.n1 <= r.C,
+        r.stale == 0,
+        r.P == r.c1,
+        r.d1 >= 0,
+        or_(r.c1 == 0, and_(r.c1 == 1 + r.d1, r.c1 <= r.n1)),
+    )
+    return and_(
+        r.T >= 1,
+        r.C >= 0,
+        r.S >= 0,
+        r.S <= k,
+        ite(r.f, in_flight, and_(r.I == 0, r.P == 0, r.stale == 0)),
+        implies(r.running, and_(r.C + 1 <= r.T + r.P, implies(r.P > 0, r.T + r.P - r.C == 1))),
+        implies(not_(r.running), and_(r.C == 0, r.P == 0, not_(r.f))),
+    )
 
 
 def view(r: Request, k: Any) -> StepView:
     """The request as the catalogue's one-row view of a state (a live request; nothing scheduled)."""
     common = dict(num_computed_tokens=r.C, num_tokens=r.T, num_blocks=0)
-    row = Row(request_id="r", num_prompt_tokens=1, max_tokens=1, priority=0, arrival=0, pre_live=True,
-              pre_running=r.running, pre_waiting=not_(r.running), pre_preempted=False, pre_run_pos=0, pre_wait_pos=0,
-              scheduled=False, num_scheduled=0, admitted=False, preempted=False, post_live=True,
-              post_running=r.running, post_waiting=not_(r.running), post_run_pos=0, post_wait_pos=0,
-              **{f"pre_{x}": v for x, v in common.items()}, **{f"post_{x}": v for x, v in common.items()},
-              post_num_spec_tokens=r.S, post_num_output_placeholders=r.P, pre_num_output_placeholders=r.P,
-              post_num_in_flight_tokens=r.I, post_num_stale_output_tokens=r.stale)
-    return StepView(rows=(row,), token_budget=1, max_num_seqs=1, max_model_len=2, block_size=16, num_usable_blocks=0,
-                    long_prefill_token_threshold=0, threshold_adaptive=False, fcfs=True, pre_num_free_blocks=0,
-                    post_num_free_blocks=0, num_speculative_tokens=k, async_scheduling=True)
+    row = Row(
+        request_id="r",
+        num_prompt_tokens=1,
+        max_tokens=1,
+        priority=0,
+        arrival=0,
+        pre_live=True,
+        pre_running=r.running,
+        pre_waiting=not_(r.running),
+        pre_preempted=False,
+        pre_run_pos=0,
+        pre_wait_pos=0,
+        scheduled=False,
+        num_scheduled=0,
+        admitted=False,
+        preempted=False,
+        post_live=True,
+        post_running=r.running,
+        post_waiting=not_(r.running),
+        post_run_pos=0,
+        post_wait_pos=0,
+        **{f"pre_{x}": v for x, v in common.items()},
+        **{f"post_{x}": v for x, v in common.items()},
+        post_num_spec_tokens=r.S,
+        post_num_output_placeholders=r.P,
+        pre_num_output_placeholders=r.P,
+        post_num_in_flight_tokens=r.I,
+        post_num_stale_output_tokens=r.stale,
+    )
+    return StepView(
+        rows=(row,),
+        token_budget=1,
+        max_num_seqs=1,
+        max_model_len=2,
+        block_size=16,
+        num_usable_blocks=0,
+        long_prefill_token_threshold=0,
+        threshold_adaptive=False,
+        fcfs=True,
+        pre_num_free_blocks=0,
+        post_num_free_blocks=0,
+        num_speculative_tokens=k,
+        async_scheduling=True,
+    )
 
 
 def step(a: Request, b: Request, k: Any) -> tuple[Any, Any]:
@@ -106,10 +153,15 @@ def step(a: Request, b: Request, k: Any) -> tuple[Any, Any]:
     scheduled, preempted, stops = Y("scheduled"), Y("preempted"), Y("stops")
     facts = [k >= 0, S_new >= 0, S_new <= k]
     # ---- schedule(): a waiting request is admitted (C = 0, no hit), a running one owes T + S + P - C.
-    facts += [implies(preempted, a.running), implies(scheduled, not_(preempted)),
-              implies(scheduled, and_(n >= 1, n <= num_owed_tokens(a.T + a.S, a.P, a.C))),
-              implies(and_(a.running, scheduled), not_(rules.async_max_tokens_reached(a.P, a.C, z3.Int("prompt"),
-                                                                                      z3.Int("max_tokens"))))]
+    facts += [
+        implies(preempted, a.running),
+        implies(scheduled, not_(preempted)),
+        implies(scheduled, and_(n >= 1, n <= num_owed_tokens(a.T + a.S, a.P, a.C))),
+        implies(
+            and_(a.running, scheduled),
+            not_(rules.async_max_tokens_reached(a.P, a.C, z3.Int("prompt"), z3.Int("max_tokens"))),
+        ),
+    ]
     left = rules.num_scheduled_spec_tokens(n, a.C, a.T, a.P)
     d2 = ite(left > 0, left, 0)  # spec_token_ids[:left]: n <= owed keeps left <= S
     facts += [implies(and_(scheduled, left > 0), left <= a.S)]
@@ -136,9 +188,20 @@ def step(a: Request, b: Request, k: Any) -> tuple[Any, Any]:
     T = a.T + ite(sampled, m, 0)  # a stop (anywhere among the m) finishes the request: nothing is claimed then
     P = ite(and_(fresh_out, P > 0), P - m, P)
     alive = not_(and_(sampled, stops))
-    S = ite(and_(scheduled, not_(chunk)), k, ite(preempted, after.num_spec_tokens, S_new))  # placeholder drafts; else free in 0..k
-    facts += [b.running == running, b.T == T, b.C == C, b.P == P, b.S == S, b.I == I, b.stale == stale,
-              b.f == scheduled, implies(scheduled, and_(b.n1 == n, b.d1 == d2, b.c1 == c2))]
+    S = ite(
+        and_(scheduled, not_(chunk)), k, ite(preempted, after.num_spec_tokens, S_new)
+    )  # placeholder drafts; else free in 0..k
+    facts += [
+        b.running == running,
+        b.T == T,
+        b.C == C,
+        b.P == P,
+        b.S == S,
+        b.I == I,
+        b.stale == stale,
+        b.f == scheduled,
+        implies(scheduled, and_(b.n1 == n, b.d1 == d2, b.c1 == c2)),
+    ]
     return and_(*facts), alive
 
 
@@ -152,8 +215,10 @@ def prove() -> dict[str, bool]:
     """Each obligation is True when proved (its negation unsat)."""
     a, b, k = fresh("pre"), fresh("post"), z3.Int("k")
     facts, alive = step(a, b, k)
-    return {"J implies the catalogue's statement": _unsat(J(a, k), k >= 0, z3.Not(_catalogue(a, k))),
-            "J is inductive over the engine loop's step": _unsat(J(a, k), facts, alive, z3.Not(J(b, k)))}
+    return {
+        "J implies the catalogue's statement": _unsat(J(a, k), k >= 0, z3.Not(_catalogue(a, k))),
+        "J is inductive over the engine loop's step": _unsat(J(a, k), facts, alive, z3.Not(J(b, k))),
+    }
 
 
 CATALOGUE = ("placeholder-counters", "placeholders-match-in-flight", "computed-behind-known-tokens")
@@ -168,9 +233,19 @@ def aggregate_counterexample() -> z3.ModelRef | None:
     flight is known only through the sums (n1 <= I, its placeholders c1 <= P): why `J` keeps the step itself."""
     a, b, k = fresh("pre"), fresh("post"), z3.Int("k")
     facts, alive = step(a, b, k)
-    record = and_(a.n1 >= 1, a.n1 <= a.I - a.stale, a.d1 >= 0, or_(a.c1 == 0, and_(a.c1 == 1 + a.d1, a.c1 <= a.n1)),
-                  a.c1 <= a.P)
+    record = and_(
+        a.n1 >= 1, a.n1 <= a.I - a.stale, a.d1 >= 0, or_(a.c1 == 0, and_(a.c1 == 1 + a.d1, a.c1 <= a.n1)), a.c1 <= a.P
+    )
     s = z3.Solver()
-    s.add(_catalogue(a, k), a.T >= 1, a.S >= 0, a.S <= k, implies(not_(a.running), and_(a.C == 0, a.P == 0)),
-          ite(a.f, record, a.I == 0), facts, alive, z3.Not(_catalogue(b, k)))
+    s.add(
+        _catalogue(a, k),
+        a.T >= 1,
+        a.S >= 0,
+        a.S <= k,
+        implies(not_(a.running), and_(a.C == 0, a.P == 0)),
+        ite(a.f, record, a.I == 0),
+        facts,
+        alive,
+        z3.Not(_catalogue(b, k)),
+    )
     return s.model() if s.check() == z3.sat else None

@@ -149,8 +149,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def decode(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
-           draws: Draws | None = None) -> tuple[SchedulerConfig, tuple[Req, ...]]:
+def decode(
+    k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None, draws: Draws | None = None
+) -> tuple[SchedulerConfig, tuple[Req, ...]]:
     """Branch raw ints into a well-formed bounded scenario; every input decodes to one.
 
     Later picks are bounded by earlier ones (a prompt by L, min_tokens by
@@ -183,12 +184,21 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
     adaptive = bool(_rare(k.adaptive, 0, 1))
     fields: list[list[int]] = []  # Req fields; built into dataclasses only once every pick is made
     arrival = demand = 0
-    for i, a in enumerate(asks[:_pick(n, 1, min(len(asks), MAX_REQUESTS), high=True)]):
+    for i, a in enumerate(asks[: _pick(n, 1, min(len(asks), MAX_REQUESTS), high=True)]):
         arrival += _pick(a.arrival_gap, 0, MAX_GAP)
         prompt = _pick(a.prompt, 1, L - 1)
         max_tokens = _pick(a.max_tokens, 1, MAX_TOKENS, high=True)
-        fields.append([prompt, max_tokens, _rare(a.min_tokens, 0, max_tokens), _pick(a.priority, 0, 1) if priority else 0,
-                       arrival, _rare(a.eos_at, -1, max_tokens - 1), -1])
+        fields.append(
+            [
+                prompt,
+                max_tokens,
+                _rare(a.min_tokens, 0, max_tokens),
+                _pick(a.priority, 0, 1) if priority else 0,
+                arrival,
+                _rare(a.eos_at, -1, max_tokens - 1),
+                -1,
+            ]
+        )
         if spec_k and draws is not None:
             drafts = _pick(draws.drafts[i], 0, spec_k, high=True)
             fields[-1] += [drafts, _pick(draws.accepted[i], 0, drafts)]
@@ -199,12 +209,20 @@ def decode(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
     # More usable blocks than all requests could hold at once would change only which ids sit unused.
     blocks = 1 + _pick(k.num_gpu_blocks, 1, min(demand, MAX_GPU_BLOCKS - 1))
     with NoTracing():  # every value is concrete now; building and validating them needs no symbolic tracing
-        config = SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=seqs, max_model_len=L, block_size=block_size,
-                                 num_gpu_blocks=blocks, long_prefill_token_threshold=threshold,
-                                 long_prefill_token_threshold_adaptive=adaptive, enable_chunked_prefill=chunked,
-                                 policy="priority" if priority else "fcfs",
-                                 enable_prefix_caching=feature == "prefix-caching", num_speculative_tokens=spec_k,
-                                 async_scheduling=feature == "async")
+        config = SchedulerConfig(
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+            max_model_len=L,
+            block_size=block_size,
+            num_gpu_blocks=blocks,
+            long_prefill_token_threshold=threshold,
+            long_prefill_token_threshold_adaptive=adaptive,
+            enable_chunked_prefill=chunked,
+            policy="priority" if priority else "fcfs",
+            enable_prefix_caching=feature == "prefix-caching",
+            num_speculative_tokens=spec_k,
+            async_scheduling=feature == "async",
+        )
         return config, tuple(Req(*f) for f in fields)
 
 
@@ -212,8 +230,15 @@ def workload(config: SchedulerConfig, reqs: tuple[Req, ...]) -> Workload:
     """The scenario as a workload file would state it; arrival times follow the index, as arrival steps do."""
     requests = tuple(
         WorkloadRequest(
-            Request(f"r{i}", (PROMPT_TOKEN,) * r.prompt, r.max_tokens, min_tokens=r.min_tokens, eos_token_id=EOS,
-                    priority=r.priority, arrival_time=float(i)),
+            Request(
+                f"r{i}",
+                (PROMPT_TOKEN,) * r.prompt,
+                r.max_tokens,
+                min_tokens=r.min_tokens,
+                eos_token_id=EOS,
+                priority=r.priority,
+                arrival_time=float(i),
+            ),
             r.arrival_step,
             (FILLER,) * r.eos_at + (EOS,) if r.eos_at >= 0 else (),
             ((r.drafts, r.accepted),) * MAX_STEPS if r.drafts else (),

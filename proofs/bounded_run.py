@@ -67,7 +67,9 @@ class PureEngine:
         output, self.state = api.schedule(self.state)
         return output
 
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         if self.pre is None:  # async with nothing live: the step only absorbs
             self.pre = self.state
         self.absorbed = model_output
@@ -93,6 +95,7 @@ def run(w: Workload) -> Iterator[Step]:
 def trace_of(w: Workload, records: list[StepRecord]) -> Trace:
     """A trace of the steps taken, ended as `spec.engine.run` would end it."""
     last = records[-1]
-    drained = len(records) < w.max_steps or (not (last.state.running or last.state.waiting)
-                                               and last.step >= w.last_event_step)
+    drained = len(records) < w.max_steps or (
+        not (last.state.running or last.state.waiting) and last.step >= w.last_event_step
+    )
     return Trace(w, tuple(records), "reference", "drained" if drained else "max_steps")

@@ -65,13 +65,19 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
     v = lambda t: _val(model, t)  # noqa: E731
     usable, wm = v(c.num_usable_blocks), v(c.watermark_blocks)
     config = SchedulerConfig(
-        max_num_batched_tokens=v(c.token_budget), max_num_seqs=v(c.max_num_seqs), max_model_len=v(c.max_model_len),
-        block_size=c.block_size, num_gpu_blocks=usable + 1,
+        max_num_batched_tokens=v(c.token_budget),
+        max_num_seqs=v(c.max_num_seqs),
+        max_model_len=v(c.max_model_len),
+        block_size=c.block_size,
+        num_gpu_blocks=usable + 1,
         long_prefill_token_threshold=v(c.long_prefill_token_threshold),
-        long_prefill_token_threshold_adaptive=v(c.adaptive), enable_chunked_prefill=v(c.enable_chunked_prefill),
-        policy="fcfs" if c.fcfs else "priority", watermark=(wm + 0.5) / (usable + 1),
+        long_prefill_token_threshold_adaptive=v(c.adaptive),
+        enable_chunked_prefill=v(c.enable_chunked_prefill),
+        policy="fcfs" if c.fcfs else "priority",
+        watermark=(wm + 0.5) / (usable + 1),
         scheduler_reserve_full_isl=v(c.scheduler_reserve_full_isl),
-        num_speculative_tokens=v(c.num_speculative_tokens), enable_prefix_caching=c.prefix_caching,
+        num_speculative_tokens=v(c.num_speculative_tokens),
+        enable_prefix_caching=c.prefix_caching,
         async_scheduling=c.async_scheduling,
     )
     num_running = v(pre.num_running)
@@ -83,14 +89,30 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
         running = i < num_running
         blocks = tuple(range(next_block, next_block + v(s.num_blocks)))
         next_block += len(blocks)
-        request = Request(rid, (100 + v(s.id_rank) if c.prefix_caching else 10,) * v(s.num_prompt_tokens), max_tokens=v(s.max_tokens), min_tokens=v(s.min_tokens),
-                          eos_token_id=EOS, stop_token_ids=(STOP,), priority=v(s.priority), arrival_time=float(v(s.arrival)))
-        status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
-        requests[rid] = RequestState(request, status, output_token_ids=(11,) * v(s.num_output_tokens),
-                                     num_computed_tokens=v(s.num_computed_tokens), block_ids=blocks,
-                                     spec_token_ids=(DRAFT,) * v(s.num_spec_tokens), is_prefill_chunk=v(s.is_prefill_chunk),
-                                     num_output_placeholders=v(s.num_output_placeholders),
-                                     num_in_flight_tokens=v(s.in_flight_num_scheduled) if v(s.in_flight) else 0)
+        request = Request(
+            rid,
+            (100 + v(s.id_rank) if c.prefix_caching else 10,) * v(s.num_prompt_tokens),
+            max_tokens=v(s.max_tokens),
+            min_tokens=v(s.min_tokens),
+            eos_token_id=EOS,
+            stop_token_ids=(STOP,),
+            priority=v(s.priority),
+            arrival_time=float(v(s.arrival)),
+        )
+        status = (
+            RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if v(s.preempted) else RequestStatus.WAITING)
+        )
+        requests[rid] = RequestState(
+            request,
+            status,
+            output_token_ids=(11,) * v(s.num_output_tokens),
+            num_computed_tokens=v(s.num_computed_tokens),
+            block_ids=blocks,
+            spec_token_ids=(DRAFT,) * v(s.num_spec_tokens),
+            is_prefill_chunk=v(s.is_prefill_chunk),
+            num_output_placeholders=v(s.num_output_placeholders),
+            num_in_flight_tokens=v(s.in_flight_num_scheduled) if v(s.in_flight) else 0,
+        )
         sampled[rid] = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
         if c.spec_decode or c.async_scheduling:
             tokens = [PLAIN] * (1 + v(s.num_accepted))
@@ -99,12 +121,19 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
             sampled[rid] = {"tokens": tokens, "drafts": v(s.num_new_drafts)}
         if c.async_scheduling:  # what the step in flight scheduled; it returns tokens unless it was a prefill chunk
             flight = v(s.in_flight)
-            sampled[rid] = {"tokens": tokens if flight and v(s.in_flight_placeholders) > 0 else [],
-                            "in_flight": [v(s.in_flight_num_scheduled), v(s.in_flight_num_drafts)] if flight else None}
+            sampled[rid] = {
+                "tokens": tokens if flight and v(s.in_flight_placeholders) > 0 else [],
+                "in_flight": [v(s.in_flight_num_scheduled), v(s.in_flight_num_drafts)] if flight else None,
+            }
         order.append(rid)
     free = tuple(range(next_block, usable + 1))
-    state = SchedulerState(config=config, requests=requests, running=tuple(order[:num_running]),
-                           waiting=tuple(order[num_running:]), free_block_queue=free)
+    state = SchedulerState(
+        config=config,
+        requests=requests,
+        running=tuple(order[:num_running]),
+        waiting=tuple(order[num_running:]),
+        free_block_queue=free,
+    )
     if c.prefix_caching:
         state = _with_cache(state, [v(s.hit_blocks) for s in pre.slots], order)
     return state, sampled
@@ -123,17 +152,22 @@ def _with_cache(state: SchedulerState, hits: list[int], order: list[str]) -> Sch
                 tail.insert(0, free.pop())
                 cached[block_hash] = (tail[0],)
     ref_cnt = {b: 1 for r in state.requests.values() for b in r.block_ids}
-    return replace(state, free_block_queue=tuple(free + tail), block_ref_cnt=ref_cnt,
-                   cached_block_hash_to_block=cached)
+    return replace(state, free_block_queue=tuple(free + tail), block_ref_cnt=ref_cnt, cached_block_hash_to_block=cached)
 
 
-def _draft(post: SchedulerState, output: SchedulerOutput, model_output: ModelRunnerOutput,
-           sampled: dict[str, Any]) -> SchedulerState:
+def _draft(
+    post: SchedulerState, output: SchedulerOutput, model_output: ModelRunnerOutput, sampled: dict[str, Any]
+) -> SchedulerState:
     """The sync drafter: a proposal for each request that sampled and still runs (spec/engine.py `Drafter`)."""
-    proposals = {rid: (DRAFT,) * sampled[rid]["drafts"] for rid in output.num_scheduled_tokens
-                 if isinstance(sampled[rid], dict) and model_output.sampled_token_ids.get(rid)
-                 and rid in post.requests and post.requests[rid].status == RequestStatus.RUNNING
-                 and sampled[rid]["drafts"] > 0}
+    proposals = {
+        rid: (DRAFT,) * sampled[rid]["drafts"]
+        for rid in output.num_scheduled_tokens
+        if isinstance(sampled[rid], dict)
+        and model_output.sampled_token_ids.get(rid)
+        and rid in post.requests
+        and post.requests[rid].status == RequestStatus.RUNNING
+        and sampled[rid]["drafts"] > 0
+    }
     if not proposals:
         return post
     scheduler = api.thaw(post)
@@ -144,8 +178,10 @@ def _draft(post: SchedulerState, output: SchedulerOutput, model_output: ModelRun
 def _in_flight(state: SchedulerState, sampled: dict[str, Any]) -> tuple[SchedulerOutput, ModelRunnerOutput]:
     """Async: the older step, still in flight, as the output it was scheduled with and what its model returned."""
     flight = {rid: sampled[rid]["in_flight"] for rid in state.running if sampled[rid].get("in_flight")}
-    output = SchedulerOutput(num_scheduled_tokens={rid: n for rid, (n, _) in flight.items()},
-                             scheduled_spec_decode_tokens={rid: (-1,) * d for rid, (_, d) in flight.items() if d > 0})
+    output = SchedulerOutput(
+        num_scheduled_tokens={rid: n for rid, (n, _) in flight.items()},
+        scheduled_spec_decode_tokens={rid: (-1,) * d for rid, (_, d) in flight.items() if d > 0},
+    )
     return output, ModelRunnerOutput({rid: tuple(sampled[rid]["tokens"]) for rid in flight})
 
 
@@ -166,8 +202,11 @@ def replay(state: SchedulerState, sampled: dict[str, Any], invariant: Invariant)
         for rid in output.num_scheduled_tokens:
             r = after_schedule.requests[rid]
             planted = sampled[rid]
-            tokens[rid] = () if r.num_computed_tokens < r.num_tokens else (
-                tuple(planted["tokens"]) if isinstance(planted, dict) else (planted,))
+            tokens[rid] = (
+                ()
+                if r.num_computed_tokens < r.num_tokens
+                else (tuple(planted["tokens"]) if isinstance(planted, dict) else (planted,))
+            )
         model_output = ModelRunnerOutput(tokens)
         post, finished = api.update_from_output(after_schedule, output, model_output)
         post = _draft(post, output, model_output, sampled)

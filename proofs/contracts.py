@@ -54,8 +54,9 @@ ALL = "all"  # check_all: every step invariant and every history check at once
 SCENARIOS_RUN = 0  # per process; the runner reports it: how many of CrossHair's paths reached the reference
 
 
-def _scenario(k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None,
-              draws: Draws | None = None) -> Workload:
+def _scenario(
+    k: Knobs, asks: tuple[Ask, ...], n: int, feature: str | None = None, draws: Draws | None = None
+) -> Workload:
     global SCENARIOS_RUN
     # The picks are concrete already; deep_realize makes sure nothing symbolic reaches untraced code.
     config, reqs = deep_realize(decode(k, asks, n, feature, draws))

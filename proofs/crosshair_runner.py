@@ -96,6 +96,7 @@ def check_mutant(name: str | None) -> None:
 
 # ---- parsing CrossHair's counterexample ---------------------------------------------------------
 
+
 def call_args(message: str, contract: str) -> str:
     """The text between the parentheses of `contract(...)` in CrossHair's message."""
     start = message.index(f"when calling {contract}(") + len(f"when calling {contract}(")
@@ -127,10 +128,11 @@ def parse_args(text: str) -> tuple[Any, ...]:
         return v
 
     named = {kw.arg: value(kw.value) for kw in call.keywords}  # CrossHair prints positionally; accept names too
-    return tuple(value(a) for a in call.args) + tuple(named[p] for p in _PARAMS[len(call.args):] if p in named)
+    return tuple(value(a) for a in call.args) + tuple(named[p] for p in _PARAMS[len(call.args) :] if p in named)
 
 
 # ---- the worker and the replayer (run in subprocesses) -------------------------------------------
+
 
 def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
     from crosshair.main import unwalled_main
@@ -143,11 +145,17 @@ def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]
     with ctx:
         t0, c0 = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(out):
-            rc = unwalled_main(["check", f"{MODULE}.{contract}", "--report_all",
-                                "--per_condition_timeout", str(timeout)])
+            rc = unwalled_main(
+                ["check", f"{MODULE}.{contract}", "--report_all", "--per_condition_timeout", str(timeout)]
+            )
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"rc": rc, "seconds": seconds, "cpu_seconds": cpu, "lines": out.getvalue().splitlines(),
-            "scenarios": contracts.SCENARIOS_RUN}
+    return {
+        "rc": rc,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "lines": out.getvalue().splitlines(),
+        "scenarios": contracts.SCENARIOS_RUN,
+    }
 
 
 def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
@@ -168,12 +176,13 @@ def _subprocess(argv: list[str], wall_limit: float) -> dict[str, Any] | str:
         return f"killed after {wall_limit:.0f} s of wall-clock time"
     for line in reversed(p.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
+            return json.loads(line[len(RESULT_MARK) :])
     tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
     return f"worker exited with status {p.returncode}: {tail}"
 
 
 # ---- the caller's side -----------------------------------------------------------------------------
+
 
 def classify(lines: list[str], contract: str) -> tuple[str, str, str]:
     """CrossHair's output for one contract as (verdict before replay, its message, the counterexample's args)."""
@@ -195,20 +204,32 @@ def run_contract(contract: str, timeout: float = 30.0, mutant: str | None = None
     got = _subprocess([contract, "--timeout", str(timeout), *tail], wall_limit=3 * timeout + 120)
     if isinstance(got, str):  # the CPU-time budget is CrossHair's; the wall limit only catches a hung worker
         return ContractResult(contract, check, mutant, UNKNOWN, 0.0, 0.0, 0, got)
-    base = dict(contract=contract, check=check, mutant=mutant, seconds=round(got["seconds"], 2),
-                cpu_seconds=round(got["cpu_seconds"], 2), scenarios=got["scenarios"])
+    base = dict(
+        contract=contract,
+        check=check,
+        mutant=mutant,
+        seconds=round(got["seconds"], 2),
+        cpu_seconds=round(got["cpu_seconds"], 2),
+        scenarios=got["scenarios"],
+    )
     verdict, message, args = classify(got["lines"], contract)
     if verdict != CX:
         return ContractResult(**base, verdict=verdict, message=message)
     replay = _subprocess([contract, "--replay", args, *tail], wall_limit=120)
     if isinstance(replay, str):
         return ContractResult(**base, verdict=UNCONFIRMED, message=f"{message} (replay failed: {replay})", args=args)
-    return ContractResult(**base, verdict=UNCONFIRMED if replay["holds"] else CX, message=message, args=args,
-                          replay=replay)
+    return ContractResult(
+        **base, verdict=UNCONFIRMED if replay["holds"] else CX, message=message, args=args, replay=replay
+    )
 
 
-def run_contracts(names: Iterable[str] | None = None, timeout: float = 30.0, mutant: str | None = None,
-                  jobs: int = 1, on_done: Callable[[ContractResult], None] | None = None) -> list[ContractResult]:
+def run_contracts(
+    names: Iterable[str] | None = None,
+    timeout: float = 30.0,
+    mutant: str | None = None,
+    jobs: int = 1,
+    on_done: Callable[[ContractResult], None] | None = None,
+) -> list[ContractResult]:
     """Every named contract (default: all), `jobs` at a time; results in catalogue order."""
     names = check_names(names)
     check_mutant(mutant)
@@ -224,15 +245,19 @@ def run_contracts(names: Iterable[str] | None = None, timeout: float = 30.0, mut
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m schedspec.proofs.crosshair_runner",
-                                 description="crosshair check on one contract, a mutant applied (a worker of run_contract)")
+    ap = argparse.ArgumentParser(
+        prog="python -m schedspec.proofs.crosshair_runner",
+        description="crosshair check on one contract, a mutant applied (a worker of run_contract)",
+    )
     ap.add_argument("contract", choices=list(CONTRACTS))
     ap.add_argument("--timeout", type=float, default=30.0, help="CrossHair's per-condition timeout, CPU seconds")
     ap.add_argument("--mutant", help="a mutant name (schedspec.mutants), applied before CrossHair starts")
     ap.add_argument("--replay", metavar="ARGS", help="replay these arguments concretely instead of running CrossHair")
     a = ap.parse_args(argv)
     check_mutant(a.mutant)
-    result = _replay(a.contract, a.replay, a.mutant) if a.replay is not None else _worker(a.contract, a.timeout, a.mutant)
+    result = (
+        _replay(a.contract, a.replay, a.mutant) if a.replay is not None else _worker(a.contract, a.timeout, a.mutant)
+    )
     print(RESULT_MARK + json.dumps(result))
     return 0
 

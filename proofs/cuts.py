@@ -91,24 +91,43 @@ def _sum(xs) -> Any:
 
 
 def _blocks(pre: Pre, i: int, st: dict[str, Any]) -> Any:
-    return _all([st["free"] + _sum(st["blocks"]) == pre.config.num_usable_blocks, st["free"] >= 0,
-                 *[b >= 0 for b in st["blocks"]]])
+    return _all(
+        [
+            st["free"] + _sum(st["blocks"]) == pre.config.num_usable_blocks,
+            st["free"] >= 0,
+            *[b >= 0 for b in st["blocks"]],
+        ]
+    )
 
 
 def _budget(pre: Pre, i: int, st: dict[str, Any]) -> Any:
     n = len(pre.slots)
     used = _sum([ite(st["sched"][j], st["n"][j], 0) for j in range(n)])
-    return _all([st["budget"] + used == pre.config.token_budget, st["budget"] >= 0,
-                 *[implies(st["sched"][j], st["n"][j] > 0) for j in range(n)],
-                 *[z3.Not(_b(st["sched"][j])) for j in range(i, n)],
-                 *([implies(st["trying"], st["n_i"] <= st["budget"])] if "n_i" in st else [])])
+    return _all(
+        [
+            st["budget"] + used == pre.config.token_budget,
+            st["budget"] >= 0,
+            *[implies(st["sched"][j], st["n"][j] > 0) for j in range(n)],
+            *[z3.Not(_b(st["sched"][j])) for j in range(i, n)],
+            *([implies(st["trying"], st["n_i"] <= st["budget"])] if "n_i" in st else []),
+        ]
+    )
 
 
 def _victims(pre: Pre, i: int, st: dict[str, Any]) -> Any:
     rank, pops = st["victim_rank"], st["pops"]
-    return _all([pops >= 0, *[and_(implies(st["in_run"][q], and_(pre.running(q), rank[q] >= pops)),
-                                    implies(st["preempted"][q], and_(pre.running(q), rank[q] < pops)))
-                              for q in range(len(pre.slots))]])
+    return _all(
+        [
+            pops >= 0,
+            *[
+                and_(
+                    implies(st["in_run"][q], and_(pre.running(q), rank[q] >= pops)),
+                    implies(st["preempted"][q], and_(pre.running(q), rank[q] < pops)),
+                )
+                for q in range(len(pre.slots))
+            ],
+        ]
+    )
 
 
 def _eq(a: Any, b: Any) -> Any:
@@ -141,20 +160,29 @@ class Rows:
         facts: list[Any] = []
         if pre.config.fcfs:  # the victims are the tail of the running order: running is [0, num_running - pops)
             facts.append(and_(st["pops"] >= 0, st["pops"] <= pre.num_running))
-            facts += [and_(_eq(st["preempted"][j], and_(pre.running(j), j >= pre.num_running - st["pops"])),
-                           _eq(st["in_run"][j], and_(pre.running(j), j < pre.num_running - st["pops"]))) for j in range(N)]
+            facts += [
+                and_(
+                    _eq(st["preempted"][j], and_(pre.running(j), j >= pre.num_running - st["pops"])),
+                    _eq(st["in_run"][j], and_(pre.running(j), j < pre.num_running - st["pops"])),
+                )
+                for j in range(N)
+            ]
         for j, s in enumerate(pre.slots):
             Cp, Bp = s.num_computed_tokens, s.num_blocks
             pj, rj, sj = st["preempted"][j], st["in_run"][j], st["sched"][j]
-            facts += [implies(pj, and_(pre.running(j), not_(rj), not_(sj), _eq(st["C"][j], 0), _eq(st["blocks"][j], 0))),
-                      implies(not_(pj), and_(_eq(rj, pre.running(j)), _eq(st["C"][j], Cp))),
-                      implies(and_(not_(pj), not_(sj)), _eq(st["blocks"][j], Bp))]
+            facts += [
+                implies(pj, and_(pre.running(j), not_(rj), not_(sj), _eq(st["C"][j], 0), _eq(st["blocks"][j], 0))),
+                implies(not_(pj), and_(_eq(rj, pre.running(j)), _eq(st["C"][j], Cp))),
+                implies(and_(not_(pj), not_(sj)), _eq(st["blocks"][j], Bp)),
+            ]
             t = self.turn.get(j)
             if j >= i or t is None or "n_i" not in t:
                 facts.append(not_(sj))
             else:
                 need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, st["n"][j], 0, L), Bp, bs)
-                facts.append(implies(sj, and_(rj, t["trying"], _eq(st["n"][j], t["n_i"]), _eq(st["blocks"][j], Bp + need))))
+                facts.append(
+                    implies(sj, and_(rj, t["trying"], _eq(st["n"][j], t["n_i"]), _eq(st["blocks"][j], Bp + need)))
+                )
             if t is not None and "n_i" in t and "C" in t:  # carried: what the cut before slot j knew of it
                 facts.append(implies(t["in_run"], and_(_eq(t["C"], Cp), _eq(t["blocks"], Bp))))
         return _all(facts)
@@ -176,9 +204,17 @@ def key_ge(a, b) -> Any:
 def rank_lemma(pre: Pre, rank: list[Any]) -> Any:
     """Among the running slots, ranks are distinct and a lower rank means a (priority, arrival) at least as large."""
     n = len(pre.slots)
-    return _all([implies(and_(pre.running(j), pre.running(q)), and_(rank[j] != rank[q], implies(rank[j] < rank[q],
-                                                                                                    key_ge(pre.slots[j], pre.slots[q]))))
-                    for j in range(n) for q in range(n) if j != q])
+    return _all(
+        [
+            implies(
+                and_(pre.running(j), pre.running(q)),
+                and_(rank[j] != rank[q], implies(rank[j] < rank[q], key_ge(pre.slots[j], pre.slots[q]))),
+            )
+            for j in range(n)
+            for q in range(n)
+            if j != q
+        ]
+    )
 
 
 LoopInvariant = Callable[[Pre, int, dict[str, Any]], Any]
@@ -197,7 +233,9 @@ def havoc(st: dict[str, Any]) -> dict[str, Any]:
     for name in STATE:
         v = st[name]
         make = z3.Bool if name in ("in_run", "sched", "preempted", "active") else z3.Int
-        out[name] = [make(f"cut{k}_{name}_{j}") for j in range(len(v))] if isinstance(v, list) else make(f"cut{k}_{name}")
+        out[name] = (
+            [make(f"cut{k}_{name}_{j}") for j in range(len(v))] if isinstance(v, list) else make(f"cut{k}_{name}")
+        )
     return out
 
 

@@ -30,20 +30,34 @@ def from_state(state: SchedulerState, sampled: dict[str, int]) -> tuple[Pre, lis
         r = state.requests[rid]
         q = r.request
         token = sampled.get(rid)
-        slots.append(Slot(
-            num_prompt_tokens=q.num_prompt_tokens, num_output_tokens=r.num_output_tokens,
-            num_computed_tokens=r.num_computed_tokens, num_blocks=len(r.block_ids), max_tokens=q.max_tokens,
-            min_tokens=q.min_tokens, priority=q.priority, arrival=times.index(q.arrival_time), id_rank=ids.index(rid),
-            preempted=r.status == RequestStatus.PREEMPTED,
-            samples_eos=token is not None and token == q.effective_eos_token_id,
-            samples_stop=token is not None and token in q.stop_token_ids,
-        ))
+        slots.append(
+            Slot(
+                num_prompt_tokens=q.num_prompt_tokens,
+                num_output_tokens=r.num_output_tokens,
+                num_computed_tokens=r.num_computed_tokens,
+                num_blocks=len(r.block_ids),
+                max_tokens=q.max_tokens,
+                min_tokens=q.min_tokens,
+                priority=q.priority,
+                arrival=times.index(q.arrival_time),
+                id_rank=ids.index(rid),
+                preempted=r.status == RequestStatus.PREEMPTED,
+                samples_eos=token is not None and token == q.effective_eos_token_id,
+                samples_stop=token is not None and token in q.stop_token_ids,
+            )
+        )
     config = Config(
-        token_budget=c.token_budget, max_num_seqs=c.max_num_seqs, max_model_len=c.max_model_len,
-        block_size=c.block_size, num_usable_blocks=c.num_usable_blocks,
-        long_prefill_token_threshold=c.long_prefill_token_threshold, watermark_blocks=c.watermark_blocks,
-        enable_chunked_prefill=c.enable_chunked_prefill, scheduler_reserve_full_isl=c.scheduler_reserve_full_isl,
-        adaptive=c.long_prefill_token_threshold_adaptive, fcfs=c.policy == "fcfs",
+        token_budget=c.token_budget,
+        max_num_seqs=c.max_num_seqs,
+        max_model_len=c.max_model_len,
+        block_size=c.block_size,
+        num_usable_blocks=c.num_usable_blocks,
+        long_prefill_token_threshold=c.long_prefill_token_threshold,
+        watermark_blocks=c.watermark_blocks,
+        enable_chunked_prefill=c.enable_chunked_prefill,
+        scheduler_reserve_full_isl=c.scheduler_reserve_full_isl,
+        adaptive=c.long_prefill_token_threshold_adaptive,
+        fcfs=c.policy == "fcfs",
     )
     return Pre(config, slots, len(state.running), state.num_free_blocks), order
 
@@ -53,14 +67,17 @@ def compare(state: SchedulerState, sampled: dict[str, int]) -> list[tuple[str, A
     pre, order = from_state(state, sampled)
     enc = step(pre)
     output, after = api.schedule(state)
-    tokens = {rid: () if after.requests[rid].num_computed_tokens < after.requests[rid].num_tokens else (sampled[rid],)
-              for rid in output.num_scheduled_tokens}
+    tokens = {
+        rid: () if after.requests[rid].num_computed_tokens < after.requests[rid].num_tokens else (sampled[rid],)
+        for rid in output.num_scheduled_tokens
+    }
     post, finished = api.update_from_output(after, output, ModelRunnerOutput(tokens))
     return diff_through_abstraction(enc, order, output, post, finished)
 
 
-def diff_through_abstraction(enc: Any, order: list[str], output: Any, post: SchedulerState, finished: Any,
-                             spec_decode: bool = False) -> list[tuple[str, Any, Any]]:
+def diff_through_abstraction(
+    enc: Any, order: list[str], output: Any, post: SchedulerState, finished: Any, spec_decode: bool = False
+) -> list[tuple[str, Any, Any]]:
     """The encoding's step against the reference's, field by field through the abstraction (counts, positions).
 
     Shared by the core and the feature drift checks, so both compare the same fields; `spec_decode` adds the
@@ -78,7 +95,11 @@ def diff_through_abstraction(enc: Any, order: list[str], output: Any, post: Sche
         live = post.requests.get(rid)
         same(f"{rid}.num_scheduled", enc.num_scheduled[j], output.num_scheduled_tokens.get(rid, 0))
         if spec_decode:
-            same(f"{rid}.num_scheduled_spec", enc.num_scheduled_spec[j], len(output.scheduled_spec_decode_tokens.get(rid, ())))
+            same(
+                f"{rid}.num_scheduled_spec",
+                enc.num_scheduled_spec[j],
+                len(output.scheduled_spec_decode_tokens.get(rid, ())),
+            )
         same(f"{rid}.admitted", enc.admitted[j], rid in admitted)
         same(f"{rid}.preempted", enc.preempted[j], rid in output.preempted_req_ids)
         same(f"{rid}.finished", enc.finished[j], rid in finished)

@@ -27,10 +27,14 @@ from .encoding_async import record_holds
 def async_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[dict[str, Any]]:
     """Each engine step that schedules from a state of 1..max_live live requests, with what it absorbed."""
     for pre, absorbed, record, post, probed in recorded_steps(workload, max_steps, max_live):
-        yield dict(pre=pre, in_flight=absorbed, output=record.output, post=post, finished=record.finished, probed=probed)
+        yield dict(
+            pre=pre, in_flight=absorbed, output=record.output, post=post, finished=record.finished, probed=probed
+        )
 
 
-def compare_async(pre: SchedulerState, in_flight, output, post: SchedulerState, finished, probed) -> list[tuple[str, Any, Any]]:
+def compare_async(
+    pre: SchedulerState, in_flight, output, post: SchedulerState, finished, probed
+) -> list[tuple[str, Any, Any]]:
     """(field, encoding's value, reference's value) for every disagreement of one async engine step."""
     old_output, old_model_output = in_flight
     enc_pre, order, inputs = encoding_pre(pre, dict(old_model_output.sampled_token_ids), {}, probed)
@@ -39,9 +43,13 @@ def compare_async(pre: SchedulerState, in_flight, output, post: SchedulerState, 
     for rid in order:
         n1 = old_output.num_scheduled_tokens.get(rid, 0)
         d1 = len(old_output.scheduled_spec_decode_tokens.get(rid, ()))
-        inputs[rid].update(num_output_placeholders=pre.requests[rid].num_output_placeholders, in_flight=n1 > 0,
-                           in_flight_num_scheduled=n1, in_flight_num_drafts=d1,
-                           in_flight_placeholders=1 + d1 if old_model_output.sampled_token_ids.get(rid) else 0)
+        inputs[rid].update(
+            num_output_placeholders=pre.requests[rid].num_output_placeholders,
+            in_flight=n1 > 0,
+            in_flight_num_scheduled=n1,
+            in_flight_num_drafts=d1,
+            in_flight_placeholders=1 + d1 if old_model_output.sampled_token_ids.get(rid) else 0,
+        )
     enc_pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(enc_pre.slots, order)]
     enc = step(enc_pre)
     diffs = feature_diffs(enc, order, output, post, finished)
@@ -51,13 +59,27 @@ def compare_async(pre: SchedulerState, in_flight, output, post: SchedulerState, 
             diffs.append((field, a, b))
 
     for j, (rid, s) in enumerate(zip(order, enc_pre.slots)):
-        same(f"{rid}.pre record", record_holds(j < enc_pre.num_running, s.num_computed_tokens, s.num_output_placeholders,
-                                               s.in_flight, s.in_flight_num_scheduled, s.in_flight_num_drafts,
-                                               s.in_flight_placeholders, k), True)
+        same(
+            f"{rid}.pre record",
+            record_holds(
+                j < enc_pre.num_running,
+                s.num_computed_tokens,
+                s.num_output_placeholders,
+                s.in_flight,
+                s.in_flight_num_scheduled,
+                s.in_flight_num_drafts,
+                s.in_flight_placeholders,
+                k,
+            ),
+            True,
+        )
         live = post.requests.get(rid)
         if live is not None:
             same(f"{rid}.num_output_placeholders", enc.num_output_placeholders[j], live.num_output_placeholders)
-            same(f"{rid}.in_flight tokens", enc.in_flight_num_scheduled[j] if enc.in_flight[j] else 0,
-                 live.num_in_flight_tokens)
+            same(
+                f"{rid}.in_flight tokens",
+                enc.in_flight_num_scheduled[j] if enc.in_flight[j] else 0,
+                live.num_in_flight_tokens,
+            )
             same(f"{rid}.stale", 0, live.num_stale_output_tokens)
     return diffs

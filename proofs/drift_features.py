@@ -33,8 +33,11 @@ from .drift import diff_through_abstraction, from_state
 from .encoding import Pre, step
 
 
-def model_inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
-                 ) -> dict[str, dict[str, Any]]:
+def model_inputs(
+    state: SchedulerState,
+    generated: dict[str, tuple[int, ...]],
+    proposals: dict[str, tuple[int, ...]],
+) -> dict[str, dict[str, Any]]:
     """Per request, the encoding's free inputs as the model and the drafter set them: accepted, stop position."""
     out = {}
     for rid, r in state.requests.items():
@@ -42,11 +45,15 @@ def model_inputs(state: SchedulerState, generated: dict[str, tuple[int, ...]], p
         gen = generated.get(rid, ())
         special = [j for j, t in enumerate(gen, 1) if t == q.effective_eos_token_id or t in q.stop_token_ids]
         first = gen[special[0] - 1] if special else None
-        out[rid] = dict(num_spec_tokens=len(r.spec_token_ids), is_prefill_chunk=r.is_prefill_chunk,
-                        num_accepted=max(len(gen) - 1, 0), stop_at=special[0] if special else 1,
-                        samples_eos=first is not None and first == q.effective_eos_token_id,
-                        samples_stop=first is not None and first in q.stop_token_ids,
-                        num_new_drafts=len(proposals.get(rid, ())))
+        out[rid] = dict(
+            num_spec_tokens=len(r.spec_token_ids),
+            is_prefill_chunk=r.is_prefill_chunk,
+            num_accepted=max(len(gen) - 1, 0),
+            stop_at=special[0] if special else 1,
+            samples_eos=first is not None and first == q.effective_eos_token_id,
+            samples_stop=first is not None and first in q.stop_token_ids,
+            num_new_drafts=len(proposals.get(rid, ())),
+        )
     return out
 
 
@@ -60,13 +67,16 @@ def probe_cache(engine: ReferenceEngine) -> dict[str, dict[str, int]]:
         blocks, tokens = lookup(request)
         ref = kv.block_pool.ref_cnt
         seen.setdefault(request.request_id, {}).update(
-            hit_blocks=len(blocks), evictable=sum(1 for b in blocks if ref.get(b, 0) == 0))
+            hit_blocks=len(blocks), evictable=sum(1 for b in blocks if ref.get(b, 0) == 0)
+        )
         return blocks, tokens
 
     def free_request(request):
         ref = kv.block_pool.ref_cnt
         if request.block_ids:  # under async a victim can finish later in the step, freeing nothing more
-            seen.setdefault(request.request_id, {})["shared_freed"] = sum(1 for b in request.block_ids if ref.get(b, 0) > 1)
+            seen.setdefault(request.request_id, {})["shared_freed"] = sum(
+                1 for b in request.block_ids if ref.get(b, 0) > 1
+            )
         free(request)
 
     kv.get_computed_blocks, kv.free = get_computed_blocks, free_request
@@ -106,7 +116,9 @@ class RecordingEngine(ReferenceEngine):
 NOTHING_ABSORBED = (SchedulerOutput(), ModelRunnerOutput({}))
 
 
-def recorded_steps(workload, max_steps: int, max_live: int) -> Iterator[tuple[SchedulerState, tuple, StepRecord, SchedulerState, dict]]:
+def recorded_steps(
+    workload, max_steps: int, max_live: int
+) -> Iterator[tuple[SchedulerState, tuple, StepRecord, SchedulerState, dict]]:
     """`spec.engine.steps` on the reference, the loop every engine runs: for each step that scheduled from
     1..max_live live requests, (pre, absorbed, record, post, probed cache inputs)."""
     engine = RecordingEngine(workload.config)
@@ -119,14 +131,20 @@ def recorded_steps(workload, max_steps: int, max_live: int) -> Iterator[tuple[Sc
             yield pre, absorbed, record, engine.state(), {r: dict(v) for r, v in engine.probed.items()}
 
 
-def spec_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict, dict]]:
+def spec_steps(
+    workload, max_steps: int = 60, max_live: int = 10
+) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict, dict]]:
     """(pre, output, model output, post after the drafter, finished, proposals, probed cache inputs) per step."""
     for pre, _, record, post, probed in recorded_steps(workload, max_steps, max_live):
         yield pre, record.output, record.model_output, post, record.finished, record.draft_token_ids, probed
 
 
-def encoding_pre(state: SchedulerState, generated: dict[str, tuple[int, ...]], proposals: dict[str, tuple[int, ...]],
-                 probed: dict | None) -> tuple[Pre, list[str], dict[str, dict[str, Any]]]:
+def encoding_pre(
+    state: SchedulerState,
+    generated: dict[str, tuple[int, ...]],
+    proposals: dict[str, tuple[int, ...]],
+    probed: dict | None,
+) -> tuple[Pre, list[str], dict[str, dict[str, Any]]]:
     """The encoding's pre-state of a reference state with its features on, and each slot's free inputs."""
     pre, order = from_state(state, {})
     c = state.config
@@ -156,12 +174,19 @@ def feature_diffs(enc: Any, order: list[str], output, post: SchedulerState, fini
     return diffs
 
 
-def compare_features(pre_state: SchedulerState, output, model_output, post, finished, proposals,
-                     probed: dict | None = None) -> list[tuple[str, Any, Any]]:
+def compare_features(
+    pre_state: SchedulerState, output, model_output, post, finished, proposals, probed: dict | None = None
+) -> list[tuple[str, Any, Any]]:
     """(field, encoding's value, reference's value) for every disagreement of one step with the features on."""
     pre, order, inputs = encoding_pre(pre_state, dict(model_output.sampled_token_ids), proposals, probed)
     if not pre.config.spec_decode:  # the core's one sampled token: only its EOS / stop flags are read
-        inputs = {rid: {f: v for f, v in x.items() if f in ("samples_eos", "samples_stop", "hit_blocks", "evictable",
-                                                               "shared_freed")} for rid, x in inputs.items()}
+        inputs = {
+            rid: {
+                f: v
+                for f, v in x.items()
+                if f in ("samples_eos", "samples_stop", "hit_blocks", "evictable", "shared_freed")
+            }
+            for rid, x in inputs.items()
+        }
     pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(pre.slots, order)]
     return feature_diffs(step(pre), order, output, post, finished)

@@ -78,7 +78,9 @@ def heap_before(a: Slot, b: Slot) -> Bool:
 STATE = ("in_run", "sched", "n", "preempted", "pop_seq", "C", "blocks", "free", "budget", "pops", "active")
 
 
-def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None) -> Post:
+def step(
+    pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+) -> Post:
     """The step; `preempts` selects one case of it, `cut` lets `proofs/cuts.py` cut the running pass.
 
     `preempts=False` is the case where the running pass pops nobody: one round per slot, assumed not to
@@ -103,8 +105,11 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     shared, inputs = pre.num_shared_refs, []
     S, drafts, prefill_scheduled = [s.num_spec_tokens for s in slots], [0] * N, False
     eligible = N  # every slot is a live request, running or waiting
-    thr = ite(c.adaptive, rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
-              rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget))
+    thr = ite(
+        c.adaptive,
+        rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
+        rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget),
+    )
 
     # ---- RUNNING pass ----
     # When the victim rule picks the last of k running requests for every k that can occur here (the
@@ -116,16 +121,30 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     # What `_preempt_request` leaves in each slot's counters, should it be a victim (`spec.rules`). The encoding
     # tracks only whether a step in flight holds the request, and stale output takes that over unchanged.
     after = [preempted_counters(s.in_flight, 0, False, 0) for s in slots]
-    victim_rank = [_count([and_(pre.running(k), or_(_key_gt(slots[k], slots[j]), and_(_key_eq(slots[k], slots[j]), k < j)))
-                           for k in range(N) if k != j]) for j in range(N)]
+    victim_rank = [
+        _count(
+            [
+                and_(pre.running(k), or_(_key_gt(slots[k], slots[j]), and_(_key_eq(slots[k], slots[j]), k < j)))
+                for k in range(N)
+                if k != j
+            ]
+        )
+        for j in range(N)
+    ]
     active = True
     assume: list[Any] = []
 
     def at_cut(i: int, **local: Any) -> None:
         nonlocal in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active
         if cut is not None:
-            state = cut(i, dict(zip(STATE, (in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active)),
-                                victim_rank=victim_rank, **local))
+            state = cut(
+                i,
+                dict(
+                    zip(STATE, (in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active)),
+                    victim_rank=victim_rank,
+                    **local,
+                ),
+            )
             in_run, sched, n, preempted, pop_seq, C, blocks, free, budget, pops, active = (state[k] for k in STATE)
 
     for i in range(N + 1):
@@ -143,7 +162,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         if asy:
             trying = and_(trying, not_(rules.async_max_tokens_reached(P[i], C[i], s.num_prompt_tokens, s.max_tokens)))
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n_i, 0, L), blocks[i], bs)
-        for _ in range(1 if preempts is False else N - i if c.fcfs else N):  # each round preempts one victim until `need` fits or i is gone
+        for _ in range(
+            1 if preempts is False else N - i if c.fcfs else N
+        ):  # each round preempts one victim until `need` fits or i is gone
             at_cut(i, n_i=n_i, trying=trying)
             want = and_(trying, in_run[i], not_(rules.allocation_fits(need, 0, free)))
             if c.fcfs and not victim_is_tail:
@@ -157,7 +178,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             else:
                 victim = [and_(in_run[j], position[j] == victim_index) for j in range(N)]
             popped_now = and_(want, or_(*victim))
-            if preempts is False:  # the case where nothing is preempted: the first round pops nobody, nor would the rest
+            if (
+                preempts is False
+            ):  # the case where nothing is preempted: the first round pops nobody, nor would the rest
                 assume.append(not_(popped_now))
                 break
             for j in range(N):
@@ -203,11 +226,19 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
     in_wait = [and_(not_(pre.running(j)), not_(preempted[j])) for j in range(N)]
     victims = _count(preempted)
     if c.fcfs:  # victims at the head, the last one first; then the old waiting order
-        wpos = [ite(preempted[j], _count([and_(preempted[k], pop_seq[k] > pop_seq[j]) for k in range(N)]),
-                    victims + j - pre.num_running) for j in range(N)]
+        wpos = [
+            ite(
+                preempted[j],
+                _count([and_(preempted[k], pop_seq[k] > pop_seq[j]) for k in range(N)]),
+                victims + j - pre.num_running,
+            )
+            for j in range(N)
+        ]
     else:  # the heap: (priority, arrival, slot) order among everyone waiting
-        wpos = [_count([and_(or_(in_wait[k], preempted[k]), heap_before(slots[k], slots[j])) for k in range(N)])
-                for j in range(N)]
+        wpos = [
+            _count([and_(or_(in_wait[k], preempted[k]), heap_before(slots[k], slots[j])) for k in range(N)])
+            for j in range(N)
+        ]
     in_wait = [or_(in_wait[j], preempted[j]) for j in range(N)]
     admitted = [False] * N
     adm_pos = [0] * N
@@ -223,8 +254,9 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         Cp = sum(ite(sel[j], C[j], 0) for j in range(N))
         held = sum(ite(sel[j], blocks[j], 0) for j in range(N))
         go = and_(go, or_(*sel), budget > 0, num_run < c.max_num_seqs)
-        gates, n_p, need, (h, ev, hit, pad) = size_admission(c, slots, sel, T, Cp, held, free, budget, thr, num_run,
-                                                             prefill_scheduled, any_running_scheduled, inputs)
+        gates, n_p, need, (h, ev, hit, pad) = size_admission(
+            c, slots, sel, T, Cp, held, free, budget, thr, num_run, prefill_scheduled, any_running_scheduled, inputs
+        )
         if asy:  # a request whose output from before its preemption is in flight is skipped
             # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089))
             held_back = or_(*[and_(sel[j], stale[j]) for j in range(N)])
@@ -274,12 +306,20 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
             post.inputs += got["inputs"]
             post.num_scheduled_spec.append(drafts[j])
             # update_draft_token_ids: a new proposal for who sampled and runs; a scheduled request's were consumed
-            post.num_spec_tokens.append(ite(and_(sampled, in_run[j], not_(done)), s.num_new_drafts,
-                                            ite(sched[j], 0, S[j])))
+            post.num_spec_tokens.append(
+                ite(and_(sampled, in_run[j], not_(done)), s.num_new_drafts, ite(sched[j], 0, S[j]))
+            )
         else:
             T = s.num_tokens + ite(sampled, 1, 0)
-            kind = rules.stop_kind(s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0),
-                                   L, s.max_tokens, s.min_tokens)
+            kind = rules.stop_kind(
+                s.samples_eos,
+                s.samples_stop,
+                T,
+                s.num_output_tokens + ite(sampled, 1, 0),
+                L,
+                s.max_tokens,
+                s.min_tokens,
+            )
             done = and_(sampled, kind != rules.NOT_STOPPED)
         if cache:  # a request preempted in this step holds nothing, and released its blocks then
             gone = and_(done, not_(preempted[j])) if asy else done
@@ -298,10 +338,13 @@ def step(pre: Pre, preempts: bool | None = None, cut: Callable[[int, dict[str, A
         post.num_tokens.append(T)
         post.num_blocks.append(ite(done, 0, blocks[j]))
     run_order = [ite(admitted[j], N + adm_pos[j], j) for j in range(N)]
-    post.run_pos = [ite(post.running[j], _count([and_(post.running[k], run_order[k] < run_order[j]) for k in range(N)]), -1)
-                    for j in range(N)]
-    post.wait_pos = [ite(post.waiting[j], _count([and_(post.waiting[k], wpos[k] < wpos[j]) for k in range(N)]), -1)
-                     for j in range(N)]
+    post.run_pos = [
+        ite(post.running[j], _count([and_(post.running[k], run_order[k] < run_order[j]) for k in range(N)]), -1)
+        for j in range(N)
+    ]
+    post.wait_pos = [
+        ite(post.waiting[j], _count([and_(post.waiting[k], wpos[k] < wpos[j]) for k in range(N)]), -1) for j in range(N)
+    ]
     post.num_free_blocks = free
     post.num_shared_refs = shared
     post.inputs += inputs

@@ -39,13 +39,15 @@ from .encoding_state import Bool, Int, Slot
 
 def record_holds(running: Bool, C: Int, P: Int, f: Bool, n1: Int, d1: Int, c1: Int, k: Int) -> Bool:
     """The one step in flight, tied to the counters (`async_request.J`, less what the catalogue states)."""
-    in_flight = and_(running, n1 >= 1, n1 <= C, d1 >= 0, d1 <= k, P == c1, c1 <= n1,
-                     or_(and_(c1 == 0, d1 == 0), c1 == 1 + d1))
+    in_flight = and_(
+        running, n1 >= 1, n1 <= C, d1 >= 0, d1 <= k, P == c1, c1 <= n1, or_(and_(c1 == 0, d1 == 0), c1 == 1 + d1)
+    )
     return ite(f, in_flight, and_(P == 0, n1 == 0, d1 == 0, c1 == 0))
 
 
-def after_schedule(s: Slot, C: Int, P: Int, S: Int, scheduled: Bool, n: Int, drafts: Int, stale: Bool, L: Int,
-                   k: Int, spec: bool) -> dict[str, Any]:
+def after_schedule(
+    s: Slot, C: Int, P: Int, S: Int, scheduled: Bool, n: Int, drafts: Int, stale: Bool, L: Int, k: Int, spec: bool
+) -> dict[str, Any]:
     """One slot after `_update_after_schedule` and the absorption of the older step's record.
 
     `C` is already advanced by this step's grant `n`, `drafts` of them
@@ -74,10 +76,22 @@ def after_schedule(s: Slot, C: Int, P: Int, S: Int, scheduled: Bool, n: Int, dra
     C = C - ite(and_(done, not_(stale)), m - p, 0)
     P = ite(and_(fresh, P > 0), P - m, P)  # every returned token resolves a placeholder, trimmed ones too
     return dict(
-        C=C, P=P, S=S, T=s.num_tokens + ite(sampled, appended, 0), done=done, kind=kind_at(s, p, L),
+        C=C,
+        P=P,
+        S=S,
+        T=s.num_tokens + ite(sampled, appended, 0),
+        done=done,
+        kind=kind_at(s, p, L),
         stop_seen=and_(sampled, or_(s.samples_eos, s.samples_stop), s.stop_at <= appended),
-        in_flight=and_(scheduled, not_(done)), in_flight_num_scheduled=ite(scheduled, n, 0),
-        in_flight_num_drafts=ite(scheduled, drafts, 0), in_flight_placeholders=c2,
-        inputs=[s.num_accepted >= 0, s.num_accepted <= d1, s.stop_at >= 1, s.stop_at <= m,
-                implies(not_(sampled), and_(s.num_accepted == 0, s.stop_at == 1))],
+        in_flight=and_(scheduled, not_(done)),
+        in_flight_num_scheduled=ite(scheduled, n, 0),
+        in_flight_num_drafts=ite(scheduled, drafts, 0),
+        in_flight_placeholders=c2,
+        inputs=[
+            s.num_accepted >= 0,
+            s.num_accepted <= d1,
+            s.stop_at >= 1,
+            s.stop_at <= m,
+            implies(not_(sampled), and_(s.num_accepted == 0, s.stop_at == 1)),
+        ],
     )

@@ -39,15 +39,29 @@ from ..spec.arith import implies, ite
 Int = Any
 
 
-def lookup_bounds(present: Any, num_tokens: Int, hit_blocks: Int, evictable: Int, num_free_blocks: Int,
-                  block_size: int) -> list[Any]:
+def lookup_bounds(
+    present: Any, num_tokens: Int, hit_blocks: Int, evictable: Int, num_free_blocks: Int, block_size: int
+) -> list[Any]:
     """The bounds of the hit of the request at one position of the waiting pass (`present`: there is one)."""
-    return [implies(present, f) for f in (hit_blocks >= 0, hit_blocks <= rules.max_prefix_hit_blocks(num_tokens, block_size),
-                                          evictable >= 0, evictable <= hit_blocks, evictable <= num_free_blocks)]
+    return [
+        implies(present, f)
+        for f in (
+            hit_blocks >= 0,
+            hit_blocks <= rules.max_prefix_hit_blocks(num_tokens, block_size),
+            evictable >= 0,
+            evictable <= hit_blocks,
+            evictable <= num_free_blocks,
+        )
+    ]
 
 
-def release(free: Int, shared: Int, when: Any, num_blocks: Int, shared_freed: Int, inputs: list[Any]) -> tuple[Int, Int]:
+def release(
+    free: Int, shared: Int, when: Any, num_blocks: Int, shared_freed: Int, inputs: list[Any]
+) -> tuple[Int, Int]:
     """`free(request)` under `when`: the blocks nobody else holds go back to the free queue."""
-    inputs += [implies(when, shared_freed >= 0), implies(when, shared_freed <= num_blocks),
-               implies(when, shared_freed <= shared)]
+    inputs += [
+        implies(when, shared_freed >= 0),
+        implies(when, shared_freed <= num_blocks),
+        implies(when, shared_freed <= shared),
+    ]
     return free + ite(when, num_blocks - shared_freed, 0), shared - ite(when, shared_freed, 0)

@@ -41,15 +41,31 @@ Int = Any
 
 def kind_at(s: Any, j: Int, L: Int) -> Int:
     """`check_stop` after the j-th appended token (1-based)."""
-    return rules.stop_kind(and_(s.samples_eos, j == s.stop_at), and_(s.samples_stop, j == s.stop_at),
-                           s.num_tokens + j, s.num_output_tokens + j, L, s.max_tokens, s.min_tokens)
+    return rules.stop_kind(
+        and_(s.samples_eos, j == s.stop_at),
+        and_(s.samples_stop, j == s.stop_at),
+        s.num_tokens + j,
+        s.num_output_tokens + j,
+        L,
+        s.max_tokens,
+        s.min_tokens,
+    )
 
 
 def first_stop(s: Any, m: Int, L: Int) -> Int:
     """The position (1-based) of the first of the m appended tokens whose `check_stop` stops, or m + 1."""
     O, T0 = s.num_output_tokens, s.num_tokens
-    points = [1, s.stop_at, s.stop_at + 1, L - T0, L - T0 + 1, s.max_tokens - O, s.max_tokens - O + 1,
-              s.min_tokens - O, s.min_tokens - O + 1]
+    points = [
+        1,
+        s.stop_at,
+        s.stop_at + 1,
+        L - T0,
+        L - T0 + 1,
+        s.max_tokens - O,
+        s.max_tokens - O + 1,
+        s.min_tokens - O,
+        s.min_tokens - O + 1,
+    ]
     p: Int = m + 1  # none yet
     for q in points:
         hit = and_(1 <= q, q <= m, kind_at(s, q, L) != rules.NOT_STOPPED)
@@ -78,6 +94,12 @@ def sample(s: Any, C: Int, drafts: Int, sampled: Any, L: Int, k: Int) -> dict[st
         done=done,
         kind=kind_at(s, p, L),
         stop_seen=and_(sampled, or_(s.samples_eos, s.samples_stop), s.stop_at <= appended),
-        inputs=[s.num_accepted >= 0, s.num_accepted <= drafts, s.stop_at >= 1, s.stop_at <= m,
-                s.num_new_drafts >= 0, s.num_new_drafts <= k],
+        inputs=[
+            s.num_accepted >= 0,
+            s.num_accepted <= drafts,
+            s.stop_at >= 1,
+            s.stop_at <= m,
+            s.num_new_drafts >= 0,
+            s.num_new_drafts <= k,
+        ],
     )

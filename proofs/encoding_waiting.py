@@ -22,9 +22,21 @@ from .encoding_caching import lookup_bounds
 Int = Any
 
 
-def size_admission(c: Any, slots: list[Any], sel: list[Any], T: Int, Cp: Int, held: Int, free: Int, budget: Int,
-                   thr: Int, num_run: Int, prefill_scheduled: Any, any_running_scheduled: Any,
-                   inputs: list[Any]) -> tuple[list[Any], Int, Int, tuple[Int, Int, Int, Any]]:
+def size_admission(
+    c: Any,
+    slots: list[Any],
+    sel: list[Any],
+    T: Int,
+    Cp: Int,
+    held: Int,
+    free: Int,
+    budget: Int,
+    thr: Int,
+    num_run: Int,
+    prefill_scheduled: Any,
+    any_running_scheduled: Any,
+    inputs: list[Any],
+) -> tuple[list[Any], Int, Int, tuple[Int, Int, Int, Any]]:
     """(gates, tokens, blocks taken from the free queue, (hit blocks, evictable, hit tokens, padded))."""
     L, bs, k, N = c.max_model_len, c.block_size, c.num_speculative_tokens, len(slots)
     gates: list[Any] = []
@@ -38,8 +50,9 @@ def size_admission(c: Any, slots: list[Any], sel: list[Any], T: Int, Cp: Int, he
         inputs += lookup_bounds(or_(*sel), T, h, ev, free, bs)
     if c.spec_decode:  # a decode-like admission is padded to 1 + k, or the pass breaks
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330))
-        pad = rules.pads_spec_decode(k, T - hit if c.prefix_caching else T, prefill_scheduled,
-                                     any_running_scheduled, hit, L)
+        pad = rules.pads_spec_decode(
+            k, T - hit if c.prefix_caching else T, prefill_scheduled, any_running_scheduled, hit, L
+        )
         gates.append(not_(and_(pad, 1 + k > budget)))
         n_p = rules.waiting_num_new_tokens(T, hit, thr, ite(pad, 1 + k, 0))
     else:
@@ -53,6 +66,9 @@ def size_admission(c: Any, slots: list[Any], sel: list[Any], T: Int, Cp: Int, he
     else:
         full = rules.num_blocks_to_allocate(min_(T, L), held, bs)
         need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(Cp, n_p, 0, L), held, bs)
-    gates += [not_(hol), implies(c.scheduler_reserve_full_isl, rules.allocation_fits(full, wm, free)),
-              rules.allocation_fits(need, wm, free)]
+    gates += [
+        not_(hol),
+        implies(c.scheduler_reserve_full_isl, rules.allocation_fits(full, wm, free)),
+        rules.allocation_fits(need, wm, free),
+    ]
     return gates, n_p, need, (h, ev, hit, pad)

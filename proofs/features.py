@@ -55,8 +55,14 @@ class Job(prove.Job):
 
 
 def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC):
-    pre = fresh(n, fcfs, prove.BLOCK_SIZE, spec_decode="spec-decode" in features,
-                prefix_caching="prefix-caching" in features, async_scheduling="async" in features)
+    pre = fresh(
+        n,
+        fcfs,
+        prove.BLOCK_SIZE,
+        spec_decode="spec-decode" in features,
+        prefix_caching="prefix-caching" in features,
+        async_scheduling="async" in features,
+    )
     context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
     return pre, context, step(pre, preempts)
 
@@ -74,8 +80,9 @@ def _goal(invariant: Invariant, pre, post) -> z3.BoolRef:
     return z3.And(goal, post_in_flight_record(pre, post)) if pre.config.async_scheduling else goal
 
 
-def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
-          features: tuple[str, ...] = SYNC) -> prove.Result:
+def check(
+    invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0, features: tuple[str, ...] = SYNC
+) -> prove.Result:
     cpu0, t0 = time.process_time(), time.perf_counter()
     policy = "fcfs" if fcfs else "priority"
     result = prove.Result(invariant.name, n, policy, "proved", 0.0)
@@ -92,8 +99,11 @@ def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0,
             if verdict == z3.unknown:
                 result.verdict = "unknown"
                 break
-            model = (prove._minimise(pre, facts + _concretizable(pre), timeout_s) or prove._minimise(pre, facts, timeout_s)
-                     or solver.model())
+            model = (
+                prove._minimise(pre, facts + _concretizable(pre), timeout_s)
+                or prove._minimise(pre, facts, timeout_s)
+                or solver.model()
+            )
             result = prove.replayed(invariant, n, policy, pre, model, t0)
             break
     result.seconds, result.cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
@@ -107,8 +117,16 @@ def run_job(job: Job) -> prove.Result:
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
 
 
-def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,
-         mutant: str | None = None, features: tuple[str, ...] = SYNC) -> list[Job]:
+def jobs(
+    max_requests: int,
+    invariants: Iterable[str],
+    policies: Iterable[str],
+    timeout_s: float,
+    mutant: str | None = None,
+    features: tuple[str, ...] = SYNC,
+) -> list[Job]:
     """The core run's jobs, with the features."""
-    return [Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features)
-            for j in prove.jobs(max_requests, invariants, policies, timeout_s, mutant)]
+    return [
+        Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features)
+        for j in prove.jobs(max_requests, invariants, policies, timeout_s, mutant)
+    ]

@@ -50,11 +50,18 @@ def check(prop: str, n: int, fcfs: bool, timeout_s: float = 30.0) -> Result:
     c = pre.config
     stuck = and_(*[and_(z3.Not(post.scheduled[j]), z3.Not(post.preempted[j])) for j in range(n)])
     # A pool without a single usable block is a misconfiguration, not a livelock worth reporting.
-    facts = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state] + [stuck, c.num_usable_blocks >= 1]
+    facts = (
+        well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state] + [stuck, c.num_usable_blocks >= 1]
+    )
     if prop == "fits-alone-is-admitted":
-        fits_alone = [and_(j >= pre.num_running, rules.num_blocks_to_allocate(
-            min_(s.num_tokens, c.max_model_len), 0, c.block_size) <= c.num_usable_blocks)
-            for j, s in enumerate(pre.slots)]
+        fits_alone = [
+            and_(
+                j >= pre.num_running,
+                rules.num_blocks_to_allocate(min_(s.num_tokens, c.max_model_len), 0, c.block_size)
+                <= c.num_usable_blocks,
+            )
+            for j, s in enumerate(pre.slots)
+        ]
         facts.append(or_(*fits_alone))
     solver = _solver(timeout_s)
     solver.add(*facts)
@@ -66,8 +73,9 @@ def check(prop: str, n: int, fcfs: bool, timeout_s: float = 30.0) -> Result:
     model = _minimise(pre, facts, timeout_s) or solver.model()
     state, sampled = to_state(model, pre)
     confirmed, detail = replay_stuck(state)
-    return Result(prop, n, policy, "violated" if confirmed else "unconfirmed", time.perf_counter() - t0,
-                  detail, state, sampled)
+    return Result(
+        prop, n, policy, "violated" if confirmed else "unconfirmed", time.perf_counter() - t0, detail, state, sampled
+    )
 
 
 def replay_stuck(state: Any, steps: int = REPLAY_STEPS) -> tuple[bool, dict[str, Any]]:
@@ -80,7 +88,14 @@ def replay_stuck(state: Any, steps: int = REPLAY_STEPS) -> tuple[bool, dict[str,
         s, _ = api.update_from_output(after, output, ModelRunnerOutput({}))
         if (s.running, s.waiting, s.free_block_queue) != (state.running, state.waiting, state.free_block_queue):
             return False, {"changed_at_step": k}
-    need = {rid: rules.num_blocks_to_allocate(min(r.num_tokens, s.config.max_model_len), 0, s.config.block_size)
-            for rid, r in s.requests.items()}
-    return True, {"stuck_for_steps": steps, "waiting": list(s.waiting), "running": list(s.running),
-                  "blocks_needed": need, "usable_blocks": s.config.num_usable_blocks}
+    need = {
+        rid: rules.num_blocks_to_allocate(min(r.num_tokens, s.config.max_model_len), 0, s.config.block_size)
+        for rid, r in s.requests.items()
+    }
+    return True, {
+        "stuck_for_steps": steps,
+        "waiting": list(s.waiting),
+        "running": list(s.running),
+        "blocks_needed": need,
+        "usable_blocks": s.config.num_usable_blocks,
+    }

@@ -88,8 +88,13 @@ def _solve(facts: list[Any], deadline: float) -> Any:
     return solver.check(), solver
 
 
-def _by_cuts(invariant: Invariant, pre: Pre, context: list[Any], deadline: float,
-             proofs: dict[str, tuple[CutProof, bool]] | None = None) -> bool:
+def _by_cuts(
+    invariant: Invariant,
+    pre: Pre,
+    context: list[Any],
+    deadline: float,
+    proofs: dict[str, tuple[CutProof, bool]] | None = None,
+) -> bool:
     """True if every lemma of the cut proof (cuts.py) and its final query are unsat; False otherwise (fall back,
     never `proved`). `proofs` keeps, per loop invariant, the built cut proof and whether its lemmas were all unsat:
     the lemmas do not depend on the invariant, so they are solved once per encoding, and only the final query is
@@ -114,8 +119,12 @@ def _heap_order(pre: Pre, context: list[Any]) -> list[Any]:
     if pre.config.fcfs:
         return []
     n, slots = len(pre.slots), pre.slots
-    fact = [implies(and_(not_(pre.running(k)), not_(pre.running(j))), heap_before(slots[k], slots[j]) == z3.BoolVal(k < j))
-            for k in range(n) for j in range(n) if k != j]
+    fact = [
+        implies(and_(not_(pre.running(k)), not_(pre.running(j))), heap_before(slots[k], slots[j]) == z3.BoolVal(k < j))
+        for k in range(n)
+        for j in range(n)
+        if k != j
+    ]
     if not fact:
         return []
     proved = _solve(context + [z3.Not(z3.And(*fact))], time.perf_counter() + 30)[0] == z3.unsat
@@ -185,8 +194,16 @@ def replayed(invariant: Invariant, n: int, policy: str, pre: Pre, model: z3.Mode
         if c.spec_decode or c.prefix_caching or c.async_scheduling:  # a feature run also shows the drafts
             detail["scheduled_spec_decode_tokens"] = {r: len(t) for r, t in out.scheduled_spec_decode_tokens.items()}
         detail["preempted"] = sorted(out.preempted_req_ids)
-    return Result(invariant.name, n, policy, "violated" if confirmed else "unconfirmed", time.perf_counter() - t0,
-                  detail, state, sampled)
+    return Result(
+        invariant.name,
+        n,
+        policy,
+        "violated" if confirmed else "unconfirmed",
+        time.perf_counter() - t0,
+        detail,
+        state,
+        sampled,
+    )
 
 
 @dataclass(frozen=True)
@@ -207,7 +224,17 @@ def run_job(job: Job) -> Result:
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
 
 
-def jobs(max_requests: int, invariants: Iterable[str], policies: Iterable[str], timeout_s: float,
-         mutant: str | None = None, min_requests: int = 1) -> list[Job]:
-    return [Job(name, n, policy == "fcfs", timeout_s, mutant)
-            for policy in policies for n in range(min_requests, max_requests + 1) for name in invariants]
+def jobs(
+    max_requests: int,
+    invariants: Iterable[str],
+    policies: Iterable[str],
+    timeout_s: float,
+    mutant: str | None = None,
+    min_requests: int = 1,
+) -> list[Job]:
+    return [
+        Job(name, n, policy == "fcfs", timeout_s, mutant)
+        for policy in policies
+        for n in range(min_requests, max_requests + 1)
+        for name in invariants
+    ]

@@ -3,4 +3,14 @@
 from .api import abort, add_request, freeze, initial_state, schedule, thaw, update_from_output
 from .engine import ReferenceEngine, simulate
 
-__all__ = ["ReferenceEngine", "abort", "add_request", "freeze", "initial_state", "schedule", "simulate", "thaw", "update_from_output"]
+__all__ = [
+    "ReferenceEngine",
+    "abort",
+    "add_request",
+    "freeze",
+    "initial_state",
+    "schedule",
+    "simulate",
+    "thaw",
+    "update_from_output",
+]

@@ -35,8 +35,12 @@ def thaw(state: SchedulerState) -> Scheduler:
         requests=requests,
         running=[requests[rid] for rid in state.running],
         waiting=create_request_queue(state.config.policy, (requests[rid] for rid in state.waiting)),
-        block_pool=BlockPool(state.free_block_queue, state.config.enable_prefix_caching, state.ref_cnt(),
-                             state.cached_block_hash_to_block),
+        block_pool=BlockPool(
+            state.free_block_queue,
+            state.config.enable_prefix_caching,
+            state.ref_cnt(),
+            state.cached_block_hash_to_block,
+        ),
         finished_req_ids=set(state.finished_req_ids),
         current_step=state.current_step,
     )

@@ -42,7 +42,8 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt: dict[int, int] = dict(ref_cnt or {})  # held blocks only
         self.cached_block_hash_to_block: dict[int, list[int]] = {
-            h: list(bs) for h, bs in (cached_block_hash_to_block or {}).items()}
+            h: list(bs) for h, bs in (cached_block_hash_to_block or {}).items()
+        }
         self.block_hash: dict[int, int] = {b: h for h, bs in self.cached_block_hash_to_block.items() for b in bs}
 
     def get_num_free_blocks(self) -> int:
@@ -75,8 +76,9 @@ class BlockPool:
         if not cached:
             del self.cached_block_hash_to_block[block_hash]
 
-    def cache_full_blocks(self, blocks: list[int], block_hashes: tuple[int, ...], num_cached_blocks: int,
-                          num_full_blocks: int) -> None:
+    def cache_full_blocks(
+        self, blocks: list[int], block_hashes: tuple[int, ...], num_cached_blocks: int, num_full_blocks: int
+    ) -> None:
         """Register `blocks[num_cached_blocks:num_full_blocks]` under their hashes
         (vllm/v1/core/block_pool.py:BlockPool.cache_full_blocks)."""
         for i in range(num_cached_blocks, num_full_blocks):

@@ -37,7 +37,9 @@ class ReferenceEngine:
     def schedule(self) -> SchedulerOutput:
         return self.scheduler.schedule()
 
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         return self.scheduler.update_from_output(output, model_output)
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
@@ -49,7 +51,9 @@ class ReferenceEngine:
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(r.request_id for r in s.waiting),
             num_free_blocks=s.block_pool.get_num_free_blocks(),
-            requests={rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()},
+            requests={
+                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()
+            },
         )
 
     def state(self) -> SchedulerState:

@@ -83,7 +83,8 @@ class KVCacheManager:
                 return None
 
         num_tokens_need_slot = rules.num_tokens_need_slot(
-            num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
+            num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L
+        )
         required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs) + num_evictable_blocks
         if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
             return None

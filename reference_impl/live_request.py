@@ -16,10 +16,22 @@ from ..spec.state import RequestProperties, RequestState
 
 class LiveRequest(RequestProperties):
     __slots__ = (
-        "request", "status", "output_token_ids", "num_computed_tokens", "spec_token_ids",
-        "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output",
-        "num_preemptions", "is_prefill_chunk", "stop_reason", "block_ids", "num_cached_blocks",
-        "block_size", "_block_hashes",
+        "request",
+        "status",
+        "output_token_ids",
+        "num_computed_tokens",
+        "spec_token_ids",
+        "num_output_placeholders",
+        "num_in_flight_tokens",
+        "num_stale_output_tokens",
+        "drop_stale_output",
+        "num_preemptions",
+        "is_prefill_chunk",
+        "stop_reason",
+        "block_ids",
+        "num_cached_blocks",
+        "block_size",
+        "_block_hashes",
     )
 
     def __init__(self, request: Request, block_size: int = 16) -> None:

@@ -32,7 +32,11 @@ def clamp_to_threshold(num_new_tokens: Int, threshold: Int) -> Int:
 
 
 def running_num_new_tokens(
-    num_owed: Int, threshold: Int, token_budget: Int, max_model_len: Int, num_computed_tokens: Int,
+    num_owed: Int,
+    threshold: Int,
+    token_budget: Int,
+    max_model_len: Int,
+    num_computed_tokens: Int,
     num_sampled_tokens_per_step: Int = 1,
 ) -> Int:
     """RUNNING pass, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857): owed, then the threshold, the
@@ -42,7 +46,9 @@ def running_num_new_tokens(
     return min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step)
 
 
-def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold: Int, padded_num_tokens: Int = 0) -> Int:
+def waiting_num_new_tokens(
+    num_tokens: Int, num_computed_tokens: Int, threshold: Int, padded_num_tokens: Int = 0
+) -> Int:
     """WAITING pass, before the chunked-prefill check: T, not the prompt, minus the hit.
 
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1306-1333).
@@ -54,7 +60,9 @@ def waiting_num_new_tokens(num_tokens: Int, num_computed_tokens: Int, threshold:
     return clamp_to_threshold(n, threshold)
 
 
-def num_tokens_need_slot(num_computed_tokens: Int, num_new_tokens: Int, num_lookahead_tokens: Int, max_model_len: Int) -> Int:
+def num_tokens_need_slot(
+    num_computed_tokens: Int, num_new_tokens: Int, num_lookahead_tokens: Int, max_model_len: Int
+) -> Int:
     """vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553): slots for what is computed plus what
     is scheduled, capped at L.
 
@@ -77,6 +85,7 @@ def allocation_fits(num_blocks_required: Int, watermark_blocks: Int, num_free_bl
 
 # ---- Decisions. Also rules, so that a planted bug reaches the Z3 encoding too. ----
 
+
 def waiting_pass_allowed(num_preempted: Int) -> Any:
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050): a step that preempted admits nobody, even with
     budget left (I-6, Z10)."""
@@ -92,19 +101,30 @@ def fcfs_victim_index(num_running: Int) -> Int:
 NOT_STOPPED, STOPPED, LENGTH_CAPPED = 0, 1, 2
 
 
-def stop_kind(is_eos: Any, is_stop_token: Any, num_tokens: Int, num_output_tokens: Int,
-              max_model_len: Int, max_tokens: Int, min_tokens: Int) -> Int:
+def stop_kind(
+    is_eos: Any,
+    is_stop_token: Any,
+    num_tokens: Int,
+    num_output_tokens: Int,
+    max_model_len: Int,
+    max_tokens: Int,
+    min_tokens: Int,
+) -> Int:
     """`check_stop`'s verdict on the last appended token, in vLLM's order
     (vllm/v1/core/sched/utils.py:check_stop).
 
     EOS, then stop tokens, then the length caps; `min_tokens` only gates the
     repetition check that follows, which is not configured here.
     """
-    return ite(or_(is_eos, is_stop_token), STOPPED,
-               ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))
+    return ite(
+        or_(is_eos, is_stop_token),
+        STOPPED,
+        ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED),
+    )
 
 
 # ---- The three features: prefix caching, speculative decoding, async scheduling. ----
+
 
 def max_prefix_hit_blocks(num_tokens: Int, block_size: Int) -> Int:
     """vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302): a hit never covers the last
@@ -112,8 +132,14 @@ def max_prefix_hit_blocks(num_tokens: Int, block_size: Int) -> Int:
     return fdiv(num_tokens - 1, block_size)
 
 
-def pads_spec_decode(num_speculative_tokens: Int, num_new_tokens: Int, prefill_scheduled: Any,
-                     any_running_scheduled: Any, num_computed_tokens: Int, max_model_len: Int) -> Any:
+def pads_spec_decode(
+    num_speculative_tokens: Int,
+    num_new_tokens: Int,
+    prefill_scheduled: Any,
+    any_running_scheduled: Any,
+    num_computed_tokens: Int,
+    max_model_len: Int,
+) -> Any:
     """A decode-like admission is padded to 1 + k, if 1 + k + 1 positions fit under L.
 
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330).
@@ -122,13 +148,18 @@ def pads_spec_decode(num_speculative_tokens: Int, num_new_tokens: Int, prefill_s
     a running request already scheduled or a prefix hit (C > 0). The caller
     breaks the waiting pass if 1 + k exceeds the budget.
     """
-    return and_(num_speculative_tokens > 0, num_new_tokens == 1, not_(prefill_scheduled),
-                or_(any_running_scheduled, num_computed_tokens > 0),
-                num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len)
+    return and_(
+        num_speculative_tokens > 0,
+        num_new_tokens == 1,
+        not_(prefill_scheduled),
+        or_(any_running_scheduled, num_computed_tokens > 0),
+        num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len,
+    )
 
 
-def num_scheduled_spec_tokens(num_new_tokens: Int, num_computed_tokens: Int, num_tokens: Int,
-                              num_output_placeholders: Int) -> Int:
+def num_scheduled_spec_tokens(
+    num_new_tokens: Int, num_computed_tokens: Int, num_tokens: Int, num_output_placeholders: Int
+) -> Int:
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025): what the clamps left of the drafts, i.e. the
     scheduled tokens beyond T + P."""
     return num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders
@@ -140,9 +171,11 @@ def num_rejected_drafts(num_scheduled_drafts: Int, num_generated: Int, num_sampl
     return num_scheduled_drafts - max_(num_generated - num_sampled_tokens_per_step, 0)
 
 
-def async_max_tokens_reached(num_output_placeholders: Int, num_computed_tokens: Int, num_prompt_tokens: Int,
-                             max_tokens: Int) -> Any:
+def async_max_tokens_reached(
+    num_output_placeholders: Int, num_computed_tokens: Int, num_prompt_tokens: Int, max_tokens: Int
+) -> Any:
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async only): even if every in-flight draft is
     rejected, the step in flight reaches max_tokens."""
-    return and_(num_output_placeholders > 0,
-                num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)
+    return and_(
+        num_output_placeholders > 0, num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens
+    )

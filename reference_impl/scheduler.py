@@ -96,8 +96,10 @@ class Scheduler(SchedulerUpdates):
             if input_budget <= draft_slots:
                 break
             if rules.async_max_tokens_reached(  # async only (Z2)
-                request.num_output_placeholders, request.num_computed_tokens,
-                request.num_prompt_tokens, request.max_tokens,
+                request.num_output_placeholders,
+                request.num_computed_tokens,
+                request.num_prompt_tokens,
+                request.max_tokens,
             ):
                 req_index += 1
                 continue
@@ -118,7 +120,8 @@ class Scheduler(SchedulerUpdates):
 
             while True:
                 new_blocks = self.kv_cache_manager.allocate_slots(
-                    request, num_new_tokens, num_lookahead_tokens=NUM_LOOKAHEAD_TOKENS)
+                    request, num_new_tokens, num_lookahead_tokens=NUM_LOOKAHEAD_TOKENS
+                )
                 if new_blocks is not None:
                     break
                 # No room: preempt by recompute until it fits or `request` itself is the victim.
@@ -157,7 +160,8 @@ class Scheduler(SchedulerUpdates):
             req_index += 1
             if request.spec_token_ids:
                 num_scheduled_spec_tokens = rules.num_scheduled_spec_tokens(
-                    num_new_tokens, request.num_computed_tokens, request.num_tokens, request.num_output_placeholders)
+                    num_new_tokens, request.num_computed_tokens, request.num_tokens, request.num_output_placeholders
+                )
                 if num_scheduled_spec_tokens > 0:
                     scheduled_spec_decode_tokens[request.request_id] = tuple(
                         request.spec_token_ids[:num_scheduled_spec_tokens]
@@ -187,15 +191,23 @@ class Scheduler(SchedulerUpdates):
                 # num_tokens, not the prompt: a resumed request recomputes its outputs too.
                 num_new_tokens = request.num_tokens - num_computed_tokens
                 pad_spec_decode = rules.pads_spec_decode(
-                    self.num_spec_tokens, num_new_tokens, prefill_scheduled, bool(scheduled_running_reqs),
-                    num_computed_tokens, self.max_model_len)
+                    self.num_spec_tokens,
+                    num_new_tokens,
+                    prefill_scheduled,
+                    bool(scheduled_running_reqs),
+                    num_computed_tokens,
+                    self.max_model_len,
+                )
                 # A decode-like admission is padded to 1 + k for CUDA-graph uniformity (T40).
                 if pad_spec_decode and 1 + self.num_spec_tokens > request_token_budget:
                     break  # "prefer to not schedule than schedule un-padded"
                 # The threshold comes after the padding: the bug of exp1, refused by the config.
                 num_new_tokens = rules.waiting_num_new_tokens(
-                    request.num_tokens, num_computed_tokens, long_prefill_token_threshold,
-                    1 + self.num_spec_tokens if pad_spec_decode else 0)
+                    request.num_tokens,
+                    num_computed_tokens,
+                    long_prefill_token_threshold,
+                    1 + self.num_spec_tokens if pad_spec_decode else 0,
+                )
                 if not config.enable_chunked_prefill and num_new_tokens > request_token_budget:
                     break  # head-of-line blocking
                 num_new_tokens = min(num_new_tokens, request_token_budget)
@@ -250,8 +262,7 @@ class Scheduler(SchedulerUpdates):
                 for r in reqs
             ),
             scheduled_cached_reqs=tuple(
-                CachedRequestData(r.request_id, r.num_computed_tokens,
-                                  tuple(req_to_new_blocks[r.request_id]) or None)
+                CachedRequestData(r.request_id, r.num_computed_tokens, tuple(req_to_new_blocks[r.request_id]) or None)
                 for r in scheduled_running_reqs
             ),
             scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
@@ -272,12 +283,16 @@ class Scheduler(SchedulerUpdates):
         the encoding abstracts to counts and positions.
         """
         assert request.status == RequestStatus.RUNNING, "Only running requests can be preempted"
-        after = preempted_counters(request.num_in_flight_tokens, request.num_stale_output_tokens,
-                                   request.drop_stale_output, request.num_preemptions)
+        after = preempted_counters(
+            request.num_in_flight_tokens,
+            request.num_stale_output_tokens,
+            request.drop_stale_output,
+            request.num_preemptions,
+        )
         self.kv_cache_manager.free(request)
         request.status = after.status
         request.num_computed_tokens = after.num_computed_tokens
-        request.spec_token_ids = request.spec_token_ids[:after.num_spec_tokens]
+        request.spec_token_ids = request.spec_token_ids[: after.num_spec_tokens]
         request.drop_stale_output = after.drop_stale_output
         request.num_stale_output_tokens = after.num_stale_output_tokens
         request.num_output_placeholders = after.num_output_placeholders

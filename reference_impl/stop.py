@@ -23,9 +23,15 @@ def check_stop(request: LiveRequest, max_model_len: int) -> bool:
     q = request.request
     last_token_id = request.output_token_ids[-1]
     is_stop_token = last_token_id in q.stop_token_ids
-    kind = rules.stop_kind(last_token_id == q.effective_eos_token_id, is_stop_token,
-                           request.num_tokens, request.num_output_tokens, max_model_len, request.max_tokens,
-                           q.min_tokens)
+    kind = rules.stop_kind(
+        last_token_id == q.effective_eos_token_id,
+        is_stop_token,
+        request.num_tokens,
+        request.num_output_tokens,
+        max_model_len,
+        request.max_tokens,
+        q.min_tokens,
+    )
     if kind == rules.STOPPED:
         request.status = RequestStatus.FINISHED_STOPPED
         if is_stop_token and last_token_id != q.effective_eos_token_id:

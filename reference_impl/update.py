@@ -64,13 +64,17 @@ class SchedulerUpdates:
                 generated_token_ids, stopped = self._update_request_with_output(
                     request, generated_token_ids, output_is_stale
                 )
-                if (not output_is_stale and status_before_stop == RequestStatus.RUNNING
-                        and (had_output_placeholders or self.num_spec_tokens > 0)):
+                if (
+                    not output_is_stale
+                    and status_before_stop == RequestStatus.RUNNING
+                    and (had_output_placeholders or self.num_spec_tokens > 0)
+                ):
                     # Async or spec: register only what is processed, not what is in flight
                     # (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415)).
                     # It runs before a stopped request is freed, so its blocks free as cached (to the tail).
                     self.kv_cache_manager.cache_blocks(
-                        request, request.num_computed_tokens - request.num_in_flight_tokens)
+                        request, request.num_computed_tokens - request.num_in_flight_tokens
+                    )
             if stopped:
                 finished[req_id] = FinishedRequest(request.status, tuple(request.output_token_ids))
                 self._free_request(request)
@@ -119,7 +123,9 @@ class SchedulerUpdates:
                 continue
             request.spec_token_ids = list(spec_token_ids)
 
-    def finish_requests(self: Scheduler, request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
+    def finish_requests(
+        self: Scheduler, request_ids: Iterable[str], finished_status: RequestStatus
+    ) -> list[LiveRequest]:
         """Abort from outside. Ids are processed in the order given: the free order decides block ids."""
         assert finished_status.is_finished
         # vLLM takes `set(request_ids)` (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests (2983)), so an id

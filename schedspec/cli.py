@@ -57,9 +57,14 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         console.print(table.table(ENGINE_NAME, end))
         if end == "max_steps":  # the caption alone read like a normal end
             unfinished = len(workload.requests) - len(finished)
-            why = (f"with {unfinished} requests unfinished: a livelock, or max_steps too small" if unfinished
-                   else "before the last finish was reported: max_steps too small")
-            console.print(f"stopped at max_steps={workload.max_steps} {why}", style="yellow", markup=False, highlight=False)
+            why = (
+                f"with {unfinished} requests unfinished: a livelock, or max_steps too small"
+                if unfinished
+                else "before the last finish was reported: max_steps too small"
+            )
+            console.print(
+                f"stopped at max_steps={workload.max_steps} {why}", style="yellow", markup=False, highlight=False
+            )
         if trace_file is not None:
             trace_file.finish(end)
             console.print(f"trace written to {args.out}", markup=False, highlight=False)
@@ -85,7 +90,9 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler.")
+    parser = _OneLineErrors(
+        prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="run a workload through the reference scheduler and print its steps")

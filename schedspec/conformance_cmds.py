@@ -39,19 +39,42 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
         if args.engine != "vllm":
             raise SpecError("--vllm-source", args.vllm_source, f"needs --engine vllm, not --engine {args.engine}")
         args.engine = vllm_source_engine(args.vllm_source)
-    options = cert_mod.Options(jobs=args.jobs, step_timeout_s=args.step_timeout, start_timeout_s=args.start_timeout,
-                               isolate=args.isolate, shrink_budget=args.shrink_budget,
-                               max_counterexamples=args.max_counterexamples, max_errors=args.max_errors)
-    tasks = cert_mod.plan(args.engine, args.against, args.level, args.family or list(cert_mod.FAMILIES),
-                          args.workloads, args.seed, shard, args.out, options)
+    options = cert_mod.Options(
+        jobs=args.jobs,
+        step_timeout_s=args.step_timeout,
+        start_timeout_s=args.start_timeout,
+        isolate=args.isolate,
+        shrink_budget=args.shrink_budget,
+        max_counterexamples=args.max_counterexamples,
+        max_errors=args.max_errors,
+    )
+    tasks = cert_mod.plan(
+        args.engine,
+        args.against,
+        args.level,
+        args.family or list(cert_mod.FAMILIES),
+        args.workloads,
+        args.seed,
+        shard,
+        args.out,
+        options,
+    )
     out = OutDir(args.out, args.force, "--out", "certify")
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
     progress = CampaignProgress(console, len(tasks), f"{args.engine} vs {args.against}")
     try:
         with progress:
-            cert, results = cert_mod.certify(args.engine, args.against, tasks=tasks, options=options, shard=shard,
-                                             workloads=args.workloads, out_dir=args.out, on_done=progress.done,
-                                             allow_divergence=args.allow_divergence)
+            cert, results = cert_mod.certify(
+                args.engine,
+                args.against,
+                tasks=tasks,
+                options=options,
+                shard=shard,
+                workloads=args.workloads,
+                out_dir=args.out,
+                on_done=progress.done,
+                allow_divergence=args.allow_divergence,
+            )
     except KeyboardInterrupt:
         out.abandon()
         raise
@@ -64,8 +87,10 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
     console.print(f"written: {', '.join(paths)}", markup=False, highlight=False)
     status = cert_mod.exit_status(cert)
     if status == cert_mod.EXIT_ERROR:
-        console.print(f"[red]certify: {len(cert['errors'])} workloads ended in an engine error and "
-                      f"{len(cert['skipped'])} were skipped: the certificate is incomplete (exit 3)")
+        console.print(
+            f"[red]certify: {len(cert['errors'])} workloads ended in an engine error and "
+            f"{len(cert['skipped'])} were skipped: the certificate is incomplete (exit 3)"
+        )
     return status
 
 
@@ -77,9 +102,19 @@ class CampaignProgress:
         self.n = self.failed = self.errors = 0
         self.every = max(1, total // 10)
         self.t0 = time.perf_counter()
-        self.bar = Progress(TextColumn("certify {task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[failures]} failed, {task.fields[errors]} errors"),
-                            TimeElapsedColumn(), console=console, transient=True) if console.is_terminal else None
+        self.bar = (
+            Progress(
+                TextColumn("certify {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failures]} failed, {task.fields[errors]} errors"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if console.is_terminal
+            else None
+        )
 
     def __enter__(self) -> CampaignProgress:
         if self.bar is not None:
@@ -98,8 +133,12 @@ class CampaignProgress:
         if self.bar is not None:
             self.bar.update(self.task, advance=1, failures=self.failed, errors=self.errors)
         elif self.n % self.every == 0 or self.n == self.total:
-            print(f"certify {self.what}: {self.n}/{self.total} workloads, {self.failed} failed, {self.errors} errors, "
-                  f"{time.perf_counter() - self.t0:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"certify {self.what}: {self.n}/{self.total} workloads, {self.failed} failed, {self.errors} errors, "
+                f"{time.perf_counter() - self.t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
@@ -118,30 +157,53 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     from .outdir import check_output_file
 
     check_output_file(args.plot, args.force, "--plot")
-    result = diff(cx.workload, engine_factory(cx.engine_a), engine_factory(engine_b), cx.level, keep_records=True,
-                  names=(cx.engine_a, engine_b))
+    result = diff(
+        cx.workload,
+        engine_factory(cx.engine_a),
+        engine_factory(engine_b),
+        cx.level,
+        keep_records=True,
+        names=(cx.engine_a, engine_b),
+    )
     if result.error is not None:
-        console.print(f"replay could not judge the engines: {result.error}\nfix: {result.error.fix}", style="red",
-                      markup=False, highlight=False)
+        console.print(
+            f"replay could not judge the engines: {result.error}\nfix: {result.error.fix}",
+            style="red",
+            markup=False,
+            highlight=False,
+        )
         return 3
     d = result.divergence
-    console.print(f"{args.file}: workload {cx.workload.name!r}, {len(cx.workload.requests)} requests, level {cx.level}",
-                  markup=False, highlight=False)
+    console.print(
+        f"{args.file}: workload {cx.workload.name!r}, {len(cx.workload.requests)} requests, level {cx.level}",
+        markup=False,
+        highlight=False,
+    )
     for side, name in (("a", cx.engine_a), ("b", cx.engine_b)):  # as recorded: the versions that diverged
-        console.print(f"  {side}: {name}: {cx.versions.get(side, 'version not recorded')}", markup=False, highlight=False)
+        console.print(
+            f"  {side}: {name}: {cx.versions.get(side, 'version not recorded')}", markup=False, highlight=False
+        )
     if engine_b != cx.engine_b:
         console.print(f"  replaying b as {engine_b}", markup=False, highlight=False)
     if d is None:
         console.print(f"[green]no divergence: {cx.engine_a} and {engine_b} agree on all {result.steps_compared} steps")
     else:
-        console.print(_rich_table(step_table(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b))
-        console.print(f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False)
+        console.print(
+            _rich_table(step_table(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
+        )
+        console.print(
+            f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False
+        )
     from .spec.invariants import check_trace
 
     violations = check_trace(Trace(cx.workload, tuple(_whole_run(cx.workload, engine_b)), engine_b, "max_steps"))
     for v in violations[:5]:
-        console.print(f"engine b breaks invariant {v.invariant} at step {v.step}: {v.detail}", style="red",
-                      markup=False, highlight=False)
+        console.print(
+            f"engine b breaks invariant {v.invariant} at step {v.step}: {v.detail}",
+            style="red",
+            markup=False,
+            highlight=False,
+        )
     if args.plot:
         plot_pair(cx, engine_b, args.plot, None if d is None else d.step)
         console.print(f"timeline written to {args.plot}", markup=False)
@@ -158,9 +220,12 @@ def _rich_table(table: dict, name_a: str, name_b: str) -> Table:
         out.add_column(escape(col))
     for r in table["rows"]:
         red = (lambda x: f"[red]{escape(x)}[/]") if r["diverges"] else escape
-        cells = [escape(f"{r['step']} <-" if r["diverges"] else str(r["step"])),
-                 (red if tokens_is_field else escape)(r["tokens_a"]), (red if tokens_is_field else escape)(r["tokens_b"]),
-                 escape(r["preempted"])]
+        cells = [
+            escape(f"{r['step']} <-" if r["diverges"] else str(r["step"])),
+            (red if tokens_is_field else escape)(r["tokens_a"]),
+            (red if tokens_is_field else escape)(r["tokens_b"]),
+            escape(r["preempted"]),
+        ]
         cells += [] if tokens_is_field else [red(r["field_a"]), red(r["field_b"])]
         out.add_row(*cells, style="bold" if r["diverges"] else None)
     return out
@@ -189,8 +254,11 @@ def write_timelines(cert: dict, limit: int = TIMELINES) -> None:
     An engine that crashed or hung has no timeline worth re-running it for.
     A picture that cannot be drawn is noted, never allowed to cost the certificate.
     """
-    drawable = [c for c in cert["counterexamples"]
-                if c.get("file") and c.get("shrunk") and not c["shrunk"]["field"].startswith(("engine", "malformed"))]
+    drawable = [
+        c
+        for c in cert["counterexamples"]
+        if c.get("file") and c.get("shrunk") and not c["shrunk"]["field"].startswith(("engine", "malformed"))
+    ]
     for c in drawable[:limit]:
         png = os.path.splitext(c["file"])[0] + ".png"
         try:
@@ -201,7 +269,9 @@ def write_timelines(cert: dict, limit: int = TIMELINES) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("certify", help="run a campaign of generated workloads against the oracle and write a certificate")
+    p = sub.add_parser(
+        "certify", help="run a campaign of generated workloads against the oracle and write a certificate"
+    )
     p.add_argument("--engine", required=True, help="reference, vllm, torch, or module:callable")
     p.add_argument("--against", default="reference", help="the oracle engine (default: reference)")
     p.add_argument("--level", default="blocks", choices=["tokens", "lifecycle", "blocks"])
@@ -211,29 +281,73 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th workload starting at i (default: 0/1)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     p.add_argument("--out", default="certificate", help="folder for the certificate, JUnit XML and counterexamples")
-    p.add_argument("--force", action="store_true", help="replace the outputs of an earlier run in --out (they are "
-                   "removed first) and any file of the same name")
-    p.add_argument("--vllm-source", metavar="PATH", help="with --engine vllm: run the vLLM source tree at PATH "
-                   "(a checkout holding vllm/) on the pinned venv's dependencies")
-    p.add_argument("--allow-divergence", action="store_true",
-                   help="list departures of values from the oracle instead of failing; crashes, broken invariants, "
-                        "nondeterminism and engine errors still fail")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the outputs of an earlier run in --out (they are removed first) and any file of the same name",
+    )
+    p.add_argument(
+        "--vllm-source",
+        metavar="PATH",
+        help="with --engine vllm: run the vLLM source tree at PATH "
+        "(a checkout holding vllm/) on the pinned venv's dependencies",
+    )
+    p.add_argument(
+        "--allow-divergence",
+        action="store_true",
+        help="list departures of values from the oracle instead of failing; crashes, broken invariants, "
+        "nondeterminism and engine errors still fail",
+    )
     g = p.add_argument_group("engine failures and budgets")
-    g.add_argument("--step-timeout", type=float, default=30.0, metavar="S",
-                   help="seconds one engine call may take before the workload is an error (default: 30)")
-    g.add_argument("--start-timeout", type=float, default=300.0, metavar="S",
-                   help="seconds an engine may take to start, and its factory to build it; retried once (default: 300)")
+    g.add_argument(
+        "--step-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds one engine call may take before the workload is an error (default: 30)",
+    )
+    g.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds an engine may take to start, and its factory to build it; retried once (default: 300)",
+    )
     iso = g.add_mutually_exclusive_group()
-    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                     help="run the engine in its own process (the default for module:callable)")
-    iso.add_argument("--in-process", dest="isolate", action="store_false",
-                     help="run a module:callable engine in the harness's process (faster; an os._exit kills the run)")
-    g.add_argument("--shrink-budget", type=int, default=400, metavar="N",
-                   help="candidate workloads tried when shrinking one divergence; 0 skips shrinking (default: 400)")
-    g.add_argument("--max-counterexamples", type=int, default=10, metavar="K",
-                   help="divergences shrunk and drawn; the rest are listed unshrunk (default: 10)")
-    g.add_argument("--max-errors", type=int, default=5, metavar="N",
-                   help="after this many engine errors the remaining workloads are skipped (default: 5)")
+    iso.add_argument(
+        "--isolate",
+        dest="isolate",
+        action="store_true",
+        default=None,
+        help="run the engine in its own process (the default for module:callable)",
+    )
+    iso.add_argument(
+        "--in-process",
+        dest="isolate",
+        action="store_false",
+        help="run a module:callable engine in the harness's process (faster; an os._exit kills the run)",
+    )
+    g.add_argument(
+        "--shrink-budget",
+        type=int,
+        default=400,
+        metavar="N",
+        help="candidate workloads tried when shrinking one divergence; 0 skips shrinking (default: 400)",
+    )
+    g.add_argument(
+        "--max-counterexamples",
+        type=int,
+        default=10,
+        metavar="K",
+        help="divergences shrunk and drawn; the rest are listed unshrunk (default: 10)",
+    )
+    g.add_argument(
+        "--max-errors",
+        type=int,
+        default=5,
+        metavar="N",
+        help="after this many engine errors the remaining workloads are skipped (default: 5)",
+    )
     g.add_argument("--no-plots", action="store_true", help="draw no timeline PNGs")
     p.set_defaults(func=cmd_certify)
 
@@ -267,20 +381,31 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         checked = check_all(trace, on_step=_check_progress(trace))
     inconsistent, violations, total = checked.inconsistent, checked.violations, checked.num_steps
     names = [name for name, _ in RULES] + [i.name for i in INVARIANTS] + ["finished-reported-once", "stop-is-final"]
-    table = Table(title=f"{args.trace}: {total} steps of engine {trace.engine!r}, {len(RULES)} consistency rules, "
-                        f"{len(names) - len(RULES)} invariants")
+    table = Table(
+        title=f"{args.trace}: {total} steps of engine {trace.engine!r}, {len(RULES)} consistency rules, "
+        f"{len(names) - len(RULES)} invariants"
+    )
     for col in ("check", "verdict", "first violation"):
         table.add_column(col)
     first = {v.invariant: v for v in inconsistent + violations}
     for name in names:
         v = first.get(name)
-        table.add_row(name, "[red]violated" if v else "[green]holds", escape(f"step {v.step}: {v.detail}") if v else "",
-                      end_section=name == RULES[-1][0])
+        table.add_row(
+            name,
+            "[red]violated" if v else "[green]holds",
+            escape(f"step {v.step}: {v.detail}") if v else "",
+            end_section=name == RULES[-1][0],
+        )
     console.print(table)
     if inconsistent or violations:
         v = min(inconsistent + violations, key=lambda v: v.step)  # min keeps the first: consistency wins a tie
-        console.print(f"first violation: step {v.step}: {v.invariant}: {v.detail}", style="red", markup=False,
-                      highlight=False, soft_wrap=True)  # one line, so logs can be grepped for it
+        console.print(
+            f"first violation: step {v.step}: {v.invariant}: {v.detail}",
+            style="red",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )  # one line, so logs can be grepped for it
         return 1
     return 0
 
@@ -298,11 +423,14 @@ def _check_progress(trace, every: int = 1000):
         if total[0] > every:
             for what in ("consistency", "invariants"):
                 print(f"schedspec check: {what}: {i + 1}/{total[0]} steps", file=sys.stderr, flush=True)
+
     return report
 
 
 def add_check_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="check a trace from any engine: every invariant at every step, "
-                       "and that its steps follow from one another")
+    p = sub.add_parser(
+        "check",
+        help="check a trace from any engine: every invariant at every step, and that its steps follow from one another",
+    )
     p.add_argument("trace", metavar="TRACE.json")
     p.set_defaults(func=cmd_check)

@@ -67,8 +67,7 @@ def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
 
     by = {(k.mutant, k.checker): k for k in kills}
     shade = {"killed": 1.0, "unknown": 0.5, "error": 0.5, "survived": 0.0}
-    grid = [[shade[by[(m.name, c)].verdict] if (m.name, c) in by else float("nan") for c in checkers]
-            for m in MUTANTS]
+    grid = [[shade[by[(m.name, c)].verdict] if (m.name, c) in by else float("nan") for c in checkers] for m in MUTANTS]
     fig, ax = plt.subplots(figsize=(1.6 * len(checkers) + 3, 0.4 * len(MUTANTS) + 1.5))
     ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(checkers)), checkers)
@@ -110,10 +109,13 @@ def _run(cells: list[tuple[str, str, float]], jobs: int) -> list[Kill]:
             kills.append(k)
             tally = {v: sum(x.verdict == v for x in kills) for v in ("killed", "survived", "unknown", "error")}
             how = f"killed in {k.seconds:.1f} s ({k.what})" if k.killed else f"{k.verdict}: {k.what}"
-            progress("mutants", f"{len(kills)}/{len(cells)} cells done, {tally['killed']} killed, "
-                                f"{tally['survived']} survived, {tally['unknown']} budget spent"
-                                + (f", {tally['error']} checker errors" if tally["error"] else "")
-                                + f" ({k.mutant} x {k.checker}: {how})")
+            progress(
+                "mutants",
+                f"{len(kills)}/{len(cells)} cells done, {tally['killed']} killed, "
+                f"{tally['survived']} survived, {tally['unknown']} budget spent"
+                + (f", {tally['error']} checker errors" if tally["error"] else "")
+                + f" ({k.mutant} x {k.checker}: {how})",
+            )
     order = {(name, c): i for i, (name, c, _) in enumerate(cells)}
     return sorted(kills, key=lambda k: order[(k.mutant, k.checker)])
 
@@ -133,8 +135,9 @@ def show(name: str) -> tuple[str, bool]:
         mutated = rewrite(source, mutant)
     except MutantDrift as e:
         return f"{e}\n{header}{source}\n", False
-    diff = difflib.unified_diff(source.splitlines(), mutated.splitlines(), mutant.target, f"{mutant.target} ({name})",
-                                n=3, lineterm="")
+    diff = difflib.unified_diff(
+        source.splitlines(), mutated.splitlines(), mutant.target, f"{mutant.target} ({name})", n=3, lineterm=""
+    )
     return header + "\n".join(diff) + "\n", True
 
 
@@ -156,8 +159,15 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     style = {"survived": "red", "unknown": "yellow", "error": "magenta"}
     for name in names:
         row = [by[(name, c)] for c in checkers]
-        table.add_row(name, *[f"[green]{k.seconds:.1f}s {k.what}" + (f" {k.size}" if k.size else "") if k.killed
-                              else f"[{style[k.verdict]}]{k.what}" for k in row])
+        table.add_row(
+            name,
+            *[
+                f"[green]{k.seconds:.1f}s {k.what}" + (f" {k.size}" if k.size else "")
+                if k.killed
+                else f"[{style[k.verdict]}]{k.what}"
+                for k in row
+            ],
+        )
     console.print(table)
     first = [min((k.seconds for k in kills if k.mutant == n and k.killed), default=None) for n in names]
     sizes = [min((k.size for k in kills if k.mutant == n and k.killed and k.size), default=None) for n in names]
@@ -166,8 +176,10 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     if found:
         console.print(f"median time to first counterexample: {statistics.median(found):.2f} s")
     if sized:
-        console.print(f"median smallest counterexample: {statistics.median(s[0] for s in sized):g} requests, "
-                      f"{statistics.median(s[1] for s in sized):g} steps")
+        console.print(
+            f"median smallest counterexample: {statistics.median(s[0] for s in sized):g} requests, "
+            f"{statistics.median(s[1] for s in sized):g} steps"
+        )
     written = [out.file(n) for n in OUTPUTS]
     write_json_atomic(written[0], [{**k.__dict__, "verdict": k.verdict} for k in kills])
     write_bytes_atomic(written[1], markdown_table(kills, checkers).encode())
@@ -188,15 +200,21 @@ def _verdict(names: list[str], by: dict[tuple[str, str], Kill], checkers: list[s
         how = "unknown" if "unknown" in verdicts else "error" if "error" in verdicts else "survived"
         escaped[how].append(name)
         detail = ", ".join(f"{k.checker}: {k.what}" for k in row)
-        console.print({"survived": f"[red]survived every checker: {name}",
-                       "unknown": f"[yellow]not killed, budget spent: {name} ({detail})",
-                       "error": f"[magenta]not killed, a checker failed: {name} ({detail})"}[how])
+        console.print(
+            {
+                "survived": f"[red]survived every checker: {name}",
+                "unknown": f"[yellow]not killed, budget spent: {name} ({detail})",
+                "error": f"[magenta]not killed, a checker failed: {name} ({detail})",
+            }[how]
+        )
     why = []
     if escaped["survived"]:
         why.append(f"{len(escaped['survived'])} survived every checker ({', '.join(escaped['survived'])})")
     if escaped["unknown"]:
-        why.append(f"{len(escaped['unknown'])} not killed before the budget was spent "
-                   f"({', '.join(escaped['unknown'])}); a larger --budget may kill them")
+        why.append(
+            f"{len(escaped['unknown'])} not killed before the budget was spent "
+            f"({', '.join(escaped['unknown'])}); a larger --budget may kill them"
+        )
     if escaped["error"]:
         why.append(f"{len(escaped['error'])} not killed because a checker failed ({', '.join(escaped['error'])})")
     if why:
@@ -209,11 +227,21 @@ def add_mutants_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checker", action="append", help=f"one of {', '.join(CHECKERS)} (repeatable; default: all)")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     p.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
-    p.add_argument("--budget", type=float, default=30.0, metavar="S",
-                   help=f"seconds per mutant and checker, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)")
-    p.add_argument("--out", default="mutant-scores", metavar="DIR",
-                   help="folder for mutants.json, mutants.md and mutants.png")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help=f"seconds per mutant and checker, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)",
+    )
+    p.add_argument(
+        "--out", default="mutant-scores", metavar="DIR", help="folder for mutants.json, mutants.md and mutants.png"
+    )
     p.add_argument("--force", action="store_true", help="replace an earlier run's tables in --out")
-    p.add_argument("--show", metavar="NAME", help="print the mutant's change against its target's canonical source "
-                                                  "(the form snippets are written in), and run nothing")
+    p.add_argument(
+        "--show",
+        metavar="NAME",
+        help="print the mutant's change against its target's canonical source "
+        "(the form snippets are written in), and run nothing",
+    )
     p.set_defaults(func=cmd_mutants)

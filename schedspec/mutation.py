@@ -108,14 +108,23 @@ def _z3(m: Mutant, budget_s: float) -> Kill:
                 left = budget_s - (time.perf_counter() - t0)
                 if left <= 0:
                     return Kill(m.name, "z3", False, "budget spent", time.perf_counter() - t0, None)
-                r = (feature_mode.run_job(feature_mode.Job(inv.name, n, fcfs, min(left, 30.0), m.name, features))
-                     if features else prove.run_job(prove.Job(inv.name, n, fcfs, min(left, 30.0), m.name)))
+                r = (
+                    feature_mode.run_job(feature_mode.Job(inv.name, n, fcfs, min(left, 30.0), m.name, features))
+                    if features
+                    else prove.run_job(prove.Job(inv.name, n, fcfs, min(left, 30.0), m.name))
+                )
                 if r.verdict == "violated":
                     return Kill(m.name, "z3", True, r.invariant, time.perf_counter() - t0, (n, 1))
                 undecided += r.verdict in ("unknown", "unconfirmed")
     if undecided:
-        return Kill(m.name, "z3", False, f"unknown: {undecided} checks not proved (timeout or unconfirmed)",
-                    time.perf_counter() - t0, None)
+        return Kill(
+            m.name,
+            "z3",
+            False,
+            f"unknown: {undecided} checks not proved (timeout or unconfirmed)",
+            time.perf_counter() - t0,
+            None,
+        )
     return Kill(m.name, "z3", False, "proved up to N=3", time.perf_counter() - t0, None)
 
 
@@ -141,12 +150,22 @@ def _crosshair(m: Mutant, budget_s: float) -> Kill:
     # when it is expected to show up elsewhere.
     expected = [e for e in m.expect if e in BY_NAME]
     feature = next((f for f in FEATURES if f in m.families), None)
-    contract = (contract_name(ALL, feature) if feature else
-                f"check_{expected[0].replace('-', '_')}" if expected else "check_runs")
+    contract = (
+        contract_name(ALL, feature)
+        if feature
+        else f"check_{expected[0].replace('-', '_')}"
+        if expected
+        else "check_runs"
+    )
     r = run_contract(contract, timeout=budget_s, mutant=m.name)
     if r.verdict != "counterexample":  # CrossHair's "unknown" is its per-contract budget running out
-        what = (BUDGET_SPENT if r.verdict == "unknown" else
-                "unknown: counterexample not confirmed" if r.verdict == "unconfirmed" else r.verdict)
+        what = (
+            BUDGET_SPENT
+            if r.verdict == "unknown"
+            else "unknown: counterexample not confirmed"
+            if r.verdict == "unconfirmed"
+            else r.verdict
+        )
         if r.message.startswith("worker exited"):  # the worker crashed: no search happened at all
             what = f"checker error: {r.message}"[:120]
         return Kill(m.name, "crosshair", False, what, r.seconds, None)
@@ -174,4 +193,6 @@ def run_cell(args: tuple[str, str, float]) -> Kill:
     try:
         return RUNNERS[checker](BY_NAME[name], budget_s)
     except Exception as e:  # noqa: BLE001 - one broken checker must not lose the whole table
-        return Kill(name, checker, False, f"checker error: {type(e).__name__}: {e}"[:120], time.perf_counter() - t0, None)
+        return Kill(
+            name, checker, False, f"checker error: {type(e).__name__}: {e}"[:120], time.perf_counter() - t0, None
+        )

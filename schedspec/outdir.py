@@ -61,18 +61,27 @@ class OutDir:
         present = set(os.listdir(self.path))
         clash = sorted(n for n in present if n in names or any(fnmatch.fnmatch(n, p) for p in patterns))
         if previous and not self.force:
-            raise SpecError(self.option, self.path, f"holds the outputs of an earlier {self.command} run "
-                            f"({len(previous)} files); pass --force to replace them")
+            raise SpecError(
+                self.option,
+                self.path,
+                f"holds the outputs of an earlier {self.command} run "
+                f"({len(previous)} files); pass --force to replace them",
+            )
         if clash and not self.force:
-            raise SpecError(self.option, self.path, f"already holds {clash[0]}, which schedspec did not write; "
-                            "pass --force to overwrite it")
+            raise SpecError(
+                self.option,
+                self.path,
+                f"already holds {clash[0]}, which schedspec did not write; pass --force to overwrite it",
+            )
         for name in previous:  # --force: the earlier run's files go, so none of them outlives it stale
             try:
                 os.remove(os.path.join(self.path, name))
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise SpecError(self.option, os.path.join(self.path, name), f"cannot be removed: {e.strerror}") from None
+                raise SpecError(
+                    self.option, os.path.join(self.path, name), f"cannot be removed: {e.strerror}"
+                ) from None
         if previous:
             os.remove(os.path.join(self.path, MANIFEST))
 

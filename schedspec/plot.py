@@ -18,15 +18,17 @@ from .spec.workload import Workload
 from .steps import StepView, views
 
 
-def plot_timelines(traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None,
-                   mark_step: int | None = None) -> None:
+def plot_timelines(
+    traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None, mark_step: int | None = None
+) -> None:
     """`mark_step` draws a vertical line through every panel there: where two engines diverged."""
     panels = [(t.workload, title, views(t)) for t, title in zip(traces, titles or [t.engine for t in traces])]
     plot_panels(panels, path, mark_step)
 
 
-def plot_panels(panels: Sequence[tuple[Workload, str, Sequence[StepView]]], path: str,
-                mark_step: int | None = None) -> None:
+def plot_panels(
+    panels: Sequence[tuple[Workload, str, Sequence[StepView]]], path: str, mark_step: int | None = None
+) -> None:
     """The same from step views: a streamed run keeps its views, not its records."""
     import matplotlib
 

@@ -74,8 +74,12 @@ def progress(command: str, line: str) -> None:
     print(f"{command}: {line}", file=sys.stderr, flush=True)
 
 
-_STYLE = {"counterexample": "red", "unconfirmed": "yellow", "unknown": "yellow",
-          "no counterexample within bounds": "green"}
+_STYLE = {
+    "counterexample": "red",
+    "unconfirmed": "yellow",
+    "unknown": "yellow",
+    "no counterexample within bounds": "green",
+}
 
 
 def _describe(replay: dict | None) -> str:
@@ -86,14 +90,20 @@ def _describe(replay: dict | None) -> str:
     c = w["config"]
     reqs = "; ".join(
         f"{r['request_id']}: prompt {len(r['prompt_token_ids'])}, max {r['max_tokens']}"
-        + (f", min {r['min_tokens']}" if r["min_tokens"] else "") + (f", pri {r['priority']}" if c["policy"] == "priority" else "")
-        + (f", at {r['arrival_step']}" if r["arrival_step"] else "") + (f", eos #{len(r['output_token_ids']) - 1}" if r["output_token_ids"] else "")
-        for r in w["requests"])
+        + (f", min {r['min_tokens']}" if r["min_tokens"] else "")
+        + (f", pri {r['priority']}" if c["policy"] == "priority" else "")
+        + (f", at {r['arrival_step']}" if r["arrival_step"] else "")
+        + (f", eos #{len(r['output_token_ids']) - 1}" if r["output_token_ids"] else "")
+        for r in w["requests"]
+    )
     aborts = "".join(f"; abort {a['request_id']} at {a['step']}" for a in w["aborts"])
-    return (f"{c['policy']}, L {c['max_model_len']}, budget {c['max_num_batched_tokens']}, seqs {c['max_num_seqs']}, "
-            f"block {c['block_size']}, gpu blocks {c['num_gpu_blocks']}"
-            + (f", threshold {c['long_prefill_token_threshold']}" if c["long_prefill_token_threshold"] else "")
-            + ("" if c["enable_chunked_prefill"] else ", no chunking") + f" | {reqs}{aborts}")
+    return (
+        f"{c['policy']}, L {c['max_model_len']}, budget {c['max_num_batched_tokens']}, seqs {c['max_num_seqs']}, "
+        f"block {c['block_size']}, gpu blocks {c['num_gpu_blocks']}"
+        + (f", threshold {c['long_prefill_token_threshold']}" if c["long_prefill_token_threshold"] else "")
+        + ("" if c["enable_chunked_prefill"] else ", no chunking")
+        + f" | {reqs}{aborts}"
+    )
 
 
 def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
@@ -112,13 +122,18 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
         with lock:
             done.append(r)
             cx, unknown = sum(x.verdict == CX for x in done), sum(x.verdict == UNKNOWN for x in done)
-            progress("contracts", f"{len(done)}/{len(names)} contracts done, {cx} with a counterexample, "
-                                  f"{unknown} unknown ({r.contract}: {r.verdict}, {r.seconds:.1f} s, "
-                                  f"{r.scenarios} scenarios)")
+            progress(
+                "contracts",
+                f"{len(done)}/{len(names)} contracts done, {cx} with a counterexample, "
+                f"{unknown} unknown ({r.contract}: {r.verdict}, {r.seconds:.1f} s, "
+                f"{r.scenarios} scenarios)",
+            )
 
     results = run_contracts(names, args.timeout, args.mutant, args.jobs, on_done=on_done)
-    title = (f"CrossHair contracts on the reference{f' with mutant {args.mutant}' if args.mutant else ''}, "
-             f"{args.timeout:g} CPU-s each")
+    title = (
+        f"CrossHair contracts on the reference{f' with mutant {args.mutant}' if args.mutant else ''}, "
+        f"{args.timeout:g} CPU-s each"
+    )
     table = Table(title=title)
     for col in ("contract", "verdict", "seconds", "scenarios", "counterexample"):
         table.add_column(col, overflow="fold")
@@ -129,22 +144,26 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
             cx = f"{at}{r.replay['what']}: {r.replay['detail']}\n{_describe(r.replay)}"
         elif r.verdict != "no counterexample within bounds" and r.message:
             cx = r.message
-        table.add_row(r.contract, f"[{_STYLE.get(r.verdict, 'white')}]{r.verdict}", f"{r.seconds:.1f}",
-                      str(r.scenarios), cx)
+        table.add_row(
+            r.contract, f"[{_STYLE.get(r.verdict, 'white')}]{r.verdict}", f"{r.seconds:.1f}", str(r.scenarios), cx
+        )
     console.print(table)
     confirmed = [r for r in results if r.verdict == CX]
     if out:
         from .spec.jsonio import write_json_atomic
 
         written = [out.file("results.json")]
-        write_json_atomic(written[0], {
-            "timeout_cpu_s": args.timeout, "mutant": args.mutant, "results": [r.to_json() for r in results]})
+        write_json_atomic(
+            written[0],
+            {"timeout_cpu_s": args.timeout, "mutant": args.mutant, "results": [r.to_json() for r in results]},
+        )
         for r in confirmed:  # each scenario as a workload file, so `schedspec simulate` can show it step by step
             written.append(out.file(f"{r.contract}.workload.json"))
             write_json_atomic(written[-1], r.replay["workload"])
         out.record(written)
-        console.print(f"results written to {written[0]}"
-                      + (", counterexample workloads beside it" if confirmed else ""))
+        console.print(
+            f"results written to {written[0]}" + (", counterexample workloads beside it" if confirmed else "")
+        )
     if confirmed:
         console.print(f"[red]{len(confirmed)} contract(s) with a confirmed counterexample")
     return 1 if confirmed else 0
@@ -152,14 +171,23 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("contracts", help="run CrossHair on the reference's contracts (bounded; see docs/crosshair.md)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help=f"CrossHair's budget per contract, in CPU seconds, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} "
-                        "(default 30)")
-    p.add_argument("--contract", action="append", metavar="NAME",
-                   help="a contract (check_token_bounds) or its check (token-bounds); repeatable; default: all")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help=f"CrossHair's budget per contract, in CPU seconds, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)",
+    )
+    p.add_argument(
+        "--contract",
+        action="append",
+        metavar="NAME",
+        help="a contract (check_token_bounds) or its check (token-bounds); repeatable; default: all",
+    )
     p.add_argument("--mutant", metavar="NAME", help="plant this mutant of the reference first (mutants/)")
     p.add_argument("--jobs", type=int, default=1, help="contracts run side by side (default 1)")
     p.add_argument("--out", metavar="DIR", help="write results.json here, and each counterexample as a workload file")
-    p.add_argument("--force", action="store_true",
-                   help="replace an earlier run's results in --out (they are removed first)")
+    p.add_argument(
+        "--force", action="store_true", help="replace an earlier run's results in --out (they are removed first)"
+    )
     p.set_defaults(func=cmd_contracts)

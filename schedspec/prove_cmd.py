@@ -29,8 +29,13 @@ from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, pro
 from .spec.errors import SpecError
 from .spec.invariants import BY_NAME, INVARIANTS
 
-MARK = {"proved": "[green]proved", "violated": "[red]VIOLATED", "unknown": "[yellow]unknown",
-        "unconfirmed": "[magenta]unconfirmed", "n/a": "[dim]n/a"}
+MARK = {
+    "proved": "[green]proved",
+    "violated": "[red]VIOLATED",
+    "unknown": "[yellow]unknown",
+    "unconfirmed": "[magenta]unconfirmed",
+    "n/a": "[dim]n/a",
+}
 FAILS = ("violated", "unconfirmed")  # unconfirmed: the encoding drifted from the reference, a bug in the proof
 
 
@@ -85,6 +90,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
 
     if args.feature:  # feature mode (proofs/features.py): its own encoding, N <= 4 by default
         from .proofs.features import jobs as feature_jobs, run_job
+
         jobs = lambda *a: feature_jobs(*a, features=tuple(dict.fromkeys(args.feature)))  # noqa: E731
     else:
         from .proofs.prove import jobs, run_job
@@ -101,9 +107,11 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     elapsed = time.perf_counter() - t0
 
     for policy in dict.fromkeys(r.policy for r in results):
-        table = Table(title=f"{policy.upper()}: each invariant inductive for N live requests"
-                            + (f" with {', '.join(args.feature)}" if args.feature else "")
-                            + (f" (mutant {args.mutant})" if args.mutant else ""))
+        table = Table(
+            title=f"{policy.upper()}: each invariant inductive for N live requests"
+            + (f" with {', '.join(args.feature)}" if args.feature else "")
+            + (f" (mutant {args.mutant})" if args.mutant else "")
+        )
         table.add_column("invariant")
         ns = sorted({r.n for r in results})
         for n in ns:
@@ -112,16 +120,22 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
             row = {r.n: r for r in results if r.policy == policy and r.invariant == name}
             table.add_row(name, *[f"{MARK[row[n].verdict]} {row[n].seconds:.2f}s" for n in ns])
         mine = [r for r in results if r.policy == policy]
-        table.add_row("[bold]sum (CPU)", *[f"{sum(r.seconds for r in mine if r.n == n):.1f}s "
-                                             f"({sum(r.cpu_seconds for r in mine if r.n == n):.1f}s)" for n in ns])
+        table.add_row(
+            "[bold]sum (CPU)",
+            *[
+                f"{sum(r.seconds for r in mine if r.n == n):.1f}s ({sum(r.cpu_seconds for r in mine if r.n == n):.1f}s)"
+                for n in ns
+            ],
+        )
         console.print(table)
     bad = [r for r in results if r.verdict in FAILS]
     written = []
     for r in bad:
         written.append(out.file(f"proof-{r.policy}-{r.invariant}-N{r.n}.json"))
         write_state_counterexample(written[-1], r.invariant, r.n, r.policy, r.state, r.sampled, args.mutant)
-        console.print(f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; "
-                      f"written to {written[-1]}")
+        console.print(
+            f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; written to {written[-1]}"
+        )
     if written or not created:
         out.record(written)
     else:  # a clean run leaves no empty folder behind in the working directory
@@ -130,8 +144,10 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         except OSError:
             pass
     counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
-    console.print(f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "
-                  + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    console.print(
+        f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+    )
     return _verdict(counts, args.allow_unknown)
 
 
@@ -140,35 +156,57 @@ def _verdict(counts: dict[str, int], allow_unknown: bool) -> int:
     why = [f"{counts[v]} check{'s' if counts[v] != 1 else ''} {v}" for v in FAILS if counts[v]]
     unknown = counts["unknown"]
     if unknown and not allow_unknown:
-        why.append(f"{unknown} check{'s' if unknown != 1 else ''} unknown (Z3 timed out); "
-                   "pass --allow-unknown to accept them, or a larger --timeout to settle them")
+        why.append(
+            f"{unknown} check{'s' if unknown != 1 else ''} unknown (Z3 timed out); "
+            "pass --allow-unknown to accept them, or a larger --timeout to settle them"
+        )
     if why:
         progress("prove", "FAILED: " + "; ".join(why))
         return 1
     if unknown:
-        progress("prove", f"passed, with {unknown} unknown check{'s' if unknown != 1 else ''} accepted "
-                          "(--allow-unknown)")
+        progress(
+            "prove", f"passed, with {unknown} unknown check{'s' if unknown != 1 else ''} accepted (--allow-unknown)"
+        )
     return 0
 
 
 def add_prove_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prove", help="prove the invariants inductive with Z3 for up to N requests")
-    p.add_argument("--max-requests", type=int, default=None,
-                   help="prove for every N from 1 to this (default 8; 4 with --feature)")
+    p.add_argument(
+        "--max-requests", type=int, default=None, help="prove for every N from 1 to this (default 8; 4 with --feature)"
+    )
     p.add_argument("--invariant", action="append", help="only this invariant (repeatable)")
     p.add_argument("--policy", action="append", choices=["fcfs", "priority"], help="only this policy (repeatable)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help=f"seconds per check, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30); past it the verdict "
-                        "is unknown")
-    p.add_argument("--allow-unknown", action="store_true",
-                   help="exit 0 even if some checks are unknown (timed out); violated ones still fail")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help=f"seconds per check, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30); past it the verdict is unknown",
+    )
+    p.add_argument(
+        "--allow-unknown",
+        action="store_true",
+        help="exit 0 even if some checks are unknown (timed out); violated ones still fail",
+    )
     p.add_argument("--jobs", type=int, default=1, help="checks run side by side (default 1)")
     p.add_argument("--mutant", help="plant this mutant (mutants/) in the reference and the encoding")
-    p.add_argument("--feature", action="append", choices=["spec-decode", "prefix-caching", "async"],
-                   help="put this feature (prefix caching, spec decode or async scheduling) in the step "
-                        "(proofs/features.py); repeatable")
-    p.add_argument("--out", default="proof-counterexamples", metavar="DIR",
-                   help="folder for counterexample files (proof-*.json), written only when a check fails")
-    p.add_argument("--force", action="store_true",
-                   help="replace an earlier run's counterexamples in --out (they are removed first)")
+    p.add_argument(
+        "--feature",
+        action="append",
+        choices=["spec-decode", "prefix-caching", "async"],
+        help="put this feature (prefix caching, spec decode or async scheduling) in the step "
+        "(proofs/features.py); repeatable",
+    )
+    p.add_argument(
+        "--out",
+        default="proof-counterexamples",
+        metavar="DIR",
+        help="folder for counterexample files (proof-*.json), written only when a check fails",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier run's counterexamples in --out (they are removed first)",
+    )
     p.set_defaults(func=cmd_prove)

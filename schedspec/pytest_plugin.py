@@ -29,8 +29,12 @@ MAX_VIOLATIONS_SHOWN = 5
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("schedspec", "schedspec engine certification")
-    group.addoption("--schedspec-out", metavar="DIR", default=None,
-                    help="write each schedspec_certify certificate under DIR/<test name> instead of the test's tmp dir")
+    group.addoption(
+        "--schedspec-out",
+        metavar="DIR",
+        default=None,
+        help="write each schedspec_certify certificate under DIR/<test name> instead of the test's tmp dir",
+    )
 
 
 def engine_name(engine: str | Callable[..., Any]) -> str:
@@ -47,16 +51,22 @@ def failure_message(cert: dict[str, Any], out_dir: Path) -> str:
     """What the failed test prints: verdict, first counterexample as a table, broken invariants, files."""
     from .conformance.explain import markdown_table
 
-    lines = [f"schedspec: engine {cert['engine']!r} failed certification against {cert['against']!r} "
-             f"({cert['workloads_run']} workloads, level {cert['level']})"]
+    lines = [
+        f"schedspec: engine {cert['engine']!r} failed certification against {cert['against']!r} "
+        f"({cert['workloads_run']} workloads, level {cert['level']})"
+    ]
     for e in cert["errors"][:MAX_VIOLATIONS_SHOWN]:
         where = "at start" if e["step"] is None else f"at step {e['step']}"
-        lines.append(f"error in {e['workload']}: engine {e['engine']!r} {e['kind']} {where}: {e['cause']}\n    fix: {e['fix']}")
+        lines.append(
+            f"error in {e['workload']}: engine {e['engine']!r} {e['kind']} {where}: {e['cause']}\n    fix: {e['fix']}"
+        )
     shown = [c for c in cert["counterexamples"] if c["crash"] or not cert.get("allow_divergence")]
     if shown:
         c = shown[0]
-        lines.append(f"first counterexample: {c['workload']} diverges at step {c['step']} on {c['field']} "
-                     f"({len(cert['counterexamples'])} workloads diverged)")
+        lines.append(
+            f"first counterexample: {c['workload']} diverges at step {c['step']} on {c['field']} "
+            f"({len(cert['counterexamples'])} workloads diverged)"
+        )
         if c.get("shrunk"):
             n = c["shrunk_size"]["requests"]
             lines.append(f"shrunk to {n} request{'s' * (n != 1)}, diverging at step {c['shrunk']['step']}:")
@@ -85,10 +95,22 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
     root = request.config.getoption("--schedspec-out")
     base = Path(root) / re.sub(r"[^\w.-]+", "_", request.node.nodeid) if root else tmp_path / "schedspec"
 
-    def certify(engine: str | Callable[..., Any], workloads: int = 100, *, against: str = "reference",
-                level: str = "blocks", families: list[str] | None = None, seed: int = 0, jobs: int = 1,
-                allow_divergence: bool = False, vllm_source: str | None = None, timelines: int = 1,
-                isolate: bool | None = None, step_timeout: float = 30.0, start_timeout: float = 300.0) -> dict[str, Any]:
+    def certify(
+        engine: str | Callable[..., Any],
+        workloads: int = 100,
+        *,
+        against: str = "reference",
+        level: str = "blocks",
+        families: list[str] | None = None,
+        seed: int = 0,
+        jobs: int = 1,
+        allow_divergence: bool = False,
+        vllm_source: str | None = None,
+        timelines: int = 1,
+        isolate: bool | None = None,
+        step_timeout: float = 30.0,
+        start_timeout: float = 300.0,
+    ) -> dict[str, Any]:
         from .conformance import certify as cert_mod
         from .conformance.registry import vllm_source_engine
         from .conformance_cmds import write_timelines
@@ -105,12 +127,21 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
                 if name != "vllm":
                     raise SpecError("vllm_source", vllm_source, f"needs engine 'vllm', not {name!r}")
                 name = vllm_source_engine(vllm_source)
-            options = cert_mod.Options(jobs=jobs, isolate=isolate, step_timeout_s=step_timeout,
-                                       start_timeout_s=start_timeout)
-            tasks = cert_mod.plan(name, against, level, families or list(cert_mod.FAMILIES), workloads, seed,
-                                  (0, 1), str(out), options)
-            cert, results = cert_mod.certify(name, against, tasks=tasks, options=options, workloads=workloads,
-                                             out_dir=str(out), allow_divergence=allow_divergence)
+            options = cert_mod.Options(
+                jobs=jobs, isolate=isolate, step_timeout_s=step_timeout, start_timeout_s=start_timeout
+            )
+            tasks = cert_mod.plan(
+                name, against, level, families or list(cert_mod.FAMILIES), workloads, seed, (0, 1), str(out), options
+            )
+            cert, results = cert_mod.certify(
+                name,
+                against,
+                tasks=tasks,
+                options=options,
+                workloads=workloads,
+                out_dir=str(out),
+                allow_divergence=allow_divergence,
+            )
             write_timelines(cert, timelines)
         except SpecError as e:  # failed outside the handler, so the report is one line, not a chain
             error = f"schedspec: error: {e}"

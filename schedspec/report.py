@@ -19,9 +19,18 @@ from .spec.workload import Workload
 from .steps import StepView, step_view
 
 MAX_LISTED = 4
-_COLUMNS = [("step", "right"), ("tokens", "right"), ("decodes", "right"), ("prefill chunks", "left"),
-            ("admitted (*resumed)", "left"), ("preempted", "left"), ("finished", "left"),
-            ("run", "right"), ("wait", "right"), ("free blk", "right")]
+_COLUMNS = [
+    ("step", "right"),
+    ("tokens", "right"),
+    ("decodes", "right"),
+    ("prefill chunks", "left"),
+    ("admitted (*resumed)", "left"),
+    ("preempted", "left"),
+    ("finished", "left"),
+    ("run", "right"),
+    ("wait", "right"),
+    ("free blk", "right"),
+]
 
 
 def _ids(ids: tuple[str, ...]) -> str:
@@ -36,8 +45,11 @@ def _chunks(chunks: tuple[tuple[str, int], ...]) -> str:
 
 
 def _quiet(v: StepView, prev: StepView | None) -> bool:
-    return (prev is not None and not (v.prefill_chunks or v.new or v.resumed or v.preempted or v.finished)
-            and (v.decode_reqs, v.running, v.waiting) == (prev.decode_reqs, prev.running, prev.waiting))
+    return (
+        prev is not None
+        and not (v.prefill_chunks or v.new or v.resumed or v.preempted or v.finished)
+        and (v.decode_reqs, v.running, v.waiting) == (prev.decode_reqs, prev.running, prev.waiting)
+    )
 
 
 class StepTable:
@@ -59,25 +71,56 @@ class StepTable:
         else:
             self._flush()
             admitted = v.new + tuple(f"*{rid}" for rid in v.resumed)
-            self._rows.append(((str(v.step), str(v.total), str(v.decode_reqs), _chunks(v.prefill_chunks), _ids(admitted),
-                                _ids(v.preempted), _ids(v.finished), str(v.running), str(v.waiting), str(v.free_blocks)),
-                               "bold red" if v.preempted else None))
+            self._rows.append(
+                (
+                    (
+                        str(v.step),
+                        str(v.total),
+                        str(v.decode_reqs),
+                        _chunks(v.prefill_chunks),
+                        _ids(admitted),
+                        _ids(v.preempted),
+                        _ids(v.finished),
+                        str(v.running),
+                        str(v.waiting),
+                        str(v.free_blocks),
+                    ),
+                    "bold red" if v.preempted else None,
+                )
+            )
         self._prev = v
         return v
 
     def _flush(self) -> None:
         if self._folded:
             a, b = self._folded
-            self._rows.append(((f"{a.step}-{b.step}" if a is not b else str(a.step), str(a.total), str(a.decode_reqs),
-                                "", "", "", "", str(b.running), str(b.waiting), str(b.free_blocks)), "dim"))
+            self._rows.append(
+                (
+                    (
+                        f"{a.step}-{b.step}" if a is not b else str(a.step),
+                        str(a.total),
+                        str(a.decode_reqs),
+                        "",
+                        "",
+                        "",
+                        "",
+                        str(b.running),
+                        str(b.waiting),
+                        str(b.free_blocks),
+                    ),
+                    "dim",
+                )
+            )
             self._folded = None
 
     def table(self, engine: str, end: str) -> Table:
         self._flush()
         w = self.workload
-        table = Table(title=f"{w.name or 'workload'}: {self.num_steps} steps, budget {w.config.token_budget}, "
-                            f"{w.config.num_usable_blocks} usable blocks, {w.config.policy}",
-                      caption=f"engine: {engine}; end: {end}")
+        table = Table(
+            title=f"{w.name or 'workload'}: {self.num_steps} steps, budget {w.config.token_budget}, "
+            f"{w.config.num_usable_blocks} usable blocks, {w.config.policy}",
+            caption=f"engine: {engine}; end: {end}",
+        )
         for col, justify in _COLUMNS:
             wraps = col in ("prefill chunks", "admitted (*resumed)", "finished")
             table.add_column(col, justify=justify, no_wrap=not wraps, min_width=16 if wraps else None)

@@ -23,10 +23,22 @@ def prompt_for(request_id: str, length: int) -> tuple[int, ...]:
     return (3 + zlib.crc32(request_id.encode()) % 1000,) * length
 
 
-def _req(request_id: str, prompt_len: int, max_tokens: int, arrival_step: int = 0, priority: int = 0,
-         arrival_time: float = 0.0) -> WorkloadRequest:
-    request = Request(request_id, prompt_for(request_id, prompt_len), max_tokens=max_tokens, ignore_eos=True,
-                      priority=priority, arrival_time=arrival_time)
+def _req(
+    request_id: str,
+    prompt_len: int,
+    max_tokens: int,
+    arrival_step: int = 0,
+    priority: int = 0,
+    arrival_time: float = 0.0,
+) -> WorkloadRequest:
+    request = Request(
+        request_id,
+        prompt_for(request_id, prompt_len),
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        priority=priority,
+        arrival_time=arrival_time,
+    )
     return WorkloadRequest(request, arrival_step)
 
 
@@ -36,17 +48,26 @@ def seed_long_prompt() -> Workload:
     The decodes are prefilled in step 0. From step 1 they take 1 token each,
     so the long prompt gets 8192 - 200 = 7992, 7992, then the last 4016.
     """
-    config = SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768,
-                             block_size=16, num_gpu_blocks=100_000)
+    config = SchedulerConfig(
+        max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768, block_size=16, num_gpu_blocks=100_000
+    )
     decodes = [_req(f"d{i}", 32, max_tokens=16, arrival_time=i) for i in range(200)]
     long = _req("long", 20_000, max_tokens=8, arrival_step=1, arrival_time=200)
-    return Workload(config, tuple(decodes + [long]), name="seed-long-prompt", description=seed_long_prompt.__doc__.split("\n")[0])
+    return Workload(
+        config, tuple(decodes + [long]), name="seed-long-prompt", description=seed_long_prompt.__doc__.split("\n")[0]
+    )
 
 
 def _pressure(policy: str, priorities: list[int]) -> Workload:
     # vllm-0.33-on-cpu.md, scenario 2: 19 usable blocks, four 60-token prompts of 4 blocks each.
-    config = SchedulerConfig(max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=2048,
-                             block_size=16, num_gpu_blocks=20, policy=policy)
+    config = SchedulerConfig(
+        max_num_batched_tokens=1024,
+        max_num_seqs=16,
+        max_model_len=2048,
+        block_size=16,
+        num_gpu_blocks=20,
+        policy=policy,
+    )
     requests = [_req(f"p{i}", 60, max_tokens=40, priority=priorities[i], arrival_time=i) for i in range(4)]
     return Workload(config, tuple(requests))
 

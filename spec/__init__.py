@@ -16,7 +16,22 @@ from .trace import FinishedRequest, RequestSummary, StateSummary, StepRecord, Tr
 from .workload import Abort, Workload, WorkloadRequest
 
 __all__ = [
-    "Abort", "CachedRequestData", "FinishedRequest", "ModelRunnerOutput", "NewRequestData", "Request",
-    "RequestState", "RequestStatus", "RequestSummary", "SchedulerConfig", "SchedulerOutput", "SchedulerState",
-    "SpecError", "StateSummary", "StepRecord", "Trace", "Workload", "WorkloadRequest",
+    "Abort",
+    "CachedRequestData",
+    "FinishedRequest",
+    "ModelRunnerOutput",
+    "NewRequestData",
+    "Request",
+    "RequestState",
+    "RequestStatus",
+    "RequestSummary",
+    "SchedulerConfig",
+    "SchedulerOutput",
+    "SchedulerState",
+    "SpecError",
+    "StateSummary",
+    "StepRecord",
+    "Trace",
+    "Workload",
+    "WorkloadRequest",
 ]

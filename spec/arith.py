@@ -28,7 +28,8 @@ def _z3():
 
 def ite(cond: Any, then: Any, otherwise: Any) -> Any:
     if (type(cond) not in _CONCRETE or type(then) not in _CONCRETE or type(otherwise) not in _CONCRETE) and (
-            is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise)):
+        is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise)
+    ):
         return _z3().If(cond, then, otherwise)
     return then if cond else otherwise
 
@@ -104,6 +105,7 @@ def plus(total: Any, *terms: Any) -> Any:
 # Lexicographic order on key tuples (the victim key, the heap key), for ints and Z3 terms alike. The shapes are
 # the ones the encoding was proved with: a pair key builds `Or(a0 > b0, And(a0 == b0, a1 > b1))`, and `lex_lt`
 # splits off the last component (the heap's id tie-break) from a prefix compared with `lex_gt`.
+
 
 def lex_gt(a: tuple[Any, ...], b: tuple[Any, ...]) -> Any:
     if len(a) == 1:

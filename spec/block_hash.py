@@ -45,6 +45,6 @@ def block_hashes(token_ids: Sequence[int], block_size: int, start: tuple[int, ..
     hashes = list(start)
     parent = hashes[-1] if hashes else NONE_HASH
     for b in range(len(hashes), len(token_ids) // block_size):
-        parent = hash_block(parent, token_ids[b * block_size:(b + 1) * block_size])
+        parent = hash_block(parent, token_ids[b * block_size : (b + 1) * block_size])
         hashes.append(parent)
     return tuple(hashes)

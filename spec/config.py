@@ -115,8 +115,13 @@ def _validate(c: SchedulerConfig) -> None:
     v = c.num_speculative_tokens
     need("num_speculative_tokens", _is_int(v), "must be an integer")
     need("num_speculative_tokens", v >= 0, "must be >= 0")
-    for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold_adaptive",
-                 "enable_prefix_caching", "async_scheduling"):
+    for name in (
+        "enable_chunked_prefill",
+        "scheduler_reserve_full_isl",
+        "long_prefill_token_threshold_adaptive",
+        "enable_prefix_caching",
+        "async_scheduling",
+    ):
         need(name, isinstance(getattr(c, name), bool), "must be true or false")
     need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
     w = c.watermark

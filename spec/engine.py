@@ -100,7 +100,9 @@ class Drafter:
         self.workload = workload
         self.num_proposed: dict[str, int] = {}
 
-    def propose(self, output: SchedulerOutput, model_output: ModelRunnerOutput, after_update: StateSummary) -> dict[str, tuple[int, ...]]:
+    def propose(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput, after_update: StateSummary
+    ) -> dict[str, tuple[int, ...]]:
         drafts: dict[str, tuple[int, ...]] = {}
         for rid in output.num_scheduled_tokens:
             r = after_update.requests.get(rid)
@@ -138,14 +140,17 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             drafts = drafter.propose(output, model_output, engine.summary())
             if drafts:
                 engine.update_draft_token_ids(drafts)
-        record = StepRecord(step, added, aborted, output, model_output, engine.summary(), finished,
-                            draft_token_ids=drafts)
+        record = StepRecord(
+            step, added, aborted, output, model_output, engine.summary(), finished, draft_token_ids=drafts
+        )
         yield record
         if drained_after(record, workload):
             return
 
 
-def _arrivals_and_aborts(engine: Engine, workload: Workload, step: int) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, FinishedRequest]]:
+def _arrivals_and_aborts(
+    engine: Engine, workload: Workload, step: int
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, FinishedRequest]]:
     added = workload.arrivals_at(step)
     for request in added:
         engine.add_request(request)
@@ -183,23 +188,43 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             full = len(batch_queue) >= ASYNC_BATCH_QUEUE_SIZE
             if not full and (output.total_num_scheduled_tokens > 0 or after.running or after.waiting):
                 batch_queue_steps = tuple(s for s, _, _ in reversed(batch_queue))
-                yield StepRecord(step, added, aborted, output, model_output, after, finished,
-                                 updated_step=None, in_flight=batch_queue_steps)
+                yield StepRecord(
+                    step,
+                    added,
+                    aborted,
+                    output,
+                    model_output,
+                    after,
+                    finished,
+                    updated_step=None,
+                    in_flight=batch_queue_steps,
+                )
                 continue
         if batch_queue:
             updated_step, old_output, old_model_output = batch_queue.pop()
             absorbed = engine.update_from_output(old_output, old_model_output)
             finished.update(absorbed)
             unreported |= set(absorbed)
-        record = StepRecord(step, added, aborted, output, model_output, engine.summary(), finished,
-                            updated_step=updated_step, scheduled=scheduled,
-                            in_flight=tuple(s for s, _, _ in reversed(batch_queue)))
+        record = StepRecord(
+            step,
+            added,
+            aborted,
+            output,
+            model_output,
+            engine.summary(),
+            finished,
+            updated_step=updated_step,
+            scheduled=scheduled,
+            in_flight=tuple(s for s, _, _ in reversed(batch_queue)),
+        )
         yield record
         if not batch_queue and not unreported and drained_after(record, workload):
             return
 
 
-ASYNC_BATCH_QUEUE_SIZE = 2  # max_concurrent_batches: 2 for async with PP = 1 (vllm/config/vllm.py:VllmConfig.max_concurrent_batches)
+ASYNC_BATCH_QUEUE_SIZE = (
+    2  # max_concurrent_batches: 2 for async with PP = 1 (vllm/config/vllm.py:VllmConfig.max_concurrent_batches)
+)
 
 
 def drained_after(record: StepRecord, workload: Workload) -> bool:

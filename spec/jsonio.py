@@ -88,4 +88,8 @@ def validate_with(validator: Any, data: Any, where: str) -> None:
     if error.validator == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))[0]
         raise SpecError(f"{where}{path}.{extra}", error.instance[extra], "is not a known field")
-    raise SpecError(f"{where}{path}", error.instance, error.message.split("\n")[0].replace(repr(error.instance), "").strip() or "is invalid")
+    raise SpecError(
+        f"{where}{path}",
+        error.instance,
+        error.message.split("\n")[0].replace(repr(error.instance), "").strip() or "is invalid",
+    )

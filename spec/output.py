@@ -50,13 +50,20 @@ class SchedulerOutput:
         return {
             "num_scheduled_tokens": [[k, v] for k, v in self.num_scheduled_tokens.items()],
             "scheduled_new_reqs": [
-                {"req_id": r.req_id, "num_computed_tokens": r.num_computed_tokens,
-                 "block_ids": list(r.block_ids), "resumed": r.resumed}
+                {
+                    "req_id": r.req_id,
+                    "num_computed_tokens": r.num_computed_tokens,
+                    "block_ids": list(r.block_ids),
+                    "resumed": r.resumed,
+                }
                 for r in self.scheduled_new_reqs
             ],
             "scheduled_cached_reqs": [
-                {"req_id": r.req_id, "num_computed_tokens": r.num_computed_tokens,
-                 "new_block_ids": None if r.new_block_ids is None else list(r.new_block_ids)}
+                {
+                    "req_id": r.req_id,
+                    "num_computed_tokens": r.num_computed_tokens,
+                    "new_block_ids": None if r.new_block_ids is None else list(r.new_block_ids),
+                }
                 for r in self.scheduled_cached_reqs
             ],
             "scheduled_spec_decode_tokens": {k: list(v) for k, v in self.scheduled_spec_decode_tokens.items()},
@@ -73,8 +80,11 @@ class SchedulerOutput:
                 for r in d["scheduled_new_reqs"]
             ),
             scheduled_cached_reqs=tuple(
-                CachedRequestData(r["req_id"], r["num_computed_tokens"],
-                                  None if r["new_block_ids"] is None else tuple(r["new_block_ids"]))
+                CachedRequestData(
+                    r["req_id"],
+                    r["num_computed_tokens"],
+                    None if r["new_block_ids"] is None else tuple(r["new_block_ids"]),
+                )
                 for r in d["scheduled_cached_reqs"]
             ),
             scheduled_spec_decode_tokens={k: tuple(v) for k, v in d.get("scheduled_spec_decode_tokens", {}).items()},

@@ -74,8 +74,9 @@ class PreemptedCounters(NamedTuple):
     num_preemptions: Int
 
 
-def preempted_counters(num_in_flight_tokens: Int, num_stale_output_tokens: Int, drop_stale_output: Bool,
-                       num_preemptions: Int) -> PreemptedCounters:
+def preempted_counters(
+    num_in_flight_tokens: Int, num_stale_output_tokens: Int, drop_stale_output: Bool, num_preemptions: Int
+) -> PreemptedCounters:
     """Preemption by recompute: vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1812-1842).
 
     The victim keeps its tokens and loses everything computed from them: C,

@@ -165,15 +165,30 @@ class SchedulerState:
 def request_state_to_json(r: RequestState) -> dict:
     q = r.request
     return {
-        "request": {"request_id": q.request_id, "prompt_token_ids": list(q.prompt_token_ids), "max_tokens": q.max_tokens,
-                    "min_tokens": q.min_tokens, "eos_token_id": q.eos_token_id, "ignore_eos": q.ignore_eos,
-                    "stop_token_ids": list(q.stop_token_ids), "priority": q.priority, "arrival_time": q.arrival_time},
-        "status": r.status.name, "output_token_ids": list(r.output_token_ids),
-        "num_computed_tokens": r.num_computed_tokens, "spec_token_ids": list(r.spec_token_ids),
-        "num_output_placeholders": r.num_output_placeholders, "num_in_flight_tokens": r.num_in_flight_tokens,
-        "num_stale_output_tokens": r.num_stale_output_tokens, "drop_stale_output": r.drop_stale_output,
-        "num_preemptions": r.num_preemptions, "is_prefill_chunk": r.is_prefill_chunk, "stop_reason": r.stop_reason,
-        "block_ids": list(r.block_ids), "num_cached_blocks": r.num_cached_blocks,
+        "request": {
+            "request_id": q.request_id,
+            "prompt_token_ids": list(q.prompt_token_ids),
+            "max_tokens": q.max_tokens,
+            "min_tokens": q.min_tokens,
+            "eos_token_id": q.eos_token_id,
+            "ignore_eos": q.ignore_eos,
+            "stop_token_ids": list(q.stop_token_ids),
+            "priority": q.priority,
+            "arrival_time": q.arrival_time,
+        },
+        "status": r.status.name,
+        "output_token_ids": list(r.output_token_ids),
+        "num_computed_tokens": r.num_computed_tokens,
+        "spec_token_ids": list(r.spec_token_ids),
+        "num_output_placeholders": r.num_output_placeholders,
+        "num_in_flight_tokens": r.num_in_flight_tokens,
+        "num_stale_output_tokens": r.num_stale_output_tokens,
+        "drop_stale_output": r.drop_stale_output,
+        "num_preemptions": r.num_preemptions,
+        "is_prefill_chunk": r.is_prefill_chunk,
+        "stop_reason": r.stop_reason,
+        "block_ids": list(r.block_ids),
+        "num_cached_blocks": r.num_cached_blocks,
     }
 
 
@@ -182,8 +197,11 @@ def state_to_json(s: SchedulerState) -> dict:
     return {
         "config": s.config.to_dict(),
         "requests": [request_state_to_json(r) for r in s.requests.values()],
-        "running": list(s.running), "waiting": list(s.waiting), "free_block_queue": list(s.free_block_queue),
-        "finished_req_ids": sorted(s.finished_req_ids), "current_step": s.current_step,
+        "running": list(s.running),
+        "waiting": list(s.waiting),
+        "free_block_queue": list(s.free_block_queue),
+        "finished_req_ids": sorted(s.finished_req_ids),
+        "current_step": s.current_step,
         "block_ref_cnt": None if s.block_ref_cnt is None else [[b, n] for b, n in s.block_ref_cnt.items()],
         # Hashes go below 2^62: JSON integers, exact in Python (not in JavaScript doubles).
         "cached_block_hash_to_block": [[h, list(bs)] for h, bs in s.cached_block_hash_to_block.items()],
@@ -204,13 +222,17 @@ def state_from_json(d: dict, where: str = "state") -> SchedulerState:
             for k in ("output_token_ids", "spec_token_ids", "block_ids"):
                 fields[k] = tuple(fields[k])
             requests[q["request_id"]] = RequestState(request=Request(**q), **fields)
-        return SchedulerState(config=SchedulerConfig.from_dict(d["config"], f"{where}.config"), requests=requests,
-                              running=tuple(d["running"]), waiting=tuple(d["waiting"]),
-                              free_block_queue=tuple(d["free_block_queue"]),
-                              finished_req_ids=frozenset(d["finished_req_ids"]), current_step=d["current_step"],
-                              block_ref_cnt=None if d.get("block_ref_cnt") is None
-                              else {b: n for b, n in d["block_ref_cnt"]},
-                              cached_block_hash_to_block={h: tuple(bs) for h, bs in d.get("cached_block_hash_to_block", [])})
+        return SchedulerState(
+            config=SchedulerConfig.from_dict(d["config"], f"{where}.config"),
+            requests=requests,
+            running=tuple(d["running"]),
+            waiting=tuple(d["waiting"]),
+            free_block_queue=tuple(d["free_block_queue"]),
+            finished_req_ids=frozenset(d["finished_req_ids"]),
+            current_step=d["current_step"],
+            block_ref_cnt=None if d.get("block_ref_cnt") is None else {b: n for b, n in d["block_ref_cnt"]},
+            cached_block_hash_to_block={h: tuple(bs) for h, bs in d.get("cached_block_hash_to_block", [])},
+        )
     except SpecError:
         raise
     except (KeyError, TypeError, ValueError) as e:

@@ -19,11 +19,32 @@ from typing import Any
 
 from .request import RequestStatus
 
-_STEP = frozenset({"step", "added", "aborted", "output", "model_output", "state", "finished", "updated_step",
-                   "draft_token_ids", "scheduled", "in_flight"})
+_STEP = frozenset(
+    {
+        "step",
+        "added",
+        "aborted",
+        "output",
+        "model_output",
+        "state",
+        "finished",
+        "updated_step",
+        "draft_token_ids",
+        "scheduled",
+        "in_flight",
+    }
+)
 _STEP_REQUIRED = frozenset({"step", "added", "aborted", "output", "model_output", "state", "finished"})
-_OUTPUT = frozenset({"num_scheduled_tokens", "scheduled_new_reqs", "scheduled_cached_reqs",
-                     "scheduled_spec_decode_tokens", "preempted_req_ids", "finished_req_ids"})
+_OUTPUT = frozenset(
+    {
+        "num_scheduled_tokens",
+        "scheduled_new_reqs",
+        "scheduled_cached_reqs",
+        "scheduled_spec_decode_tokens",
+        "preempted_req_ids",
+        "finished_req_ids",
+    }
+)
 _OUTPUT_REQUIRED = _OUTPUT - {"scheduled_spec_decode_tokens"}
 _NEW_REQ = frozenset({"req_id", "num_computed_tokens", "block_ids", "resumed"})
 _CACHED_REQ = frozenset({"req_id", "num_computed_tokens", "new_block_ids"})
@@ -66,21 +87,34 @@ def _output(o: Any) -> bool:
     if not _keys(o, _OUTPUT, _OUTPUT_REQUIRED):
         return False
     pairs = o["num_scheduled_tokens"]
-    if type(pairs) is not list or not all(type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int
-                                          for p in pairs):
+    if type(pairs) is not list or not all(
+        type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int for p in pairs
+    ):
         return False
     new = o["scheduled_new_reqs"]
     if type(new) is not list or not all(
-            _keys(n, _NEW_REQ, _NEW_REQ - {"resumed"}) and type(n["req_id"]) is str and _int(n["num_computed_tokens"])
-            and _nats(n["block_ids"]) and type(n.get("resumed", False)) is bool for n in new):
+        _keys(n, _NEW_REQ, _NEW_REQ - {"resumed"})
+        and type(n["req_id"]) is str
+        and _int(n["num_computed_tokens"])
+        and _nats(n["block_ids"])
+        and type(n.get("resumed", False)) is bool
+        for n in new
+    ):
         return False
     cached = o["scheduled_cached_reqs"]
     if type(cached) is not list or not all(
-            _keys(c, _CACHED_REQ, _CACHED_REQ) and type(c["req_id"]) is str and _int(c["num_computed_tokens"])
-            and (c["new_block_ids"] is None or _nats(c["new_block_ids"])) for c in cached):
+        _keys(c, _CACHED_REQ, _CACHED_REQ)
+        and type(c["req_id"]) is str
+        and _int(c["num_computed_tokens"])
+        and (c["new_block_ids"] is None or _nats(c["new_block_ids"]))
+        for c in cached
+    ):
         return False
-    return (_int_lists(o.get("scheduled_spec_decode_tokens", {})) and _ids(o["preempted_req_ids"])
-            and _ids(o["finished_req_ids"]))
+    return (
+        _int_lists(o.get("scheduled_spec_decode_tokens", {}))
+        and _ids(o["preempted_req_ids"])
+        and _ids(o["finished_req_ids"])
+    )
 
 
 def _state(s: Any) -> bool:
@@ -88,14 +122,23 @@ def _state(s: Any) -> bool:
         return False
     requests = s["requests"]
     return type(requests) is dict and all(
-        _keys(r, _SUMMARY, _SUMMARY) and type(r["status"]) is str and r["status"] in _STATUSES
-        and _int(r["num_computed_tokens"]) and _int(r["num_tokens"]) for r in requests.values())
+        _keys(r, _SUMMARY, _SUMMARY)
+        and type(r["status"]) is str
+        and r["status"] in _STATUSES
+        and _int(r["num_computed_tokens"])
+        and _int(r["num_tokens"])
+        for r in requests.values()
+    )
 
 
 def _finished(f: Any) -> bool:
     return type(f) is dict and all(
-        _keys(r, _FINISHED, _FINISHED) and type(r["status"]) is str and r["status"] in _STATUSES
-        and _ints(r["output_token_ids"]) for r in f.values())
+        _keys(r, _FINISHED, _FINISHED)
+        and type(r["status"]) is str
+        and r["status"] in _STATUSES
+        and _ints(r["output_token_ids"])
+        for r in f.values()
+    )
 
 
 def plainly_valid(d: Any) -> bool:
@@ -103,7 +146,16 @@ def plainly_valid(d: Any) -> bool:
     if not _keys(d, _STEP, _STEP_REQUIRED):
         return False
     updated = d.get("updated_step")
-    return (_nat(d["step"]) and _ids(d["added"]) and _ids(d["aborted"]) and _output(d["output"])
-            and _int_lists(d["model_output"]) and _state(d["state"]) and _finished(d["finished"])
-            and (updated is None or _nat(updated)) and _int_lists(d.get("draft_token_ids", {}))
-            and type(d.get("scheduled", True)) is bool and _nats(d.get("in_flight", [])))
+    return (
+        _nat(d["step"])
+        and _ids(d["added"])
+        and _ids(d["aborted"])
+        and _output(d["output"])
+        and _int_lists(d["model_output"])
+        and _state(d["state"])
+        and _finished(d["finished"])
+        and (updated is None or _nat(updated))
+        and _int_lists(d.get("draft_token_ids", {}))
+        and type(d.get("scheduled", True)) is bool
+        and _nats(d.get("in_flight", []))
+    )

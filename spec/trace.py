@@ -34,7 +34,11 @@ class RequestSummary:
     num_tokens: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status.name, "num_computed_tokens": self.num_computed_tokens, "num_tokens": self.num_tokens}
+        return {
+            "status": self.status.name,
+            "num_computed_tokens": self.num_computed_tokens,
+            "num_tokens": self.num_tokens,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RequestSummary:
@@ -54,7 +58,9 @@ class StateSummary:
             running=state.running,
             waiting=state.waiting,
             num_free_blocks=state.num_free_blocks,
-            requests={rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in state.requests.items()},
+            requests={
+                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in state.requests.items()
+            },
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -67,8 +73,12 @@ class StateSummary:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StateSummary:
-        return cls(tuple(d["running"]), tuple(d["waiting"]), d["num_free_blocks"],
-                   {k: RequestSummary.from_json(v) for k, v in d["requests"].items()})
+        return cls(
+            tuple(d["running"]),
+            tuple(d["waiting"]),
+            d["num_free_blocks"],
+            {k: RequestSummary.from_json(v) for k, v in d["requests"].items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -127,10 +137,16 @@ class StepRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StepRecord:
         return cls(
-            d["step"], tuple(d["added"]), tuple(d["aborted"]),
-            SchedulerOutput.from_json(d["output"]), ModelRunnerOutput.from_json(d["model_output"]),
+            d["step"],
+            tuple(d["added"]),
+            tuple(d["aborted"]),
+            SchedulerOutput.from_json(d["output"]),
+            ModelRunnerOutput.from_json(d["model_output"]),
             StateSummary.from_json(d["state"]),
-            {k: FinishedRequest(RequestStatus[v["status"]], tuple(v["output_token_ids"])) for k, v in d["finished"].items()},
+            {
+                k: FinishedRequest(RequestStatus[v["status"]], tuple(v["output_token_ids"]))
+                for k, v in d["finished"].items()
+            },
             updated_step=d.get("updated_step", d["step"]),
             draft_token_ids={k: tuple(v) for k, v in d.get("draft_token_ids", {}).items()},
             scheduled=d.get("scheduled", True),
@@ -182,15 +198,18 @@ def _check_ids(workload: Workload, steps: list[StepRecord], where: str) -> None:
 def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) -> None:
     """`_check_ids` for one step, which `where` names: a streamed trace checks each step as it is read."""
     mentioned = {
-        "added": s.added, "aborted": s.aborted,
+        "added": s.added,
+        "aborted": s.aborted,
         "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
         "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
         "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),
         "output.preempted_req_ids": tuple(s.output.preempted_req_ids),
         "output.finished_req_ids": tuple(s.output.finished_req_ids),
         "model_output": tuple(s.model_output.sampled_token_ids),
-        "state.running": s.state.running, "state.waiting": s.state.waiting,
-        "state.requests": tuple(s.state.requests), "finished": tuple(s.finished),
+        "state.running": s.state.running,
+        "state.waiting": s.state.waiting,
+        "state.requests": tuple(s.state.requests),
+        "finished": tuple(s.finished),
         "draft_token_ids": tuple(s.draft_token_ids),
     }
     for name, ids in mentioned.items():

@@ -53,8 +53,11 @@ class KeysAfterSteps(SpecError):
 @cache
 def _validators() -> tuple[Any, Any]:
     full = schema("trace")
-    head = {**full, "required": [k for k in full["required"] if k != "steps"],
-            "properties": {k: v for k, v in full["properties"].items() if k != "steps"}}
+    head = {
+        **full,
+        "required": [k for k in full["required"] if k != "steps"],
+        "properties": {k: v for k, v in full["properties"].items() if k != "steps"},
+    }
     step = {"$schema": full["$schema"], "$defs": full["$defs"], **full["properties"]["steps"]["items"]}
     return jsonschema.Draft202012Validator(head), jsonschema.Draft202012Validator(step)
 
@@ -74,7 +77,7 @@ class _Window:
             raise self.broken
         if self.eof:
             return False
-        done, rest = self.text[: self.pos], self.text[self.pos:]
+        done, rest = self.text[: self.pos], self.text[self.pos :]
         self.byte += len(done) if done.isascii() else len(done.encode())
         self.line += done.count("\n")
         chunk = self.f.read(max(CHUNK, len(rest)))
@@ -213,10 +216,15 @@ class StreamedTrace:
                     w.pos += 1
                     c = self._next(w, i)
                     if c == "]":
-                        raise SpecError(f"{self.where}.steps[{i}]", "]", f"is missing after a comma, at line {w.line_of(w.pos)}")
+                        raise SpecError(
+                            f"{self.where}.steps[{i}]", "]", f"is missing after a comma, at line {w.line_of(w.pos)}"
+                        )
                 elif c not in ("]", ""):
-                    raise SpecError(f"{self.where}.steps[{i - 1}]", w.text[w.pos:w.pos + 20],
-                                    f"is followed by neither ',' nor ']' at line {w.line_of(w.pos)}: the file is corrupt")
+                    raise SpecError(
+                        f"{self.where}.steps[{i - 1}]",
+                        w.text[w.pos : w.pos + 20],
+                        f"is followed by neither ',' nor ']' at line {w.line_of(w.pos)}: the file is corrupt",
+                    )
             w.pos += 1
             self._close(w, i)
         self.steps._len = i
@@ -233,10 +241,13 @@ class StreamedTrace:
         except UnicodeDecodeError as e:
             raise self._not_utf8(e, i) from None
         except json.JSONDecodeError as e:
-            if w.eof and (not w.text[e.pos:].strip() or e.msg.startswith("Unterminated string")):
+            if w.eof and (not w.text[e.pos :].strip() or e.msg.startswith("Unterminated string")):
                 raise self._cut(w, i, "is cut off: the file ends inside it") from None
-            raise SpecError(f"{self.where}.steps[{i}]", w.text[e.pos:e.pos + 20],
-                            f"is not valid JSON at line {w.line_of(e.pos)}: {e.msg}") from None
+            raise SpecError(
+                f"{self.where}.steps[{i}]",
+                w.text[e.pos : e.pos + 20],
+                f"is not valid JSON at line {w.line_of(e.pos)}: {e.msg}",
+            ) from None
 
     def _close(self, w: _Window, n: int) -> None:
         """After `steps`: the end of the object and of the file, or keys that oblige a whole load."""
@@ -248,15 +259,21 @@ class StreamedTrace:
             raise SpecError(f"{self.where}", f"{n} steps", f"does not close after its steps: {what}")
         w.pos += 1
         if self._next(w, n) != "":
-            raise SpecError(f"{self.where}", w.text[w.pos:w.pos + 20],
-                            f"is followed by more text at line {w.line_of(w.pos)}: not valid JSON (Extra data)")
+            raise SpecError(
+                f"{self.where}",
+                w.text[w.pos : w.pos + 20],
+                f"is followed by more text at line {w.line_of(w.pos)}: not valid JSON (Extra data)",
+            )
 
     def _cut(self, w: _Window, i: int, how: str) -> SpecError:
         return SpecError(f"{self.where}.steps[{i}]", w.text[-20:], f"{how}, at line {w.line_of(len(w.text))}")
 
     def _not_utf8(self, e: UnicodeDecodeError, i: int) -> SpecError:
-        return SpecError(f"{self.where}.steps[{i}]", f"byte {getattr(e, 'file_byte', e.start)}",
-                         "is not UTF-8 text, so not a JSON file")
+        return SpecError(
+            f"{self.where}.steps[{i}]",
+            f"byte {getattr(e, 'file_byte', e.start)}",
+            "is not UTF-8 text, so not a JSON file",
+        )
 
 
 class Steps:

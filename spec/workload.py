@@ -105,7 +105,10 @@ class Workload:
         return list(self._aborts.get(step, ()))
 
     def replace(self, **changes: Any) -> Workload:
-        fields = {k: getattr(self, k) for k in ("config", "requests", "aborts", "name", "description", "max_steps", "filler_token_id")}
+        fields = {
+            k: getattr(self, k)
+            for k in ("config", "requests", "aborts", "name", "description", "max_steps", "filler_token_id")
+        }
         fields.update(changes)
         return Workload(**fields)
 
@@ -210,8 +213,12 @@ def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
         priority=d.get("priority", 0),
         arrival_time=float(d.get("arrival_time", index)),
     )
-    return WorkloadRequest(request, d.get("arrival_step", 0), tuple(d.get("output_token_ids", ())),
-                           tuple((p[0], p[1]) for p in d.get("spec_proposals", ())))
+    return WorkloadRequest(
+        request,
+        d.get("arrival_step", 0),
+        tuple(d.get("output_token_ids", ())),
+        tuple((p[0], p[1]) for p in d.get("spec_proposals", ())),
+    )
 
 
 def _check(w: Workload) -> None:
@@ -226,8 +233,11 @@ def _check(w: Workload) -> None:
         if not q.prompt_token_ids:
             raise SpecError(f"{here}.prompt_token_ids", [], "must not be empty")
         if q.num_prompt_tokens >= L:
-            raise SpecError(f"{here}.prompt_token_ids", f"<{q.num_prompt_tokens} tokens>",
-                            f"must be shorter than max_model_len ({L}); vLLM rejects a generate prompt of L or more")
+            raise SpecError(
+                f"{here}.prompt_token_ids",
+                f"<{q.num_prompt_tokens} tokens>",
+                f"must be shorter than max_model_len ({L}); vLLM rejects a generate prompt of L or more",
+            )
         if q.max_tokens < 1:
             raise SpecError(f"{here}.max_tokens", q.max_tokens, "must be >= 1")
         if not 0 <= q.min_tokens <= q.max_tokens:
@@ -237,12 +247,17 @@ def _check(w: Workload) -> None:
         k = w.config.num_speculative_tokens
         for j, (num_drafts, num_accepted) in enumerate(r.spec_proposals):
             if k == 0:
-                raise SpecError(f"{here}.spec_proposals", [num_drafts, num_accepted],
-                                "needs config.num_speculative_tokens > 0")
+                raise SpecError(
+                    f"{here}.spec_proposals", [num_drafts, num_accepted], "needs config.num_speculative_tokens > 0"
+                )
             if not 0 <= num_drafts <= k:
-                raise SpecError(f"{here}.spec_proposals[{j}][0]", num_drafts, f"must be in [0, num_speculative_tokens={k}]")
+                raise SpecError(
+                    f"{here}.spec_proposals[{j}][0]", num_drafts, f"must be in [0, num_speculative_tokens={k}]"
+                )
             if not 0 <= num_accepted <= num_drafts:
-                raise SpecError(f"{here}.spec_proposals[{j}][1]", num_accepted, f"must be in [0, num_drafts={num_drafts}]")
+                raise SpecError(
+                    f"{here}.spec_proposals[{j}][1]", num_accepted, f"must be in [0, num_drafts={num_drafts}]"
+                )
     for i, a in enumerate(w.aborts):
         if a.request_id not in seen:
             raise SpecError(f"workload.aborts[{i}].request_id", a.request_id, "names no request in this workload")
@@ -290,27 +305,45 @@ def check_runnable(w: Workload, where: str = "workload") -> None:
     c = w.config
     for i, a in enumerate(w.aborts):
         if a.step >= w.max_steps:
-            raise SpecError(f"{where}.aborts[{i}].step", a.step,
-                            f"is at or past max_steps ({w.max_steps}), so the abort never happens")
+            raise SpecError(
+                f"{where}.aborts[{i}].step",
+                a.step,
+                f"is at or past max_steps ({w.max_steps}), so the abort never happens",
+            )
     aborted = {a.request_id for a in w.aborts if a.step >= w.request(a.request_id).arrival_step}
     budget = min(c.token_budget, c.max_num_batched_tokens)
     for i, r in enumerate(w.requests):
         here = f"{where}.requests[{i}]"
         if r.arrival_step >= w.max_steps:
-            raise SpecError(f"{here}.arrival_step", r.arrival_step,
-                            f"is at or past max_steps ({w.max_steps}), so the request never arrives")
+            raise SpecError(
+                f"{here}.arrival_step",
+                r.arrival_step,
+                f"is at or past max_steps ({w.max_steps}), so the request never arrives",
+            )
         if r.request_id in aborted:
             continue
         num_prompt_tokens = r.request.num_prompt_tokens
         num_blocks = -(-num_prompt_tokens // c.block_size)
         if num_blocks > c.num_usable_blocks:
-            never = ("it is never admitted" if c.scheduler_reserve_full_isl or not c.enable_chunked_prefill
-                     else "its prefill never completes")
-            raise SpecError(f"{here}.prompt_token_ids", f"<{num_prompt_tokens} tokens>",
-                            f"needs {num_blocks} KV blocks of {c.block_size} tokens but the pool has "
-                            f"{c.num_usable_blocks} (num_gpu_blocks less the null block), so {never}")
-        if (not c.enable_chunked_prefill and not c.enable_prefix_caching and c.long_prefill_token_threshold == 0
-                and num_prompt_tokens > budget):
-            raise SpecError(f"{here}.prompt_token_ids", f"<{num_prompt_tokens} tokens>",
-                            f"is longer than the token budget ({budget}) with chunked prefill off, "
-                            "so it is never admitted")
+            never = (
+                "it is never admitted"
+                if c.scheduler_reserve_full_isl or not c.enable_chunked_prefill
+                else "its prefill never completes"
+            )
+            raise SpecError(
+                f"{here}.prompt_token_ids",
+                f"<{num_prompt_tokens} tokens>",
+                f"needs {num_blocks} KV blocks of {c.block_size} tokens but the pool has "
+                f"{c.num_usable_blocks} (num_gpu_blocks less the null block), so {never}",
+            )
+        if (
+            not c.enable_chunked_prefill
+            and not c.enable_prefix_caching
+            and c.long_prefill_token_threshold == 0
+            and num_prompt_tokens > budget
+        ):
+            raise SpecError(
+                f"{here}.prompt_token_ids",
+                f"<{num_prompt_tokens} tokens>",
+                f"is longer than the token budget ({budget}) with chunked prefill off, so it is never admitted",
+            )

@@ -61,8 +61,12 @@ class _Host:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "schedspec.conformance.engines.host", str(to_child_r), str(from_child_w), spec],
-            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,
-            env=env)
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            env=env,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self.send = Connection(self._to_child_w, readable=False)
@@ -157,7 +161,9 @@ class IsolatedEngine:
     def summary(self) -> StateSummary:
         return self._call("summary")
 
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         return self._call("update_from_output", output, model_output)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
@@ -172,7 +178,9 @@ class IsolatedEngine:
 class IsolatedFactory:
     """An `EngineFactory` whose engines run in one reused child process (per harness process)."""
 
-    def __init__(self, spec: str, start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+    def __init__(
+        self, spec: str, start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S
+    ) -> None:
         self.spec, self.start_timeout_s, self.step_timeout_s = spec, start_timeout_s, step_timeout_s
         self._idle: _Host | None = None
         self._pid = os.getpid()

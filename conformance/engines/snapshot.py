@@ -31,8 +31,13 @@ PROTOCOL = ("add_request", "abort_request", "schedule", "summary", "update_from_
 
 
 def _malformed(op: str, e: Exception) -> InfrastructureError:
-    return InfrastructureError(f"{op}()", None, f"answered malformed output ({type(e).__name__}: {e}); "
-                               "it must return the spec's types (spec/output.py, spec/trace.py)", kind="malformed")
+    return InfrastructureError(
+        f"{op}()",
+        None,
+        f"answered malformed output ({type(e).__name__}: {e}); "
+        "it must return the spec's types (spec/output.py, spec/trace.py)",
+        kind="malformed",
+    )
 
 
 def finished_json(f: Any) -> dict[str, Any]:
@@ -81,12 +86,17 @@ def decode(op: str, data: Any) -> Any:
 def check_engine(engine: Any, what: str) -> Engine:
     """The factory's product must at least have the protocol's methods: a start-up error otherwise."""
     if engine is None:
-        raise InfrastructureError(what, None, "returned None, not an engine: it must return the engine it built",
-                                  kind="start")
+        raise InfrastructureError(
+            what, None, "returned None, not an engine: it must return the engine it built", kind="start"
+        )
     missing = [m for m in PROTOCOL if not callable(getattr(engine, m, None))]
     if missing:
-        raise InfrastructureError(what, None, f"returned a {type(engine).__name__}, which has no method "
-                                  f"{missing[0]}() of spec.engine.Engine", kind="start")
+        raise InfrastructureError(
+            what,
+            None,
+            f"returned a {type(engine).__name__}, which has no method {missing[0]}() of spec.engine.Engine",
+            kind="start",
+        )
     return engine
 
 
@@ -109,7 +119,9 @@ class Snapshotting:
     def summary(self) -> StateSummary:
         return decode("summary", encode("summary", self._engine.summary()))
 
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         got = self._engine.update_from_output(output, model_output)
         return decode("update_from_output", encode("update_from_output", got))
 

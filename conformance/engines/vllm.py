@@ -77,8 +77,13 @@ def ensure_vllm_venv(venv: Path | None = None, timeout_s: float = 1800.0) -> Pat
         return venv
     hint = f"run `bash {SETUP_SCRIPT}` by hand (VLLM_REF_VENV={venv}) and read its output"
     try:
-        done = subprocess.run(["bash", str(SETUP_SCRIPT)], env={**os.environ, "VLLM_REF_VENV": str(venv)},
-                              capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            ["bash", str(SETUP_SCRIPT)],
+            env={**os.environ, "VLLM_REF_VENV": str(venv)},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         raise SpecError("vllm venv", str(venv), f"was not built within {timeout_s:g} s; {hint}") from None
     if done.returncode != 0 or not vllm_venv_ready(venv):
@@ -97,12 +102,22 @@ class VllmEngine:
 
     name = ENGINE_NAME
 
-    def __init__(self, config: SchedulerConfig, *, venv: Path | None = None, source: str | Path | None = None,
-                 init_timeout_s: float = INIT_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        venv: Path | None = None,
+        source: str | Path | None = None,
+        init_timeout_s: float = INIT_TIMEOUT_S,
+        step_timeout_s: float = STEP_TIMEOUT_S,
+    ) -> None:
         venv = Path(venv) if venv else vllm_venv_path()
         if not vllm_venv_ready(venv):
-            raise SpecError("vllm engine", str(venv),
-                            f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`")
+            raise SpecError(
+                "vllm engine",
+                str(venv),
+                f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`",
+            )
         self.init_timeout_s, self.step_timeout_s = init_timeout_s, step_timeout_s
         self._summary: dict[str, Any] | None = None  # the state the last op brought back; None: ask
         self._step: int | None = None  # the index of the step being driven; None before init
@@ -112,15 +127,24 @@ class VllmEngine:
             env[SOURCE_ENV] = str(self.source)
         self._stderr = tempfile.TemporaryFile()
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [str(venv / "bin" / "python"), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True, encoding="utf-8", bufsize=1, env=env)
+            [str(venv / "bin" / "python"), str(DRIVER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+            env=env,
+        )
         self._replies: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_replies, args=(self._proc.stdout,), daemon=True).start()
         self.vllm_version, self.vllm_file = "", ""
         try:
             self.reset(config)
             if self.source and not Path(self.vllm_file).resolve().is_relative_to(self.source):
-                raise SpecError("--vllm-source", str(self.source), f"was not imported: the driver loaded {self.vllm_file}")
+                raise SpecError(
+                    "--vllm-source", str(self.source), f"was not imported: the driver loaded {self.vllm_file}"
+                )
         except BaseException:  # nobody could close an engine that was never returned
             self._kill()
             raise
@@ -181,7 +205,9 @@ class VllmEngine:
             self._summary = reply
         return self._parse("summary", lambda: StateSummary.from_json(reply))
 
-    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> dict[str, FinishedRequest]:
         """Absorb `output`'s model output: the step just scheduled, or under async the oldest one in flight.
 
         The driver keeps every scheduled output until it is updated and checks
@@ -281,7 +307,9 @@ class VllmEngine:
     def _die(self, op: str, why: str) -> NoReturn:
         """Kill the driver and raise: after a broken exchange its state is unknown."""
         code, tail = self._kill()
-        raise InfrastructureError(self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""))
+        raise InfrastructureError(
+            self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else "")
+        )
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -33,6 +33,7 @@ def resolve_vllm_source(path: str | Path) -> Path:
 
 def vllm_source_info(source: str | Path) -> dict[str, Any]:
     """Path, git commit and whether `vllm/` differs from it; commit None if it is not a git checkout."""
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=30)

@@ -49,10 +49,19 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 # A tiny Llama described by its config.json alone: no weights, no tokenizer, no Hub.
 STUB_MODEL = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
-    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "float16",
 }
 
 
@@ -77,53 +86,98 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
     max_model_len = c["max_model_len"] if c["max_model_len"] is not None else c["max_num_batched_tokens"]
     if max_model_len not in model_configs:  # max_model_len is read from the model config
         model_configs[max_model_len] = ModelConfig(
-            model=model_dir, dtype="float16", seed=42, skip_tokenizer_init=True,
-            max_model_len=max_model_len)
+            model=model_dir, dtype="float16", seed=42, skip_tokenizer_init=True, max_model_len=max_model_len
+        )
     model_config = model_configs[max_model_len]
     async_scheduling = bool(c.get("async_scheduling", False))
     scheduler_config = SchedulerConfig(
-        max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"],
-        max_model_len=max_model_len, is_encoder_decoder=model_config.is_encoder_decoder,
-        max_num_scheduled_tokens=c["max_num_scheduled_tokens"], max_num_active_seqs=c["max_num_active_seqs"],
+        max_num_batched_tokens=c["max_num_batched_tokens"],
+        max_num_seqs=c["max_num_seqs"],
+        max_model_len=max_model_len,
+        is_encoder_decoder=model_config.is_encoder_decoder,
+        max_num_scheduled_tokens=c["max_num_scheduled_tokens"],
+        max_num_active_seqs=c["max_num_active_seqs"],
         long_prefill_token_threshold=c["long_prefill_token_threshold"],
         long_prefill_token_threshold_adaptive=c["long_prefill_token_threshold_adaptive"],
-        enable_chunked_prefill=c["enable_chunked_prefill"], policy=c["policy"], watermark=c["watermark"],
-        scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"], async_scheduling=async_scheduling,
+        enable_chunked_prefill=c["enable_chunked_prefill"],
+        policy=c["policy"],
+        watermark=c["watermark"],
+        scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"],
+        async_scheduling=async_scheduling,
         # Knobs the spec does not model, pinned to the values the spec assumes.
-        max_num_queued_reqs=None, max_num_queued_tokens=None, prefill_schedule_interval=1,
-        stream_interval=1)
+        max_num_queued_reqs=None,
+        max_num_queued_tokens=None,
+        prefill_schedule_interval=1,
+        stream_interval=1,
+    )
     block_size = c["block_size"]
-    cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
-                               enable_prefix_caching=bool(c.get("enable_prefix_caching", False)))
+    cache_config = CacheConfig(
+        block_size=block_size,
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=bool(c.get("enable_prefix_caching", False)),
+    )
     parallel_config = ParallelConfig()
     k = int(c.get("num_speculative_tokens", 0))
     # ngram: drafts come from the prompt on the CPU, so no lookahead and no draft slots.
     # The lookup window is irrelevant here (the harness plays the drafts), but required.
-    speculative_config = SpeculativeConfig(
-        method="ngram", num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=k,
-        target_model_config=model_config, target_parallel_config=parallel_config) if k > 0 else None
-    vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                             cache_config=cache_config, parallel_config=parallel_config,
-                             device_config=DeviceConfig(device="cpu"), speculative_config=speculative_config)
+    speculative_config = (
+        SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=k,
+            prompt_lookup_min=1,
+            prompt_lookup_max=k,
+            target_model_config=model_config,
+            target_parallel_config=parallel_config,
+        )
+        if k > 0
+        else None
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        parallel_config=parallel_config,
+        device_config=DeviceConfig(device="cpu"),
+        speculative_config=speculative_config,
+    )
     kv_cache_config = KVCacheConfig(
-        num_blocks=c["num_gpu_blocks"], kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
-            block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+        num_blocks=c["num_gpu_blocks"],
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"], FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+            )
+        ],
+    )
     cache_config.num_gpu_blocks = c["num_gpu_blocks"]
     scheduler_class = AsyncScheduler if async_scheduling else Scheduler
-    s = scheduler_class(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                        structured_output_manager=StructuredOutputManager(vllm_config),
-                        block_size=block_size, log_stats=False)
+    s = scheduler_class(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=block_size,
+        log_stats=False,
+    )
     # The spec's output layout is the V2 model runner's: resumed requests listed as new.
     if not s.use_v2_model_runner:
         return s, "vLLM chose the V1 model-runner layout; the spec expects V2 (resumed-as-new)"
     # What the spec assumes of each feature, checked rather than trusted to the config plumbing.
     draft_slots = speculative_config.max_num_new_slots_for_drafting if speculative_config else 0
-    got = {"num_spec_tokens": s.num_spec_tokens, "num_lookahead_tokens": s.num_lookahead_tokens,
-           "draft_slots": draft_slots, "enable_caching": s.kv_cache_manager.enable_caching,
-           "async_scheduling": isinstance(s, AsyncScheduler)}
-    want = {"num_spec_tokens": k, "num_lookahead_tokens": 0, "draft_slots": 0,
-            "enable_caching": cache_config.enable_prefix_caching, "async_scheduling": async_scheduling}
+    got = {
+        "num_spec_tokens": s.num_spec_tokens,
+        "num_lookahead_tokens": s.num_lookahead_tokens,
+        "draft_slots": draft_slots,
+        "enable_caching": s.kv_cache_manager.enable_caching,
+        "async_scheduling": isinstance(s, AsyncScheduler),
+    }
+    want = {
+        "num_spec_tokens": k,
+        "num_lookahead_tokens": 0,
+        "draft_slots": 0,
+        "enable_caching": cache_config.enable_prefix_caching,
+        "async_scheduling": async_scheduling,
+    }
     if got != want:
         return s, f"vLLM built a scheduler unlike the spec's: {got} != {want}"
     return s, ""

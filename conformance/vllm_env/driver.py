@@ -58,12 +58,16 @@ def _protocol_channel():
 
 
 PROTO = _protocol_channel()
-for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "VLLM_LOGGING_LEVEL": "WARNING",
-               # The spec's output layout; it is vLLM's default here too, but say so (checked in init).
-               "VLLM_USE_V2_MODEL_RUNNER": "1",
-               # Inside the venv: the ~7 s model-architecture inspection is paid once per venv.
-               "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache")}.items():
+for _k, _v in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    # The spec's output layout; it is vLLM's default here too, but say so (checked in init).
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    # Inside the venv: the ~7 s model-architecture inspection is paid once per venv.
+    "VLLM_CACHE_ROOT": os.path.join(sys.prefix, "vllm-cache"),
+}.items():
     os.environ.setdefault(_k, _v)
 if os.environ.get("SCHEDSPEC_VLLM_SOURCE"):
     sys.path.insert(0, os.environ["SCHEDSPEC_VLLM_SOURCE"])
@@ -110,15 +114,25 @@ class Driver:
 
     def op_add(self, request: dict) -> dict:
         q = request
-        params = SamplingParams(max_tokens=q["max_tokens"], min_tokens=q["min_tokens"],
-                                ignore_eos=q["ignore_eos"], stop_token_ids=list(q["stop_token_ids"]))
+        params = SamplingParams(
+            max_tokens=q["max_tokens"],
+            min_tokens=q["min_tokens"],
+            ignore_eos=q["ignore_eos"],
+            stop_token_ids=list(q["stop_token_ids"]),
+        )
         # What the engine does with the model's EOS: check_stop reads `eos_token_id`,
         # which stays None under ignore_eos
         # (vllm/sampling_params.py:SamplingParams.update_from_generation_config (781-782)).
         params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
-        r = Request(request_id=q["request_id"], prompt_token_ids=list(q["prompt_token_ids"]),
-                    sampling_params=params, pooling_params=None, arrival_time=q["arrival_time"],
-                    priority=q["priority"], block_hasher=get_request_block_hasher(self.block_size, sha256))
+        r = Request(
+            request_id=q["request_id"],
+            prompt_token_ids=list(q["prompt_token_ids"]),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=q["arrival_time"],
+            priority=q["priority"],
+            block_hasher=get_request_block_hasher(self.block_size, sha256),
+        )
         self._sched().add_request(r)
         self.live[r.request_id] = r
         return {"ok": True}
@@ -134,16 +148,26 @@ class Driver:
         s = self._sched()
         so = s.schedule()
         self.pending.append(so)
-        new = [{"req_id": d.req_id, "num_computed_tokens": d.num_computed_tokens,
+        new = [
+            {
+                "req_id": d.req_id,
+                "num_computed_tokens": d.num_computed_tokens,
                 "block_ids": list(d.block_ids[0]),
-                "resumed": s.requests[d.req_id].num_preemptions > 0}
-               for d in so.scheduled_new_reqs]
+                "resumed": s.requests[d.req_id].num_preemptions > 0,
+            }
+            for d in so.scheduled_new_reqs
+        ]
         cr = so.scheduled_cached_reqs
         if cr.resumed_req_ids:
             raise RuntimeError(f"resumed requests among the cached ones: {sorted(cr.resumed_req_ids)}")
-        cached = [{"req_id": rid, "num_computed_tokens": cr.num_computed_tokens[i],
-                   "new_block_ids": None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])}
-                  for i, rid in enumerate(cr.req_ids)]
+        cached = [
+            {
+                "req_id": rid,
+                "num_computed_tokens": cr.num_computed_tokens[i],
+                "new_block_ids": None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0]),
+            }
+            for i, rid in enumerate(cr.req_ids)
+        ]
         return {
             "summary": self.op_summary(),  # the state after the op, read now: saves the next round trip
             "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],
@@ -160,8 +184,10 @@ class Driver:
             "running": [r.request_id for r in s.running],
             "waiting": [r.request_id for r in s.waiting],  # a priority queue iterates in pop order
             "num_free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
-            "requests": {rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens,
-                               "num_tokens": r.num_tokens} for rid, r in s.requests.items()},
+            "requests": {
+                rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
+                for rid, r in s.requests.items()
+            },
         }
 
     def op_update(self, output: dict, model_output: dict) -> dict:
@@ -179,20 +205,24 @@ class Driver:
             raise RuntimeError("update: output.num_scheduled_tokens is not the oldest pending schedule's")
         self.pending.popleft()
         runner_output = ModelRunnerOutput(
-            req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=[list(model_output.get(rid, ())) for rid in req_ids])
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=[list(model_output.get(rid, ())) for rid in req_ids],
+        )
         s.update_from_output(so, runner_output)
         # Requests leave `scheduler.requests` when freed; our own handles keep their final state.
         order = req_ids + [rid for rid in self.live if rid not in so.num_scheduled_tokens]
-        finished = {rid: _finished(self.live.pop(rid)) for rid in order
-                    if rid in self.live and self.live[rid].is_finished()}
+        finished = {
+            rid: _finished(self.live.pop(rid)) for rid in order if rid in self.live and self.live[rid].is_finished()
+        }
         return {"finished": finished, "summary": self.op_summary()}
 
     def op_draft(self, draft_token_ids: dict) -> dict:
         # What EngineCore.post_step hands the scheduler after a sync step (vllm/v1/engine/core.py:EngineCore.post_step).
         req_ids = list(draft_token_ids)
         self._sched().update_draft_token_ids(
-            DraftTokenIds(req_ids=req_ids, draft_token_ids=[list(draft_token_ids[rid]) for rid in req_ids]))
+            DraftTokenIds(req_ids=req_ids, draft_token_ids=[list(draft_token_ids[rid]) for rid in req_ids])
+        )
         return {"ok": True}
 
     def _sched(self) -> Scheduler:
@@ -207,7 +237,7 @@ def _where(e: BaseException) -> str:
     if not frames:
         return ""
     path = frames[-1].filename
-    return f" at {path[path.rindex(os.sep + 'vllm' + os.sep) + 1:]}:{frames[-1].lineno}"
+    return f" at {path[path.rindex(os.sep + 'vllm' + os.sep) + 1 :]}:{frames[-1].lineno}"
 
 
 def main() -> int:

@@ -49,8 +49,9 @@ class ToyEngine:
         """Decide one step: tokens per request, in order, and the block ids handed to the model runner."""
         return self._inner.schedule()
 
-    def update_from_output(self, output: SchedulerOutput,
-                           model_output: ModelRunnerOutput) -> Mapping[str, FinishedRequest]:
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> Mapping[str, FinishedRequest]:
         """Absorb the sampled tokens of the step `output` scheduled; return the requests that finished."""
         return self._inner.update_from_output(output, model_output)
 
@@ -65,7 +66,9 @@ class ToyEngine:
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(r.request_id for r in s.waiting),  # in the order requests would be admitted
             num_free_blocks=s.block_pool.get_num_free_blocks(),
-            requests={rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()},
+            requests={
+                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()
+            },
         )
 
     def close(self) -> None:

@@ -55,11 +55,21 @@ def _pos(queue: tuple[str, ...]) -> dict[str, int]:
     return {rid: i for i, rid in enumerate(queue)}
 
 
-def make_view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Mapping[str, Counts],
-              post: Mapping[str, Counts], pre_queues: tuple[tuple[str, ...], tuple[str, ...]],
-              post_queues: tuple[tuple[str, ...], tuple[str, ...]], out: SchedulerOutput, pre_free: int,
-              post_free: int, blocks: Blocks = Blocks(), model_output: ModelRunnerOutput | None = None,
-              finished: Mapping[str, FinishedRequest] | None = None, ranks: Mapping[str, int] | None = None) -> StepView:
+def make_view(
+    config: SchedulerConfig,
+    requests: Mapping[str, Request],
+    pre: Mapping[str, Counts],
+    post: Mapping[str, Counts],
+    pre_queues: tuple[tuple[str, ...], tuple[str, ...]],
+    post_queues: tuple[tuple[str, ...], tuple[str, ...]],
+    out: SchedulerOutput,
+    pre_free: int,
+    post_free: int,
+    blocks: Blocks = Blocks(),
+    model_output: ModelRunnerOutput | None = None,
+    finished: Mapping[str, FinishedRequest] | None = None,
+    ranks: Mapping[str, int] | None = None,
+) -> StepView:
     """`model_output` is the output update_from_output absorbed in this step (None: no update).
 
     `ranks` is `arrival_ranks(requests)`, which a caller whose `requests` never change (a trace's replay: the
@@ -74,43 +84,77 @@ def make_view(config: SchedulerConfig, requests: Mapping[str, Request], pre: Map
         q = requests[rid]
         s0 = pre.get(rid, Counts(None, 0, q.num_prompt_tokens, 0))
         s1 = post.get(rid, Counts(None, 0, 0, 0))
-        rows.append(Row(
-            request_id=rid, num_prompt_tokens=q.num_prompt_tokens, max_tokens=q.max_tokens, priority=q.priority,
-            arrival=ranks[rid],
-            pre_live=rid in pre, pre_running=rid in pre_run, pre_waiting=rid in pre_wait,
-            pre_preempted=s0.status == RequestStatus.PREEMPTED, pre_run_pos=pre_run.get(rid, -1),
-            pre_wait_pos=pre_wait.get(rid, -1),
-            pre_num_computed_tokens=s0.num_computed_tokens, pre_num_tokens=s0.num_tokens, pre_num_blocks=s0.num_blocks,
-            scheduled=rid in out.num_scheduled_tokens, num_scheduled=out.num_scheduled_tokens.get(rid, 0),
-            admitted=rid in hits, preempted=rid in out.preempted_req_ids,
-            post_live=rid in post, post_running=rid in post_run, post_waiting=rid in post_wait,
-            post_run_pos=post_run.get(rid, -1), post_wait_pos=post_wait.get(rid, -1),
-            post_num_computed_tokens=s1.num_computed_tokens, post_num_tokens=s1.num_tokens,
-            post_num_blocks=s1.num_blocks,
-            post_num_spec_tokens=s1.num_spec_tokens, post_num_output_placeholders=s1.num_output_placeholders,
-            pre_num_spec_tokens=s0.num_spec_tokens, pre_num_output_placeholders=s0.num_output_placeholders,
-            pre_num_stale_output_tokens=s0.num_stale_output_tokens,
-            num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())), num_hit_tokens=hits.get(rid, 0),
-            post_num_in_flight_tokens=s1.num_in_flight_tokens, post_num_stale_output_tokens=s1.num_stale_output_tokens,
-            sampled_stop=_sampled_stop(q, model_output, rid, s0.num_tokens, config.max_model_len),
-            finished_stopped=finished is not None and rid in finished and finished[rid].status == RequestStatus.FINISHED_STOPPED,
-        ))
+        rows.append(
+            Row(
+                request_id=rid,
+                num_prompt_tokens=q.num_prompt_tokens,
+                max_tokens=q.max_tokens,
+                priority=q.priority,
+                arrival=ranks[rid],
+                pre_live=rid in pre,
+                pre_running=rid in pre_run,
+                pre_waiting=rid in pre_wait,
+                pre_preempted=s0.status == RequestStatus.PREEMPTED,
+                pre_run_pos=pre_run.get(rid, -1),
+                pre_wait_pos=pre_wait.get(rid, -1),
+                pre_num_computed_tokens=s0.num_computed_tokens,
+                pre_num_tokens=s0.num_tokens,
+                pre_num_blocks=s0.num_blocks,
+                scheduled=rid in out.num_scheduled_tokens,
+                num_scheduled=out.num_scheduled_tokens.get(rid, 0),
+                admitted=rid in hits,
+                preempted=rid in out.preempted_req_ids,
+                post_live=rid in post,
+                post_running=rid in post_run,
+                post_waiting=rid in post_wait,
+                post_run_pos=post_run.get(rid, -1),
+                post_wait_pos=post_wait.get(rid, -1),
+                post_num_computed_tokens=s1.num_computed_tokens,
+                post_num_tokens=s1.num_tokens,
+                post_num_blocks=s1.num_blocks,
+                post_num_spec_tokens=s1.num_spec_tokens,
+                post_num_output_placeholders=s1.num_output_placeholders,
+                pre_num_spec_tokens=s0.num_spec_tokens,
+                pre_num_output_placeholders=s0.num_output_placeholders,
+                pre_num_stale_output_tokens=s0.num_stale_output_tokens,
+                num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
+                num_hit_tokens=hits.get(rid, 0),
+                post_num_in_flight_tokens=s1.num_in_flight_tokens,
+                post_num_stale_output_tokens=s1.num_stale_output_tokens,
+                sampled_stop=_sampled_stop(q, model_output, rid, s0.num_tokens, config.max_model_len),
+                finished_stopped=finished is not None
+                and rid in finished
+                and finished[rid].status == RequestStatus.FINISHED_STOPPED,
+            )
+        )
     return StepView(
-        rows=tuple(rows), token_budget=config.token_budget, max_num_seqs=config.max_num_seqs,
-        max_model_len=config.max_model_len, block_size=config.block_size, num_usable_blocks=config.num_usable_blocks,
+        rows=tuple(rows),
+        token_budget=config.token_budget,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        block_size=config.block_size,
+        num_usable_blocks=config.num_usable_blocks,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
-        threshold_adaptive=config.long_prefill_token_threshold_adaptive, fcfs=config.policy == "fcfs",
-        pre_num_free_blocks=pre_free, post_num_free_blocks=post_free,
-        ids_consistent=not blocks.ids_problem, ids_problem=blocks.ids_problem,
-        enable_prefix_caching=config.enable_prefix_caching, num_speculative_tokens=config.num_speculative_tokens,
-        async_scheduling=config.async_scheduling, post_num_shared_block_refs=blocks.num_shared_refs,
-        refs_consistent=not blocks.refs_problem, refs_problem=blocks.refs_problem,
-        cache_consistent=not blocks.cache_problem, cache_problem=blocks.cache_problem,
+        threshold_adaptive=config.long_prefill_token_threshold_adaptive,
+        fcfs=config.policy == "fcfs",
+        pre_num_free_blocks=pre_free,
+        post_num_free_blocks=post_free,
+        ids_consistent=not blocks.ids_problem,
+        ids_problem=blocks.ids_problem,
+        enable_prefix_caching=config.enable_prefix_caching,
+        num_speculative_tokens=config.num_speculative_tokens,
+        async_scheduling=config.async_scheduling,
+        post_num_shared_block_refs=blocks.num_shared_refs,
+        refs_consistent=not blocks.refs_problem,
+        refs_problem=blocks.refs_problem,
+        cache_consistent=not blocks.cache_problem,
+        cache_problem=blocks.cache_problem,
     )
 
 
-def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid: str, num_tokens: int,
-                  max_model_len: int) -> bool:
+def _sampled_stop(
+    request: Request, model_output: ModelRunnerOutput | None, rid: str, num_tokens: int, max_model_len: int
+) -> bool:
     """Whether the tokens the request kept end in its EOS or a stop token.
 
     With drafts a step returns several tokens, appended one by one with a
@@ -130,12 +174,21 @@ def _sampled_stop(request: Request, model_output: ModelRunnerOutput | None, rid:
 
 
 def counts_of(r: RequestState) -> Counts:
-    return Counts(r.status, r.num_computed_tokens, r.num_tokens, len(r.block_ids), len(r.spec_token_ids),
-                  r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens)
+    return Counts(
+        r.status,
+        r.num_computed_tokens,
+        r.num_tokens,
+        len(r.block_ids),
+        len(r.spec_token_ids),
+        r.num_output_placeholders,
+        r.num_in_flight_tokens,
+        r.num_stale_output_tokens,
+    )
 
 
-def ids_problem(held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | None, num_gpu_blocks: int,
-                shared_ok: bool = False) -> str:
+def ids_problem(
+    held: Mapping[str, tuple[int, ...]], free: tuple[int, ...] | None, num_gpu_blocks: int, shared_ok: bool = False
+) -> str:
     """Block ids in range, a block held twice only where prefix caching shares it, none both free and held."""
     owner: dict[int, str] = {}
     for rid, blocks in held.items():
@@ -201,19 +254,37 @@ def cache_problem(s: SchedulerState) -> str:
     return ""
 
 
-def view_from_states(pre: SchedulerState, out: SchedulerOutput, post: SchedulerState,
-                     model_output: ModelRunnerOutput | None = None,
-                     finished: Mapping[str, FinishedRequest] | None = None) -> StepView:
+def view_from_states(
+    pre: SchedulerState,
+    out: SchedulerOutput,
+    post: SchedulerState,
+    model_output: ModelRunnerOutput | None = None,
+    finished: Mapping[str, FinishedRequest] | None = None,
+) -> StepView:
     """`post` is the state after update_from_output with `model_output`, in which `finished` ended."""
     requests = {rid: r.request for rid, r in {**pre.requests, **post.requests}.items()}
     held = {rid: r.block_ids for rid, r in post.requests.items()}
     caching = post.config.enable_prefix_caching
-    blocks = Blocks(ids_problem(held, post.free_block_queue, post.config.num_gpu_blocks, shared_ok=caching),
-                    shared_refs(held), refs_problem(post), cache_problem(post) if caching else "")
-    return make_view(pre.config, requests, {rid: counts_of(r) for rid, r in pre.requests.items()},
-                     {rid: counts_of(r) for rid, r in post.requests.items()}, (pre.running, pre.waiting),
-                     (post.running, post.waiting), out, pre.num_free_blocks, post.num_free_blocks, blocks,
-                     model_output, finished)
+    blocks = Blocks(
+        ids_problem(held, post.free_block_queue, post.config.num_gpu_blocks, shared_ok=caching),
+        shared_refs(held),
+        refs_problem(post),
+        cache_problem(post) if caching else "",
+    )
+    return make_view(
+        pre.config,
+        requests,
+        {rid: counts_of(r) for rid, r in pre.requests.items()},
+        {rid: counts_of(r) for rid, r in post.requests.items()},
+        (pre.running, pre.waiting),
+        (post.running, post.waiting),
+        out,
+        pre.num_free_blocks,
+        post.num_free_blocks,
+        blocks,
+        model_output,
+        finished,
+    )
 
 
 def views_from_trace(trace: Trace) -> Iterator[StepView]:

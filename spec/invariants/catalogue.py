@@ -65,8 +65,9 @@ def _sum(xs) -> Any:
 
 
 def _owed_after(r: Row) -> Any:
-    return num_owed_tokens(plus(r.post_num_tokens, r.post_num_spec_tokens), r.post_num_output_placeholders,
-                           r.post_num_computed_tokens)
+    return num_owed_tokens(
+        plus(r.post_num_tokens, r.post_num_spec_tokens), r.post_num_output_placeholders, r.post_num_computed_tokens
+    )
 
 
 def owed_nonnegative(v: StepView) -> Any:
@@ -75,8 +76,10 @@ def owed_nonnegative(v: StepView) -> Any:
 
 def budget_conservation(v: StepView) -> Any:
     # sum + remaining == budget holds by definition of remaining; what can break is remaining >= 0 and n > 0.
-    return and_(_sum([r.num_scheduled for r in v.rows]) <= v.token_budget,
-                _all([implies(r.scheduled, and_(r.num_scheduled > 0, r.pre_live)) for r in v.rows]))
+    return and_(
+        _sum([r.num_scheduled for r in v.rows]) <= v.token_budget,
+        _all([implies(r.scheduled, and_(r.num_scheduled > 0, r.pre_live)) for r in v.rows]),
+    )
 
 
 def budget_detail(v: StepView) -> str:
@@ -95,16 +98,42 @@ def no_starvation_after_prepend(v: StepView) -> Any:
             continue
         # A request preempted now is waiting afterwards, ahead of everything not preempted now (FCFS).
         if v.fcfs:
-            rules.append(implies(and_(r.preempted, r.post_live), and_(r.post_waiting, _all([
-                implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
-                for q in v.rows if q is not r]))))
+            rules.append(
+                implies(
+                    and_(r.preempted, r.post_live),
+                    and_(
+                        r.post_waiting,
+                        _all(
+                            [
+                                implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
+                                for q in v.rows
+                                if q is not r
+                            ]
+                        ),
+                    ),
+                )
+            )
         # Nobody behind a waiting preempted request is admitted before it, unless its output from before the
         # preemption is still in flight (async): then it is skipped until that drains
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
-        rules.append(_all([
-            implies(and_(r.pre_preempted, r.pre_num_stale_output_tokens == 0, q.pre_waiting,
-                         r.pre_wait_pos < q.pre_wait_pos, q.admitted), r.admitted)
-            for q in v.rows if q is not r]))
+        rules.append(
+            _all(
+                [
+                    implies(
+                        and_(
+                            r.pre_preempted,
+                            r.pre_num_stale_output_tokens == 0,
+                            q.pre_waiting,
+                            r.pre_wait_pos < q.pre_wait_pos,
+                            q.admitted,
+                        ),
+                        r.admitted,
+                    )
+                    for q in v.rows
+                    if q is not r
+                ]
+            )
+        )
     return _all(rules)
 
 
@@ -114,13 +143,22 @@ def no_admission_after_preemption(v: StepView) -> Any:
 
 
 def seqs_limit(v: StepView) -> Any:
-    return and_(_sum([ite(r.post_running, 1, 0) for r in v.rows]) <= v.max_num_seqs,
-                _sum([ite(r.num_scheduled > 0, 1, 0) for r in v.rows]) <= v.max_num_seqs)
+    return and_(
+        _sum([ite(r.post_running, 1, 0) for r in v.rows]) <= v.max_num_seqs,
+        _sum([ite(r.num_scheduled > 0, 1, 0) for r in v.rows]) <= v.max_num_seqs,
+    )
 
 
 def scheduled_subset_running(v: StepView) -> Any:
-    return _all([and_(implies(r.num_scheduled > 0, or_(r.post_running, not_(r.post_live))),
-                      implies(r.preempted, r.num_scheduled == 0)) for r in v.rows])
+    return _all(
+        [
+            and_(
+                implies(r.num_scheduled > 0, or_(r.post_running, not_(r.post_live))),
+                implies(r.preempted, r.num_scheduled == 0),
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def block_conservation(v: StepView) -> Any:
@@ -136,28 +174,57 @@ def blocks_match_tokens(v: StepView) -> Any:
     def ok(r: Row) -> Any:
         need = cdiv(min_(r.post_num_computed_tokens, v.max_model_len), v.block_size)
         return and_(r.post_num_blocks >= need, implies(v.num_speculative_tokens == 0, r.post_num_blocks <= need))
+
     return _all([implies(r.post_running, ok(r)) for r in v.rows])
 
 
 def waiting_holds_nothing(v: StepView) -> Any:
     # _preempt_request also drops the drafts and the placeholders (I-7); a new request never had any.
-    return _all([implies(r.post_waiting, and_(r.post_num_computed_tokens == 0, r.post_num_blocks == 0,
-                                              r.post_num_spec_tokens == 0, r.post_num_output_placeholders == 0))
-                 for r in v.rows])
+    return _all(
+        [
+            implies(
+                r.post_waiting,
+                and_(
+                    r.post_num_computed_tokens == 0,
+                    r.post_num_blocks == 0,
+                    r.post_num_spec_tokens == 0,
+                    r.post_num_output_placeholders == 0,
+                ),
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def one_place(v: StepView) -> Any:
-    return _all([and_(r.post_live == or_(r.post_running, r.post_waiting), not_(and_(r.post_running, r.post_waiting)),
-                      r.post_running == (r.post_run_pos >= 0), r.post_waiting == (r.post_wait_pos >= 0))
-                 for r in v.rows])
+    return _all(
+        [
+            and_(
+                r.post_live == or_(r.post_running, r.post_waiting),
+                not_(and_(r.post_running, r.post_waiting)),
+                r.post_running == (r.post_run_pos >= 0),
+                r.post_waiting == (r.post_wait_pos >= 0),
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def token_bounds(v: StepView) -> Any:
-    return _all([implies(r.post_live, and_(r.post_num_computed_tokens >= 0,
-                                           r.post_num_computed_tokens <= v.max_model_len - 1,
-                                           r.post_num_tokens < v.max_model_len,
-                                           r.post_num_tokens - r.num_prompt_tokens < r.max_tokens))
-                 for r in v.rows])
+    return _all(
+        [
+            implies(
+                r.post_live,
+                and_(
+                    r.post_num_computed_tokens >= 0,
+                    r.post_num_computed_tokens <= v.max_model_len - 1,
+                    r.post_num_tokens < v.max_model_len,
+                    r.post_num_tokens - r.num_prompt_tokens < r.max_tokens,
+                ),
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def chunk_bounds(v: StepView) -> Any:
@@ -168,20 +235,37 @@ def chunk_bounds(v: StepView) -> Any:
     capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
     # A padded spec-decode admission must leave room for 1 + k + 1 positions
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1325)).
-    return _all([and_(implies(and_(r.pre_running, r.num_scheduled > 0),
-                              r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1),
-                      implies(and_(r.admitted, r.num_scheduled_spec > 0),
-                              r.num_hit_tokens + r.num_scheduled <= v.max_model_len - 1),
-                      implies(capped, r.num_scheduled <= thr))
-                 for r in v.rows])
+    return _all(
+        [
+            and_(
+                implies(
+                    and_(r.pre_running, r.num_scheduled > 0),
+                    r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1,
+                ),
+                implies(
+                    and_(r.admitted, r.num_scheduled_spec > 0),
+                    r.num_hit_tokens + r.num_scheduled <= v.max_model_len - 1,
+                ),
+                implies(capped, r.num_scheduled <= thr),
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def fcfs_victim_is_latest(v: StepView) -> Any:
     if not v.fcfs:
         return True
     # Victims are popped from the tail: nobody after a victim in the old running order survives.
-    return _all([implies(and_(r.preempted, q.pre_running, q.pre_run_pos > r.pre_run_pos), q.preempted)
-                 for r in v.rows if maybe(r.preempted) for q in v.rows if q is not r])
+    return _all(
+        [
+            implies(and_(r.preempted, q.pre_running, q.pre_run_pos > r.pre_run_pos), q.preempted)
+            for r in v.rows
+            if maybe(r.preempted)
+            for q in v.rows
+            if q is not r
+        ]
+    )
 
 
 def priority_victim_is_least_important(v: StepView) -> Any:
@@ -192,8 +276,15 @@ def priority_victim_is_least_important(v: StepView) -> Any:
     def key_ge(a: Row, b: Row) -> Any:
         return lex_ge(victim_key(a.priority, a.arrival), victim_key(b.priority, b.arrival))
 
-    return _all([implies(and_(r.preempted, q.post_running), key_ge(r, q))
-                 for r in v.rows if maybe(r.preempted) for q in v.rows if q is not r])
+    return _all(
+        [
+            implies(and_(r.preempted, q.post_running), key_ge(r, q))
+            for r in v.rows
+            if maybe(r.preempted)
+            for q in v.rows
+            if q is not r
+        ]
+    )
 
 
 def skipped_keep_order(v: StepView) -> Any:
@@ -202,9 +293,17 @@ def skipped_keep_order(v: StepView) -> Any:
     if not any(map(maybe_symbolic, kept)):
         kept.sort(key=lambda r: r.pre_wait_pos)
         return _all([a.post_wait_pos < b.post_wait_pos for a, b in zip(kept, kept[1:])])
-    return _all([implies(and_(r.pre_waiting, q.pre_waiting, r.post_waiting, q.post_waiting,
-                              r.pre_wait_pos < q.pre_wait_pos), r.post_wait_pos < q.post_wait_pos)
-                 for r in kept for q in kept if q is not r])
+    return _all(
+        [
+            implies(
+                and_(r.pre_waiting, q.pre_waiting, r.post_waiting, q.post_waiting, r.pre_wait_pos < q.pre_wait_pos),
+                r.post_wait_pos < q.post_wait_pos,
+            )
+            for r in kept
+            for q in kept
+            if q is not r
+        ]
+    )
 
 
 def progress_when_idle(v: StepView) -> Any:
@@ -219,8 +318,16 @@ def progress_when_idle(v: StepView) -> Any:
     need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
     # A preempted head whose output is still in flight (stale) is skipped until it drains
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
-    fits = or_(*[and_(r.pre_wait_pos == 0, r.pre_num_stale_output_tokens == 0, n <= v.pre_num_free_blocks)
-                 for r, n in zip(v.rows, need)]) if v.rows else False
+    fits = (
+        or_(
+            *[
+                and_(r.pre_wait_pos == 0, r.pre_num_stale_output_tokens == 0, n <= v.pre_num_free_blocks)
+                for r, n in zip(v.rows, need)
+            ]
+        )
+        if v.rows
+        else False
+    )
     return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), _sum([r.num_scheduled for r in v.rows]) > 0)
 
 
@@ -239,8 +346,15 @@ def running_served_while_budget_lasts(v: StepView) -> Any:
     # A running request left unscheduled although budget remained and nobody was preempted owed nothing.
     total = _sum([r.num_scheduled for r in v.rows])
     any_preempted = or_(*[r.preempted for r in v.rows]) if v.rows else False
-    return _all([implies(and_(r.pre_running, r.num_scheduled == 0, total < v.token_budget, not_(any_preempted)),
-                         r.pre_num_tokens - r.pre_num_computed_tokens <= 0) for r in v.rows])
+    return _all(
+        [
+            implies(
+                and_(r.pre_running, r.num_scheduled == 0, total < v.token_budget, not_(any_preempted)),
+                r.pre_num_tokens - r.pre_num_computed_tokens <= 0,
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def placeholders_match_in_flight(v: StepView) -> Any:
@@ -253,76 +367,224 @@ def placeholders_match_in_flight(v: StepView) -> Any:
     # update keeps it (T and P move by the tokens returned, P and C both lose the rejected drafts).
     def ok(r: Row) -> Any:
         P, I, stale = r.post_num_output_placeholders, r.post_num_in_flight_tokens, r.post_num_stale_output_tokens
-        return and_(stale <= I, P <= I - stale, I - stale <= r.post_num_computed_tokens,
-                    implies(P > 0, and_(r.post_running, r.post_num_tokens + P - r.post_num_computed_tokens == 1)))
+        return and_(
+            stale <= I,
+            P <= I - stale,
+            I - stale <= r.post_num_computed_tokens,
+            implies(P > 0, and_(r.post_running, r.post_num_tokens + P - r.post_num_computed_tokens == 1)),
+        )
+
     return _all([implies(r.post_live, ok(r)) for r in v.rows])
 
 
 INVARIANTS: tuple[Invariant, ...] = (
-    Invariant("owed-nonnegative", "Every live request is owed num_tokens_with_spec + num_output_placeholders - num_computed_tokens >= 0 tokens.",
-              "every clamp is a min with the owed count: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857); rollbacks: "
-              "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364), vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2766-2769)", ("I-14", "OWED"), owed_nonnegative, state=True),
-    Invariant("budget-conservation", "The scheduled tokens sum to at most the token budget (the remaining budget stays >= 0), and only live requests are scheduled.",
-              "the mins and asserts of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (846-848, 1346, 1620, 1631)", ("I-1", "I-24", "BUDGET"), budget_conservation),
-    Invariant("no-starvation-after-prepend", "A preempted request goes to the head of waiting (FCFS), and no request behind a preempted one is admitted before it.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1842); vllm/v1/core/sched/request_queue.py:FCFSRequestQueue.prepend_request", ("I-7", "RESUME"), no_starvation_after_prepend),
-    Invariant("no-admission-after-preemption", "A step that preempted admits no waiting request.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050)", ("I-6", "NOPREEMPT-ADMIT"), no_admission_after_preemption),
-    Invariant("seqs-limit", "At most max_num_seqs requests run, and at most that many are scheduled.",
-              "the gate and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1070-1074, 1633)", ("I-3", "SEQS"), seqs_limit, state=True),
-    Invariant("scheduled-subset-running", "Every scheduled request is running after the step; a preempted request has no tokens in it.",
-              "the refund and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (950-968, 1637-1639)", ("I-4", "SUBSET"), scheduled_subset_running),
-    Invariant("block-conservation", "Free blocks plus held blocks equal the usable blocks; no block is held twice or free twice.",
-              "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.free_blocks; vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (582-588)", ("I-10", "CONSERVE", "ATOMIC"), block_conservation, state=True),
-    Invariant("blocks-match-tokens", "A running request holds exactly the blocks its computed tokens need: ceil(min(C, L) / block_size).",
-              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553); vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.get_num_blocks_to_allocate (230-236)", ("I-11", "CONSERVE"), blocks_match_tokens, state=True),
-    Invariant("waiting-holds-nothing", "A waiting or preempted request has num_computed_tokens 0 and holds no blocks.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1817-1822); vllm/v1/core/sched/scheduler.py:Scheduler._holds_kv_blocks", ("I-7", "I-17", "NOLEAK"), waiting_holds_nothing, state=True),
-    Invariant("one-place", "Every live request is in exactly one of running and waiting.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2543-2550); vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests", ("I-17",), one_place, state=True),
-    Invariant("token-bounds", "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (850-857); vllm/v1/core/sched/utils.py:check_stop (114-119)", ("I-15", "I-21", "MAXTOK"), token_bounds, state=True),
-    Invariant("chunk-bounds", "A running request's chunk stops at position L - 1, and no chunk exceeds the long-prefill threshold unless the request was alone.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769, 844-857, 1332-1333)", ("I-15", "MAXTOK"), chunk_bounds),
-    Invariant("fcfs-victim-is-latest", "Under FCFS the victims are the tail of the running order: nobody admitted after a victim survives it.",
-              "`running[-1]`, then `running.pop()`: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (938, 970)", ("I-8", "VICTIM"), fcfs_victim_is_latest),
-    Invariant("priority-victim-is-least-important", "Under PRIORITY a victim's (priority, arrival) is at least that of every request still running.",
-              "max over running: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (932-936)", ("I-9", "VICTIM"), priority_victim_is_least_important),
-    Invariant("skipped-keep-order", "Waiting requests that stay waiting keep their relative order.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1054-1060, 1607-1610)", ("I-22", "ORDER"), skipped_keep_order),
-    Invariant("progress-when-idle", "With nothing running, a head of waiting whose whole sequence fits in the free blocks gets tokens.",
-              "allocate_slots succeeds: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1435-1452); vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (531-548)", ("PROGRESS",), progress_when_idle),
-    Invariant("stop-token-finishes", "A request that samples its EOS or a stop token finishes as FINISHED_STOPPED, even at a length cap or below min_tokens.",
-              "the order of vllm/v1/core/sched/utils.py:check_stop", ("STOP", "I-21"), stop_token_finishes),
-    Invariant("running-owes-tokens", "After a synchronous step every running request owes at least one token: a sampled token always follows a completed prefill.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule (1863-1865); vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output", ("I-14", "I-25", "PROGRESS"), running_owes_tokens, state=True),
-    Invariant("running-served-while-budget-lasts", "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",
-              "`continue` only on n == 0: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)", ("PROGRESS", "MAXTOK"), running_served_while_budget_lasts),
+    Invariant(
+        "owed-nonnegative",
+        "Every live request is owed num_tokens_with_spec + num_output_placeholders - num_computed_tokens >= 0 tokens.",
+        "every clamp is a min with the owed count: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857); rollbacks: "
+        "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364), vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2766-2769)",
+        ("I-14", "OWED"),
+        owed_nonnegative,
+        state=True,
+    ),
+    Invariant(
+        "budget-conservation",
+        "The scheduled tokens sum to at most the token budget (the remaining budget stays >= 0), and only live requests are scheduled.",
+        "the mins and asserts of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (846-848, 1346, 1620, 1631)",
+        ("I-1", "I-24", "BUDGET"),
+        budget_conservation,
+    ),
+    Invariant(
+        "no-starvation-after-prepend",
+        "A preempted request goes to the head of waiting (FCFS), and no request behind a preempted one is admitted before it.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1842); vllm/v1/core/sched/request_queue.py:FCFSRequestQueue.prepend_request",
+        ("I-7", "RESUME"),
+        no_starvation_after_prepend,
+    ),
+    Invariant(
+        "no-admission-after-preemption",
+        "A step that preempted admits no waiting request.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050)",
+        ("I-6", "NOPREEMPT-ADMIT"),
+        no_admission_after_preemption,
+    ),
+    Invariant(
+        "seqs-limit",
+        "At most max_num_seqs requests run, and at most that many are scheduled.",
+        "the gate and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1070-1074, 1633)",
+        ("I-3", "SEQS"),
+        seqs_limit,
+        state=True,
+    ),
+    Invariant(
+        "scheduled-subset-running",
+        "Every scheduled request is running after the step; a preempted request has no tokens in it.",
+        "the refund and assert of vllm/v1/core/sched/scheduler.py:Scheduler.schedule (950-968, 1637-1639)",
+        ("I-4", "SUBSET"),
+        scheduled_subset_running,
+    ),
+    Invariant(
+        "block-conservation",
+        "Free blocks plus held blocks equal the usable blocks; no block is held twice or free twice.",
+        "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.free_blocks; vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (582-588)",
+        ("I-10", "CONSERVE", "ATOMIC"),
+        block_conservation,
+        state=True,
+    ),
+    Invariant(
+        "blocks-match-tokens",
+        "A running request holds exactly the blocks its computed tokens need: ceil(min(C, L) / block_size).",
+        "vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553); vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.get_num_blocks_to_allocate (230-236)",
+        ("I-11", "CONSERVE"),
+        blocks_match_tokens,
+        state=True,
+    ),
+    Invariant(
+        "waiting-holds-nothing",
+        "A waiting or preempted request has num_computed_tokens 0 and holds no blocks.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1817-1822); vllm/v1/core/sched/scheduler.py:Scheduler._holds_kv_blocks",
+        ("I-7", "I-17", "NOLEAK"),
+        waiting_holds_nothing,
+        state=True,
+    ),
+    Invariant(
+        "one-place",
+        "Every live request is in exactly one of running and waiting.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2543-2550); vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests",
+        ("I-17",),
+        one_place,
+        state=True,
+    ),
+    Invariant(
+        "token-bounds",
+        "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (850-857); vllm/v1/core/sched/utils.py:check_stop (114-119)",
+        ("I-15", "I-21", "MAXTOK"),
+        token_bounds,
+        state=True,
+    ),
+    Invariant(
+        "chunk-bounds",
+        "A running request's chunk stops at position L - 1, and no chunk exceeds the long-prefill threshold unless the request was alone.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769, 844-857, 1332-1333)",
+        ("I-15", "MAXTOK"),
+        chunk_bounds,
+    ),
+    Invariant(
+        "fcfs-victim-is-latest",
+        "Under FCFS the victims are the tail of the running order: nobody admitted after a victim survives it.",
+        "`running[-1]`, then `running.pop()`: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (938, 970)",
+        ("I-8", "VICTIM"),
+        fcfs_victim_is_latest,
+    ),
+    Invariant(
+        "priority-victim-is-least-important",
+        "Under PRIORITY a victim's (priority, arrival) is at least that of every request still running.",
+        "max over running: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (932-936)",
+        ("I-9", "VICTIM"),
+        priority_victim_is_least_important,
+    ),
+    Invariant(
+        "skipped-keep-order",
+        "Waiting requests that stay waiting keep their relative order.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1054-1060, 1607-1610)",
+        ("I-22", "ORDER"),
+        skipped_keep_order,
+    ),
+    Invariant(
+        "progress-when-idle",
+        "With nothing running, a head of waiting whose whole sequence fits in the free blocks gets tokens.",
+        "allocate_slots succeeds: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1435-1452); vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (531-548)",
+        ("PROGRESS",),
+        progress_when_idle,
+    ),
+    Invariant(
+        "stop-token-finishes",
+        "A request that samples its EOS or a stop token finishes as FINISHED_STOPPED, even at a length cap or below min_tokens.",
+        "the order of vllm/v1/core/sched/utils.py:check_stop",
+        ("STOP", "I-21"),
+        stop_token_finishes,
+    ),
+    Invariant(
+        "running-owes-tokens",
+        "After a synchronous step every running request owes at least one token: a sampled token always follows a completed prefill.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule (1863-1865); vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output",
+        ("I-14", "I-25", "PROGRESS"),
+        running_owes_tokens,
+        state=True,
+    ),
+    Invariant(
+        "running-served-while-budget-lasts",
+        "A running request owed tokens is scheduled unless the budget ran out or the step preempted.",
+        "`continue` only on n == 0: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)",
+        ("PROGRESS", "MAXTOK"),
+        running_served_while_budget_lasts,
+    ),
     # The three features (prefix caching, spec decode, async scheduling): features.py.
-    Invariant("placeholder-counters", "Output placeholders, in-flight and stale output tokens are >= 0, and all three are 0 in the synchronous engine.",
-              "the asserts of vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2323) and vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2769); "
-              "the only increment, vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule", ("I-12", "I-13"),
-              placeholder_counters, state=True),
-    Invariant("computed-behind-known-tokens", "A running request has computed at most all but the last of its tokens and placeholders (C <= T + P - 1): rejected drafts and trimmed tokens are rolled back.",
-              "rejection: vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2349-2364); trim: vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output", ("I-14", "I-25", "SPEC"),
-              computed_behind_known_tokens, state=True),
-    Invariant("drafts-within-held", "The drafts scheduled are at most those held (k for a padded admission), only after all of T + P is scheduled, so never in a prefill chunk; at most k drafts are held.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025, 1578-1582); vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids (2872-2876)", ("I-19", "SPEC"), drafts_within_held),
-    Invariant("no-decode-past-max-tokens", "No step samples past max_tokens: a sampling request has fewer than max_tokens outputs, counting the one token an in-flight step guarantees.",
-              "the async skip rule, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)", ("MAXTOK", "Z2"), no_decode_past_max_tokens),
-    Invariant("refcounts-match-tables", "Every block's ref count is the number of block tables holding it, and the free queue holds exactly the unreferenced blocks.",
-              "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.touch; vllm/v1/core/block_pool.py:BlockPool.free_blocks", ("I-10", "CONSERVE", "ATOMIC"),
-              refcounts_match_tables, state=True),
-    Invariant("prefix-hit-below-last-token", "A prefix hit is whole blocks and never covers an admitted request's last token; without prefix caching there is none.",
-              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302); the assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1220)", ("I-16", "PREFIX-LAST"), prefix_hit_below_last_token),
-    Invariant("cached-blocks-match-tokens", "A request's first num_cached_blocks blocks are cached under the hashes of its own tokens, and none of its later blocks is cached.",
-              "vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks; vllm/v1/core/block_pool.py:BlockPool.cache_full_blocks; "
-              "evict on reuse: vllm/v1/core/block_pool.py:BlockPool._maybe_evict_cached_block", ("PREFIX",),
-              cached_blocks_match_tokens, state=True),
-    Invariant("placeholders-match-in-flight", "Stale output is part of what is in flight; the rest was computed since (in-flight - stale <= C) and bounds the placeholders; only a running request whose decode caught up holds placeholders, and then T + P - C = 1.",
-              "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request; vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule; "
-              "vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule; the rollback in vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364)",
-              ("I-12", "I-13", "ASYNC"), placeholders_match_in_flight, state=True),
+    Invariant(
+        "placeholder-counters",
+        "Output placeholders, in-flight and stale output tokens are >= 0, and all three are 0 in the synchronous engine.",
+        "the asserts of vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2323) and vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output (2769); "
+        "the only increment, vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule",
+        ("I-12", "I-13"),
+        placeholder_counters,
+        state=True,
+    ),
+    Invariant(
+        "computed-behind-known-tokens",
+        "A running request has computed at most all but the last of its tokens and placeholders (C <= T + P - 1): rejected drafts and trimmed tokens are rolled back.",
+        "rejection: vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2349-2364); trim: vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output",
+        ("I-14", "I-25", "SPEC"),
+        computed_behind_known_tokens,
+        state=True,
+    ),
+    Invariant(
+        "drafts-within-held",
+        "The drafts scheduled are at most those held (k for a padded admission), only after all of T + P is scheduled, so never in a prefill chunk; at most k drafts are held.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025, 1578-1582); vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids (2872-2876)",
+        ("I-19", "SPEC"),
+        drafts_within_held,
+    ),
+    Invariant(
+        "no-decode-past-max-tokens",
+        "No step samples past max_tokens: a sampling request has fewer than max_tokens outputs, counting the one token an in-flight step guarantees.",
+        "the async skip rule, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)",
+        ("MAXTOK", "Z2"),
+        no_decode_past_max_tokens,
+    ),
+    Invariant(
+        "refcounts-match-tables",
+        "Every block's ref count is the number of block tables holding it, and the free queue holds exactly the unreferenced blocks.",
+        "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.touch; vllm/v1/core/block_pool.py:BlockPool.free_blocks",
+        ("I-10", "CONSERVE", "ATOMIC"),
+        refcounts_match_tables,
+        state=True,
+    ),
+    Invariant(
+        "prefix-hit-below-last-token",
+        "A prefix hit is whole blocks and never covers an admitted request's last token; without prefix caching there is none.",
+        "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302); the assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1220)",
+        ("I-16", "PREFIX-LAST"),
+        prefix_hit_below_last_token,
+    ),
+    Invariant(
+        "cached-blocks-match-tokens",
+        "A request's first num_cached_blocks blocks are cached under the hashes of its own tokens, and none of its later blocks is cached.",
+        "vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks; vllm/v1/core/block_pool.py:BlockPool.cache_full_blocks; "
+        "evict on reuse: vllm/v1/core/block_pool.py:BlockPool._maybe_evict_cached_block",
+        ("PREFIX",),
+        cached_blocks_match_tokens,
+        state=True,
+    ),
+    Invariant(
+        "placeholders-match-in-flight",
+        "Stale output is part of what is in flight; the rest was computed since (in-flight - stale <= C) and bounds the placeholders; only a running request whose decode caught up holds placeholders, and then T + P - C = 1.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request; vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule; "
+        "vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule; the rollback in vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2360-2364)",
+        ("I-12", "I-13", "ASYNC"),
+        placeholders_match_in_flight,
+        state=True,
+    ),
 )
 
 BY_NAME = {inv.name: inv for inv in INVARIANTS}

@@ -60,7 +60,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("trace-inputs", "Each step's arrivals and aborts are the workload's at that step."),
     ("trace-in-flight", "updated_step and in_flight follow the batch queue: FIFO, this step in if it scheduled."),
     ("trace-membership", "Requests appear only by arrival and leave only by abort or by finishing."),
-    ("trace-counters", "Status, num_computed_tokens and num_tokens follow from the step before and this step's record."),
+    (
+        "trace-counters",
+        "Status, num_computed_tokens and num_tokens follow from the step before and this step's record.",
+    ),
     ("trace-end", "The end reason matches the trace: drained after the last step, or max_steps steps."),
 )
 RULE_NAMES = tuple(name for name, _ in RULES)
@@ -141,8 +144,10 @@ def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, wher
         if rec.updated_step != rec.step:
             yield f"{where}.updated_step is {rec.updated_step}, but a synchronous step absorbs itself ({rec.step})"
         if rec.in_flight or not rec.scheduled:
-            yield f"{where}.in_flight is {list(rec.in_flight)} (scheduled {rec.scheduled}), but a synchronous step " \
-                  "schedules and leaves nothing in flight"
+            yield (
+                f"{where}.in_flight is {list(rec.in_flight)} (scheduled {rec.scheduled}), but a synchronous step "
+                "schedules and leaves nothing in flight"
+            )
         return
     pushed = queue + ((rec.step,) if rec.scheduled else ())
     oldest = pushed[0] if pushed and rec.updated_step is not None else None
@@ -181,8 +186,14 @@ def _membership(before: StateSummary, rec: StepRecord, where: str) -> Iterable[s
                 yield f"{where}.state.{name} has {rid}, which is not in state.requests"
 
 
-def _counters(view: StepView, before: StateSummary, rec: StepRecord, absorbed: StepRecord | None,
-              last_preempted: dict[str, int], where: str) -> Iterable[str]:
+def _counters(
+    view: StepView,
+    before: StateSummary,
+    rec: StepRecord,
+    absorbed: StepRecord | None,
+    last_preempted: dict[str, int],
+    where: str,
+) -> Iterable[str]:
     """The survivors' status, C and T from the view's `pre_` side (the replay's one rule for it) and the record."""
     out = rec.output
     admitted = {n.req_id for n in out.scheduled_new_reqs}
@@ -198,8 +209,10 @@ def _counters(view: StepView, before: StateSummary, rec: StepRecord, absorbed: S
         if rid in admitted:
             status, c, how = RequestStatus.RUNNING, r.num_hit_tokens, f"{r.num_hit_tokens} hit on admission"
         elif rid in running and running[rid] != c:
-            yield f"{where}.output.scheduled_cached_reqs[{rid}].num_computed_tokens is {running[rid]}, " \
-                  f"but its num_computed_tokens before the step is {c}"
+            yield (
+                f"{where}.output.scheduled_cached_reqs[{rid}].num_computed_tokens is {running[rid]}, "
+                f"but its num_computed_tokens before the step is {c}"
+            )
         if r.scheduled:
             c, how = c + r.num_scheduled, f"{how} + {r.num_scheduled} scheduled"
         returned: tuple[int, ...] = ()
@@ -214,8 +227,10 @@ def _counters(view: StepView, before: StateSummary, rec: StepRecord, absorbed: S
             # It stopped on one of the returned tokens: the ones after it were trimmed.
             outputs, had = len(rec.finished[rid].output_token_ids), r.pre_num_tokens - r.num_prompt_tokens
             if not had < outputs <= had + len(returned):
-                yield f"{where}.finished[{rid}].output_token_ids has {outputs} tokens, expected {had} before " \
-                      f"+ 1..{len(returned)} returned"
+                yield (
+                    f"{where}.finished[{rid}].output_token_ids has {outputs} tokens, expected {had} before "
+                    f"+ 1..{len(returned)} returned"
+                )
             continue
         if not r.post_live:
             continue
@@ -223,11 +238,14 @@ def _counters(view: StepView, before: StateSummary, rec: StepRecord, absorbed: S
         if got.status != status:
             yield f"{where}.state.requests[{rid}].status is {got.status.name}, expected {status.name}"
         if got.num_computed_tokens != c:
-            yield f"{where}.state.requests[{rid}].num_computed_tokens is {got.num_computed_tokens}, " \
-                  f"expected {c} ({how})"
+            yield (
+                f"{where}.state.requests[{rid}].num_computed_tokens is {got.num_computed_tokens}, expected {c} ({how})"
+            )
         if got.num_tokens != t:
-            yield f"{where}.state.requests[{rid}].num_tokens is {got.num_tokens}, expected {t} " \
-                  f"({r.pre_num_tokens} before + {len(returned)} returned)"
+            yield (
+                f"{where}.state.requests[{rid}].num_tokens is {got.num_tokens}, expected {t} "
+                f"({r.pre_num_tokens} before + {len(returned)} returned)"
+            )
 
 
 def _aborted_outputs(before: StateSummary, rec: StepRecord, prompt: dict[str, int], where: str) -> Iterable[str]:
@@ -238,8 +256,10 @@ def _aborted_outputs(before: StateSummary, rec: StepRecord, prompt: dict[str, in
             continue
         had = before.requests[rid].num_tokens - prompt[rid] if rid in before.requests else 0
         if len(f.output_token_ids) != had:
-            yield f"{where}.finished[{rid}].output_token_ids has {len(f.output_token_ids)} tokens, " \
-                  f"but it had {had} when aborted"
+            yield (
+                f"{where}.finished[{rid}].output_token_ids has {len(f.output_token_ids)} tokens, "
+                f"but it had {had} when aborted"
+            )
 
 
 def _end(w: Workload, end: str, n: int, last: StepRecord | None) -> Iterable[str]:

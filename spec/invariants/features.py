@@ -33,14 +33,21 @@ def placeholder_counters(v: StepView) -> Any:
     def ok(r: Row) -> Any:
         counters = (r.post_num_output_placeholders, r.post_num_in_flight_tokens, r.post_num_stale_output_tokens)
         return and_(*[c >= 0 for c in counters], implies(not_(v.async_scheduling), and_(*[c == 0 for c in counters])))
+
     return _all([implies(r.post_live, ok(r)) for r in v.rows])
 
 
 def computed_behind_known_tokens(v: StepView) -> Any:
     # A rejection takes back C (and P) by the rejected drafts, a stop takes back the trimmed tokens, so a
     # running request has computed at most all but its last known token: T + P - C >= 1 (I-14, I-25).
-    return _all([implies(r.post_running, r.post_num_computed_tokens + 1 <= r.post_num_tokens + r.post_num_output_placeholders)
-                 for r in v.rows])
+    return _all(
+        [
+            implies(
+                r.post_running, r.post_num_computed_tokens + 1 <= r.post_num_tokens + r.post_num_output_placeholders
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def drafts_within_held(v: StepView) -> Any:
@@ -50,9 +57,13 @@ def drafts_within_held(v: StepView) -> Any:
 
     def ok(r: Row) -> Any:
         d = r.num_scheduled_spec
-        return and_(d >= 0, d <= ite(r.admitted, k, r.pre_num_spec_tokens),
-                    implies(d > 0, _base(r) + r.num_scheduled == r.pre_num_tokens + r.pre_num_output_placeholders + d),
-                    implies(r.post_live, r.post_num_spec_tokens <= k))
+        return and_(
+            d >= 0,
+            d <= ite(r.admitted, k, r.pre_num_spec_tokens),
+            implies(d > 0, _base(r) + r.num_scheduled == r.pre_num_tokens + r.pre_num_output_placeholders + d),
+            implies(r.post_live, r.post_num_spec_tokens <= k),
+        )
+
     return _all([ok(r) for r in v.rows])
 
 
@@ -63,8 +74,16 @@ def no_decode_past_max_tokens(v: StepView) -> Any:
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)).
     def samples(r: Row) -> Any:
         return and_(r.scheduled, _base(r) + r.num_scheduled >= r.pre_num_tokens + r.pre_num_output_placeholders)
-    return _all([implies(samples(r), r.pre_num_tokens + min_(r.pre_num_output_placeholders, 1) - r.num_prompt_tokens
-                         < r.max_tokens) for r in v.rows])
+
+    return _all(
+        [
+            implies(
+                samples(r),
+                r.pre_num_tokens + min_(r.pre_num_output_placeholders, 1) - r.num_prompt_tokens < r.max_tokens,
+            )
+            for r in v.rows
+        ]
+    )
 
 
 def refcounts_match_tables(v: StepView) -> Any:
@@ -76,8 +95,13 @@ def prefix_hit_below_last_token(v: StepView) -> Any:
     # produce logits; without prefix caching there is no hit at all.
     def ok(r: Row) -> Any:
         h = r.num_hit_tokens
-        return and_(h >= 0, h < r.pre_num_tokens, h == fdiv(h, v.block_size) * v.block_size,
-                    implies(not_(v.enable_prefix_caching), h == 0))
+        return and_(
+            h >= 0,
+            h < r.pre_num_tokens,
+            h == fdiv(h, v.block_size) * v.block_size,
+            implies(not_(v.enable_prefix_caching), h == 0),
+        )
+
     return _all([implies(r.admitted, ok(r)) for r in v.rows])
 
 

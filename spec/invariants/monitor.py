@@ -38,8 +38,12 @@ def _names(invariants: Iterable[Invariant] | None) -> tuple[Invariant, ...]:
     return tuple(invariants) if invariants is not None else INVARIANTS
 
 
-def check_trace(trace: Trace, invariants: Iterable[Invariant] | None = None, history: bool = True,
-                on_step: Callable[[int], None] | None = None) -> list[Violation]:
+def check_trace(
+    trace: Trace,
+    invariants: Iterable[Invariant] | None = None,
+    history: bool = True,
+    on_step: Callable[[int], None] | None = None,
+) -> list[Violation]:
     """Every violation, in step order (at most one per invariant: the first). `on_step(i)`: the i-th step is done.
 
     One pass over `trace.steps`, so they may be a stream (`trace_stream.StreamedTrace`).
@@ -90,8 +94,11 @@ def problem_detail(name: str, view: StepView) -> str:
     """The concrete problem behind a violated id-level or budget invariant, which says more than its sentence."""
     if name == "budget-conservation":
         return budget_detail(view)
-    problems = {"block-conservation": view.ids_problem, "refcounts-match-tables": view.refs_problem,
-                "cached-blocks-match-tokens": view.cache_problem}
+    problems = {
+        "block-conservation": view.ids_problem,
+        "refcounts-match-tables": view.refs_problem,
+        "cached-blocks-match-tokens": view.cache_problem,
+    }
     return problems.get(name, "")
 
 
@@ -128,7 +135,9 @@ class History:
                 finished_at[rid] = rec.step
         for rid in sorted(rec.output.finished_req_ids):  # a frozenset: its order would hang on the hash seed
             if rid in reported:
-                yield Violation("finished-reported-once", rec.step, f"{rid} reported again (first at step {reported[rid]})")
+                yield Violation(
+                    "finished-reported-once", rec.step, f"{rid} reported again (first at step {reported[rid]})"
+                )
             elif rid not in finished_at:
                 yield Violation("finished-reported-once", rec.step, f"{rid} reported before it finished")
             reported[rid] = rec.step
@@ -143,10 +152,16 @@ class History:
                     yield Violation("finished-reported-once", step, f"{rid} finished but was never reported")
 
 
-def _stop_is_final(step: int, rid: str, request: Request, status: RequestStatus, outputs: tuple[int, ...], L: int) -> Iterable[Violation]:
+def _stop_is_final(
+    step: int, rid: str, request: Request, status: RequestStatus, outputs: tuple[int, ...], L: int
+) -> Iterable[Violation]:
     stops = set(request.stop_token_ids) | ({request.effective_eos_token_id} - {None})
     early = [i for i, t in enumerate(outputs[:-1]) if t in stops]
     if early:
-        yield Violation("stop-is-final", step, f"{rid} emitted {len(outputs) - early[0] - 1} tokens after its stop token")
+        yield Violation(
+            "stop-is-final", step, f"{rid} emitted {len(outputs) - early[0] - 1} tokens after its stop token"
+        )
     if len(outputs) > request.max_tokens or request.num_prompt_tokens + len(outputs) > L:
-        yield Violation("stop-is-final", step, f"{rid} ended with {len(outputs)} outputs, beyond max_tokens or max_model_len")
+        yield Violation(
+            "stop-is-final", step, f"{rid} ended with {len(outputs)} outputs, beyond max_tokens or max_model_len"
+        )

@@ -77,8 +77,16 @@ class TraceReplay:
     def _counts(self, summary: StateSummary, rid: str) -> Counts:
         r = summary.requests[rid]
         p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
-        return Counts(r.status, r.num_computed_tokens, r.num_tokens, len(self.blocks.get(rid, ())),
-                      self.spec.get(rid, 0), p, in_flight, stale)
+        return Counts(
+            r.status,
+            r.num_computed_tokens,
+            r.num_tokens,
+            len(self.blocks.get(rid, ())),
+            self.spec.get(rid, 0),
+            p,
+            in_flight,
+            stale,
+        )
 
     def step(self, rec: StepRecord) -> StepView:
         config, last = self.config, self.last
@@ -88,8 +96,10 @@ class TraceReplay:
         pre = {rid: self._counts(last, rid) for rid in last.requests if rid not in gone}
         for rid in added:
             pre[rid] = Counts(RequestStatus.WAITING, 0, self.requests[rid].num_prompt_tokens, 0)
-        pre_queues = (tuple(r for r in last.running if r not in gone),
-                      self._arrive(tuple(r for r in last.waiting if r not in gone), added))
+        pre_queues = (
+            tuple(r for r in last.running if r not in gone),
+            self._arrive(tuple(r for r in last.waiting if r not in gone), added),
+        )
         # Aborted requests free their blocks before schedule(); a shared block stays held by the others.
         held_before = len(self._holders())
         for rid in rec.aborted:
@@ -106,9 +116,21 @@ class TraceReplay:
         post = {rid: self._counts(rec.state, rid) for rid in rec.state.requests}
         problem = problem or ids_problem(self.blocks, None, config.num_gpu_blocks, config.enable_prefix_caching)
         absorbed = self.records.get(rec.updated_step) if rec.updated_step is not None else None
-        view = make_view(config, self.requests, pre, post, pre_queues, (rec.state.running, rec.state.waiting),
-                         rec.output, pre_free, rec.state.num_free_blocks, Blocks(problem, shared_refs(self.blocks)),
-                         absorbed.model_output if absorbed is not None else None, rec.finished, self.ranks)
+        view = make_view(
+            config,
+            self.requests,
+            pre,
+            post,
+            pre_queues,
+            (rec.state.running, rec.state.waiting),
+            rec.output,
+            pre_free,
+            rec.state.num_free_blocks,
+            Blocks(problem, shared_refs(self.blocks)),
+            absorbed.model_output if absorbed is not None else None,
+            rec.finished,
+            self.ranks,
+        )
         self.last = rec.state
         self._forget(rec)
         return view

@@ -15,8 +15,24 @@ from schedspec.conformance import batched
 def test_torch_campaign_passes_at_level_blocks(tmp_path, monkeypatch):
     monkeypatch.setenv("SCHEDSPEC_TORCH_DEVICE", "cpu")
     out = tmp_path / "cert"
-    assert main(["certify", "--engine", "torch", "--level", "blocks", "--workloads", "450", "--seed", "3",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "certify",
+                "--engine",
+                "torch",
+                "--level",
+                "blocks",
+                "--workloads",
+                "450",
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["passed"] and cert["workloads_run"] == 450 and not cert["invariant_violations"]
     assert cert["determinism"]["checked"] == 45 and not cert["determinism"]["nondeterministic"]

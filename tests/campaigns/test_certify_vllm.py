@@ -17,8 +17,23 @@ from schedspec.conformance.engines.vllm import vllm_venv_ready
 @pytest.mark.skipif(not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh")
 def test_reference_matches_vllm_on_a_bounded_campaign(tmp_path):
     out = tmp_path / "cert"
-    rc = main(["certify", "--engine", "vllm", "--workloads", "300", "--seed", "11", "--level", "blocks",
-               "--jobs", "2", "--out", str(out)])
+    rc = main(
+        [
+            "certify",
+            "--engine",
+            "vllm",
+            "--workloads",
+            "300",
+            "--seed",
+            "11",
+            "--level",
+            "blocks",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     cert = json.loads((out / "certificate.json").read_text())
     assert rc == 0 and cert["passed"], cert["counterexamples"] or cert["invariant_violations"]
     assert cert["workloads_run"] == 300

@@ -16,8 +16,13 @@ from schedspec.reference_impl import ReferenceEngine, simulate
 from schedspec.spec.invariants import check_trace
 from schedspec.spec.trace import Trace
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def pressure(trace: Trace) -> None:

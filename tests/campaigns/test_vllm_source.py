@@ -32,7 +32,9 @@ from schedspec.cli import main
 from schedspec.conformance.engines.vllm import vllm_venv_ready
 from schedspec.conformance.registry import engine_factory, vllm_source_engine
 
-pytestmark = pytest.mark.skipif(not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh")
+pytestmark = pytest.mark.skipif(
+    not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh"
+)
 
 WORKFLOW = Path(__file__).resolve().parents[2] / "examples" / "github-workflow.yml"
 SMALL = ["--family", "kv-pressure", "--workloads", "5"]  # kv-pressure-0-2 preempts behind a waiting request
@@ -52,7 +54,11 @@ def trees(tmp_path_factory):
     benign = make_vllm_checkout(root / "benign", origin=clean)
     plant(benign, FREE_HEAD_FIRST, commit=True)
     broken = make_vllm_checkout(root / "broken", origin=clean)
-    plant(broken, (APPEND_ON_PREEMPT[0], APPEND_ON_PREEMPT[1], "        self.waiting.prepend_request(request\n"), commit=False)
+    plant(
+        broken,
+        (APPEND_ON_PREEMPT[0], APPEND_ON_PREEMPT[1], "        self.waiting.prepend_request(request\n"),
+        commit=False,
+    )
     yield {"clean": clean, "planted": planted, "benign": benign, "broken": broken}
     for tree in (clean, planted, benign):  # one idle driver per tree would outlive the module
         engine_factory(vllm_source_engine(str(tree))).close_all()
@@ -97,10 +103,15 @@ def test_allow_divergence_fails_only_on_invariants(trees, tmp_path):
     assert rc == 1 and cert["departures"] and cert["invariant_violations"]
     rc, cert = certify(trees["benign"], tmp_path / "benign", "--allow-divergence")
     assert rc == 0 and cert["passed"] and not cert["invariant_violations"]
-    assert {d["field"].split("[")[0] for d in cert["departures"]} <= {"output.scheduled_new_reqs", "output.scheduled_cached_reqs"}
+    assert {d["field"].split("[")[0] for d in cert["departures"]} <= {
+        "output.scheduled_new_reqs",
+        "output.scheduled_cached_reqs",
+    }
 
 
 def test_a_tree_that_does_not_import_is_bad_input(trees, tmp_path, capsys):
-    assert main(["certify", "--engine", "vllm", "--vllm-source", str(trees["broken"]), "--out", str(tmp_path / "c")]) == 2
+    assert (
+        main(["certify", "--engine", "vllm", "--vllm-source", str(trees["broken"]), "--out", str(tmp_path / "c")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("schedspec: error: --vllm-source: cannot run vLLM from it") and "SyntaxError" in err

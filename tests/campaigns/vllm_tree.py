@@ -29,11 +29,16 @@ from pathlib import Path
 
 from schedspec.conformance.engines.vllm import vllm_venv_path
 
-APPEND_ON_PREEMPT = ("vllm/v1/core/sched/scheduler.py", "        self.waiting.prepend_request(request)\n",
-                     "        self.waiting.add_request(request)  # planted: append, not prepend\n")
-FREE_HEAD_FIRST = ("vllm/v1/core/single_type_kv_cache_manager.py",
-                   "        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))\n",
-                   "        self.block_pool.free_blocks(self.pop_blocks_for_free(request_id))  # planted: head first\n")
+APPEND_ON_PREEMPT = (
+    "vllm/v1/core/sched/scheduler.py",
+    "        self.waiting.prepend_request(request)\n",
+    "        self.waiting.add_request(request)  # planted: append, not prepend\n",
+)
+FREE_HEAD_FIRST = (
+    "vllm/v1/core/single_type_kv_cache_manager.py",
+    "        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))\n",
+    "        self.block_pool.free_blocks(self.pop_blocks_for_free(request_id))  # planted: head first\n",
+)
 GIT_ID = ("-c", "user.name=schedspec-test", "-c", "user.email=test@example.invalid")
 
 
@@ -42,7 +47,9 @@ def installed_vllm() -> Path:
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *GIT_ID, *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *GIT_ID, *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -63,8 +70,12 @@ def make_vllm_checkout(dest: Path, origin: Path | None = None) -> Path:
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     # Without `_version.py`, as in a git checkout (setuptools-scm writes it at install time).
-    shutil.copytree(installed_vllm(), dest / "vllm", ignore=shutil.ignore_patterns("vllm-rs", "*.so", "_version.py"),
-                    copy_function=_link_or_copy)
+    shutil.copytree(
+        installed_vllm(),
+        dest / "vllm",
+        ignore=shutil.ignore_patterns("vllm-rs", "*.so", "_version.py"),
+        copy_function=_link_or_copy,
+    )
     (dest / ".gitignore").write_text("__pycache__/\n")
     git(dest, "init", "-q")
     git(dest, "add", "-A")

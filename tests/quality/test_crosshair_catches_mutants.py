@@ -89,8 +89,11 @@ def results(request):
     def one(name):
         return name, run_contract(ALL_PINNED[name][0], CPU_BUDGET_S.get(name, DEFAULT_CPU_BUDGET_S), name)
 
-    selected = {item.callspec.params["name"] for item in request.session.items
-                if getattr(item, "originalname", None) == "test_crosshair_finds_a_confirmed_counterexample"}
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_crosshair_finds_a_confirmed_counterexample"
+    }
     # The longest run first: it should not start last.
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(one, sorted(selected, key=lambda n: n not in SLOW)))
@@ -116,5 +119,7 @@ def test_crosshair_finds_a_confirmed_counterexample(results, name):
     r = results[name]
     assert r.verdict == CX, f"{name}: {r.verdict} after {r.scenarios} scenarios ({r.message})"
     assert (r.replay["what"], r.replay["step"]) == (what, step)
-    assert r.scenarios <= max(10, 2 * scenarios), f"{name}: the search needed {r.scenarios} scenarios, pinned {scenarios}"
+    assert r.scenarios <= max(10, 2 * scenarios), (
+        f"{name}: the search needed {r.scenarios} scenarios, pinned {scenarios}"
+    )
     print(f"{name}: {contract} after {r.scenarios} scenarios, {r.seconds:.1f} s wall, {r.cpu_seconds:.1f} CPU-s")

@@ -14,8 +14,13 @@ def test_a_subset_of_the_zoo_is_killed(tmp_path):
     out = tmp_path / "mutants"
     argv = ["mutants", "--checker", "monitors", "--checker", "z3", "--budget", "30", "--out", str(out)]
     # Z2 lives in async scheduling: its Z3 check is the feature run with async in the step.
-    for name in ("Z10-admit-after-preemption", "Z13-length-before-stop", "Z14-double-free", "wrong-victim",
-                 "Z2-no-async-max-tokens-skip"):
+    for name in (
+        "Z10-admit-after-preemption",
+        "Z13-length-before-stop",
+        "Z14-double-free",
+        "wrong-victim",
+        "Z2-no-async-max-tokens-skip",
+    ):
         argv += ["--mutant", name]
     assert main(argv) == 0
     kills = json.loads((out / "mutants.json").read_text())
@@ -29,6 +34,15 @@ def test_a_subset_of_the_zoo_is_killed(tmp_path):
 
 def test_a_survivor_fails_the_run(tmp_path):
     """The diff-only mutant survives the monitors, so a monitors-only run must exit non-zero."""
-    argv = ["mutants", "--checker", "monitors", "--budget", "3", "--mutant", "priority-self-preempt-breaks",
-            "--out", str(tmp_path / "m")]
+    argv = [
+        "mutants",
+        "--checker",
+        "monitors",
+        "--budget",
+        "3",
+        "--mutant",
+        "priority-self-preempt-breaks",
+        "--out",
+        str(tmp_path / "m"),
+    ]
     assert main(argv) == 1

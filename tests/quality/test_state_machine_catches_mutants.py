@@ -115,13 +115,17 @@ def test_a_hunt_does_not_depend_on_what_else_is_imported():
     import subprocess
     import sys
 
-    script = ("import sys, importlib\n"
-              "for m in sys.argv[1:]: importlib.import_module(m)\n"
-              "from schedspec.mutants import BY_NAME\n"
-              "from schedspec.conformance.state_machine_hunt import hunt_state_machine\n"
-              "m = BY_NAME['Z10-admit-after-preemption']\n"
-              "f = hunt_state_machine(m, budget_s=600, expect=m.expect)\n"
-              "print(f.what, f.size, f.original.count(chr(10)))\n")
-    runs = [subprocess.run([sys.executable, "-c", script, *extra], capture_output=True, text=True, check=True).stdout
-            for extra in ([], ["schedspec.cli", "schedspec.workloads", "schedspec.proofs.features"])]
+    script = (
+        "import sys, importlib\n"
+        "for m in sys.argv[1:]: importlib.import_module(m)\n"
+        "from schedspec.mutants import BY_NAME\n"
+        "from schedspec.conformance.state_machine_hunt import hunt_state_machine\n"
+        "m = BY_NAME['Z10-admit-after-preemption']\n"
+        "f = hunt_state_machine(m, budget_s=600, expect=m.expect)\n"
+        "print(f.what, f.size, f.original.count(chr(10)))\n"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", script, *extra], capture_output=True, text=True, check=True).stdout
+        for extra in ([], ["schedspec.cli", "schedspec.workloads", "schedspec.proofs.features"])
+    ]
     assert runs[0] == runs[1] and runs[0].startswith("no-admission-after-preemption (3, 2)"), runs

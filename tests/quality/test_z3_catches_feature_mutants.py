@@ -28,8 +28,15 @@ OUT_OF_REACH = ["no-rejection-rollback", "rejection-ignores-placeholder-guard", 
 
 # With async scheduling in the step (the engine loop's schedule-then-absorb): Z2 lives only there, and every
 # rule mutant of the core and of the sync features is still caught with a step in flight.
-ASYNC_RULE_MUTANTS = ["Z2-no-async-max-tokens-skip", "Z10-admit-after-preemption", "Z13-length-before-stop",
-                      "budget-off-by-one", "wrong-victim", "spec-tokens-off-by-one", "padding-ignores-L"]
+ASYNC_RULE_MUTANTS = [
+    "Z2-no-async-max-tokens-skip",
+    "Z10-admit-after-preemption",
+    "Z13-length-before-stop",
+    "budget-off-by-one",
+    "wrong-victim",
+    "spec-tokens-off-by-one",
+    "padding-ignores-L",
+]
 # _preempt_request and the skipped list are scheduler.py bookkeeping, not rules: the monitors and the diff catch them.
 ASYNC_OUT_OF_REACH = ["placeholders-kept-on-preempt", "Z5-skipped-reversed"]
 ALL = ("spec-decode", "prefix-caching", "async")
@@ -59,8 +66,10 @@ def test_feature_mode_finds_a_replayed_counterexample(mutant, tmp_path):
 def test_padding_needs_a_running_request_or_a_prefix_hit():
     # pads_spec_decode needs a running request scheduled or a prefix hit: alone, with caching off, it never pads.
     only_spec = ("spec-decode",)
-    assert all(run_job(Job("chunk-bounds", 1, fcfs, 60, "padding-ignores-L", only_spec)).verdict == "proved"
-               for fcfs in (True, False))
+    assert all(
+        run_job(Job("chunk-bounds", 1, fcfs, 60, "padding-ignores-L", only_spec)).verdict == "proved"
+        for fcfs in (True, False)
+    )
     assert run_job(Job("chunk-bounds", 1, True, 60, "padding-ignores-L")).verdict == "violated"
 
 

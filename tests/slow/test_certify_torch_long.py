@@ -15,8 +15,23 @@ from schedspec.cli import main
 
 def _certified(tmp_path, args: list[str], workloads: int) -> dict:
     out = tmp_path / "cert"
-    assert main(["certify", "--engine", "torch", "--level", "blocks", "--workloads", str(workloads),
-                 "--out", str(out), *args]) == 0
+    assert (
+        main(
+            [
+                "certify",
+                "--engine",
+                "torch",
+                "--level",
+                "blocks",
+                "--workloads",
+                str(workloads),
+                "--out",
+                str(out),
+                *args,
+            ]
+        )
+        == 0
+    )
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["passed"] and cert["workloads_run"] == workloads and not cert["invariant_violations"]
     assert not cert["determinism"]["nondeterministic"] and not cert["counterexamples"]

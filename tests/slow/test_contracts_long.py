@@ -21,8 +21,9 @@ from schedspec.proofs.contracts import CONTRACTS
 from schedspec.proofs.crosshair_runner import NO_CX, UNKNOWN, run_contract, run_contracts
 
 
-@pytest.mark.parametrize("mutant,timeout", [(None, 600.0), ("priority-self-preempt-breaks", 300.0)],
-                         ids=["reference", "control-mutant"])
+@pytest.mark.parametrize(
+    "mutant,timeout", [(None, 600.0), ("priority-self-preempt-breaks", 300.0)], ids=["reference", "control-mutant"]
+)
 def test_check_all_finds_nothing(mutant, timeout):
     r = run_contract("check_all", timeout, mutant)
     assert r.verdict in (UNKNOWN, NO_CX), f"{r.verdict}: {r.message} {r.replay}"

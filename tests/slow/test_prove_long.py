@@ -22,8 +22,9 @@ from schedspec.spec.invariants import BY_NAME, INVARIANTS
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_up_to_eight_requests(fcfs):
-    verdicts = {(inv.name, n): check(inv, n, fcfs, timeout_s=300, reuse=True).verdict
-                for n in range(3, 9) for inv in INVARIANTS}
+    verdicts = {
+        (inv.name, n): check(inv, n, fcfs, timeout_s=300, reuse=True).verdict for n in range(3, 9) for inv in INVARIANTS
+    }
     assert "violated" not in verdicts.values() and "unconfirmed" not in verdicts.values(), verdicts
     assert all(v == "proved" for v in verdicts.values()), {k: v for k, v in verdicts.items() if v != "proved"}
 
@@ -66,7 +67,11 @@ def test_every_invariant_with_all_three_features_up_to_four_requests(fcfs):
     """The feature run's default bound, with async, spec decode and prefix caching in one step."""
     from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
 
-    verdicts = {(inv.name, n): check_features(inv, n, fcfs, timeout_s=300, features=FEATURES).verdict
-                for n in range(3, 5) for inv in INVARIANTS}
-    assert all(v == ("n/a" if name in CONCRETE_ONLY else "proved") for (name, _), v in verdicts.items()), \
-        {k: v for k, v in verdicts.items() if v not in ("proved", "n/a")}
+    verdicts = {
+        (inv.name, n): check_features(inv, n, fcfs, timeout_s=300, features=FEATURES).verdict
+        for n in range(3, 5)
+        for inv in INVARIANTS
+    }
+    assert all(v == ("n/a" if name in CONCRETE_ONLY else "proved") for (name, _), v in verdicts.items()), {
+        k: v for k, v in verdicts.items() if v not in ("proved", "n/a")
+    }

@@ -30,7 +30,8 @@ from schedspec.spec.request import Request
 from schedspec.spec.trace import FinishedRequest, RequestSummary, StateSummary
 
 needs_vllm = pytest.mark.skipif(
-    not vllm_venv_ready(), reason="no vLLM venv; build it with conformance/vllm_env/setup_vllm_ref.sh")
+    not vllm_venv_ready(), reason="no vLLM venv; build it with conformance/vllm_env/setup_vllm_ref.sh"
+)
 ENGINES = ["reference", pytest.param("vllm", marks=needs_vllm)]
 
 _factory = None
@@ -63,7 +64,9 @@ class Driven:
         self.in_flight.append((out, self.engine.summary()))
         return out
 
-    def update(self, sampled: Mapping[str, Iterable[int]] | None = None, *, default: int | None = None) -> dict[str, FinishedRequest]:
+    def update(
+        self, sampled: Mapping[str, Iterable[int]] | None = None, *, default: int | None = None
+    ) -> dict[str, FinishedRequest]:
         """Absorb the oldest scheduled output. Unnamed requests sample `default` if that step finished
         their prefill (C >= T right after its schedule, as the mock runner decides), else []."""
         out, state = self.in_flight.popleft()

@@ -35,7 +35,8 @@ GLOSSARY = REPO / "docs" / "glossary.md"
 # One form for every vLLM citation; see "How to cite" in docs/glossary.md.
 VLLM_CITATION = re.compile(
     r"\bvllm/(?P<path>[\w/]+\.py):(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)"
-    r"(?: \((?P<lines>\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)\))?")
+    r"(?: \((?P<lines>\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)\))?"
+)
 # The forms it replaced: a file and line numbers, and bare line numbers (`(:1331)`) leaning on a file
 # named earlier. Neither names a function, so neither can be checked; both are refused.
 OLD_CITATION = re.compile(r"(?<![\w/.])(?P<path>(?:[\w.]+/)*\w+\.py):\d+")
@@ -55,8 +56,10 @@ GLOSSARY_ENTRY = re.compile(r"^- \*\*(?P<id>[^*\s]*[^*\s.])\*\*", re.MULTILINE)
 # Text that looks like a citation and is not one, with why. Matched by (file, exact text).
 NOT_CITATIONS = {
     ("tests/unit/test_contracts.py", "Z99"): "a mutant id that must not exist: the CLI's refusal is under test",
-    ("tests/unit/test_vllm_known_bugs.py", "vllm/v1/core/sched/scheduler.py:1579"):
-        "the traceback vLLM prints, matched verbatim",
+    (
+        "tests/unit/test_vllm_known_bugs.py",
+        "vllm/v1/core/sched/scheduler.py:1579",
+    ): "the traceback vLLM prints, matched verbatim",
     ("docs/conformance.md", "vllm/v1/core/sched/scheduler.py:1579"): "quotes that traceback",
     ("tests/unit/test_contracts.py", "/x/contracts.py:76"): "CrossHair's report format, fed to the parser",
 }
@@ -74,10 +77,10 @@ class Cited:
 
 def project_files() -> list[str]:
     """The .py and .md files a clone has (tracked, or new and not ignored), the checker excepted."""
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"],
-                         capture_output=True, text=True, check=True).stdout
-    return sorted(f for f in out.splitlines()
-                  if f.endswith((".py", ".md")) and f not in SELF and (REPO / f).is_file())
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(f for f in out.splitlines() if f.endswith((".py", ".md")) and f not in SELF and (REPO / f).is_file())
 
 
 def prose(path: Path) -> list[tuple[int, str]]:
@@ -97,8 +100,7 @@ def scan(pattern: re.Pattern[str], files: list[str] | None = None) -> list[Cited
     found = []
     for f in project_files() if files is None else files:
         for line, text in prose(REPO / f):
-            found += [Cited(f, line, m.group(0)) for m in pattern.finditer(text)
-                      if (f, m.group(0)) not in SKIP]
+            found += [Cited(f, line, m.group(0)) for m in pattern.finditer(text) if (f, m.group(0)) not in SKIP]
     return found
 
 
@@ -118,6 +120,7 @@ def undefined_ids(cited: list[Cited], defined: set[str]) -> list[Cited]:
 def vllm_root() -> Path | None:
     """The `vllm/` package of the reference venv (built by conformance/vllm_env/setup_vllm_ref.sh), if ready."""
     from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
+
     if not vllm_venv_ready():
         return None
     return next((vllm_venv_path() / "lib").glob("python3*/site-packages/vllm"), None)
@@ -144,6 +147,7 @@ def definitions(path: Path) -> dict[str, tuple[int, int]]:
                 for t in targets:
                     if isinstance(t, ast.Name):
                         spans.setdefault(prefix + t.id, (node.lineno, node.end_lineno or node.lineno))
+
     walk(tree.body, "", True)
     return spans
 

@@ -65,8 +65,11 @@ def home_functions() -> list[str]:
     names = []
     for home in HOMES:
         module = importlib.import_module(f"schedspec.{home}")
-        names += [f"{home}.{n}" for n, f in vars(module).items()
-                  if inspect.isfunction(f) and f.__module__ == module.__name__ and not n.startswith("_")]
+        names += [
+            f"{home}.{n}"
+            for n, f in vars(module).items()
+            if inspect.isfunction(f) and f.__module__ == module.__name__ and not n.startswith("_")
+        ]
     return names
 
 

@@ -15,8 +15,9 @@ from schedspec.spec.request import Request, RequestStatus
 
 
 def _req(rid: str, prompt_len: int, max_tokens: int) -> Request:
-    return Request(request_id=rid, prompt_token_ids=(int(rid[-1]) + 1,) * prompt_len, max_tokens=max_tokens,
-                   ignore_eos=True)
+    return Request(
+        request_id=rid, prompt_token_ids=(int(rid[-1]) + 1,) * prompt_len, max_tokens=max_tokens, ignore_eos=True
+    )
 
 
 def test_D2_placeholder_table(make):

@@ -35,15 +35,26 @@ def write(path, workload: Workload) -> str:
 
 
 def req(request_id: str, prompt_len: int, arrival_step: int = 0, max_tokens: int = 4) -> WorkloadRequest:
-    return WorkloadRequest(Request(request_id, (11,) * prompt_len, max_tokens=max_tokens, ignore_eos=True), arrival_step)
+    return WorkloadRequest(
+        Request(request_id, (11,) * prompt_len, max_tokens=max_tokens, ignore_eos=True), arrival_step
+    )
 
 
 def small(**config) -> SchedulerConfig:
-    return SchedulerConfig(**{"max_num_batched_tokens": 64, "max_num_seqs": 4, "max_model_len": 256,
-                              "block_size": 4, "num_gpu_blocks": 9, **config})
+    return SchedulerConfig(
+        **{
+            "max_num_batched_tokens": 64,
+            "max_num_seqs": 4,
+            "max_model_len": 256,
+            "block_size": 4,
+            "num_gpu_blocks": 9,
+            **config,
+        }
+    )
 
 
 # ---- Files: any name, any bytes, the wrong kind. ----
+
 
 def test_an_existing_file_is_loaded_whatever_its_name(tmp_path, capsys):
     path = write(tmp_path / "myworkload", Workload(small(), (req("a", 8),), name="mine"))
@@ -100,6 +111,7 @@ def test_replay_names_an_unknown_file_and_a_counterexample_version(tmp_path, cap
 
 
 # ---- Workloads that could only idle. ----
+
 
 def refused(tmp_path, capsys, workload: Workload, field: str, value: str) -> str:
     line = one_line_error(capsys, ["simulate", write(tmp_path / "w.json", workload)])
@@ -161,13 +173,28 @@ def test_without_chunking_a_prompt_above_the_token_budget_is_never_admitted(tmp_
 
 def test_vllms_own_livelocks_still_run(tmp_path, capsys):
     """D1, the spec-decode padding livelocks, and a pool that fits each request alone but not all at once."""
-    d1 = Workload(SchedulerConfig(block_size=16, num_gpu_blocks=3),
-                  (WorkloadRequest(Request("0", (0,) * 32, max_tokens=16, ignore_eos=True)),), max_steps=30)
+    d1 = Workload(
+        SchedulerConfig(block_size=16, num_gpu_blocks=3),
+        (WorkloadRequest(Request("0", (0,) * 32, max_tokens=16, ignore_eos=True)),),
+        max_steps=30,
+    )
     twin = tuple(range(40, 49))
-    padded = Workload(SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=64, block_size=4,
-                                      num_gpu_blocks=4, enable_prefix_caching=True, num_speculative_tokens=4),
-                      (WorkloadRequest(Request("warm", twin, max_tokens=1, ignore_eos=True)),
-                       WorkloadRequest(Request("twin", twin, max_tokens=4, ignore_eos=True), 3)), max_steps=30)
+    padded = Workload(
+        SchedulerConfig(
+            max_num_batched_tokens=16,
+            max_num_seqs=4,
+            max_model_len=64,
+            block_size=4,
+            num_gpu_blocks=4,
+            enable_prefix_caching=True,
+            num_speculative_tokens=4,
+        ),
+        (
+            WorkloadRequest(Request("warm", twin, max_tokens=1, ignore_eos=True)),
+            WorkloadRequest(Request("twin", twin, max_tokens=4, ignore_eos=True), 3),
+        ),
+        max_steps=30,
+    )
     crowded = Workload(small(num_gpu_blocks=5), tuple(req(f"r{i}", 12, max_tokens=8) for i in range(3)), max_steps=300)
     for name, w in (("d1", d1), ("padded", padded), ("crowded", crowded)):
         assert main(["simulate", write(tmp_path / f"{name}.json", w)]) == 0, capsys.readouterr().err
@@ -205,17 +232,22 @@ def test_the_rule_refuses_only_requests_the_reference_never_runs(family):
             prompt = w.request(rid).request.num_prompt_tokens
             trace = simulate(w)
             assert trace.end == "max_steps"
-            assert all(rid not in s.state.requests or s.state.requests[rid].num_computed_tokens < prompt
-                       for s in trace.steps)
+            assert all(
+                rid not in s.state.requests or s.state.requests[rid].num_computed_tokens < prompt for s in trace.steps
+            )
 
 
-@pytest.mark.parametrize("argv", [
-    ["certify", "--engine", "reference", "--jobs", "abc"],
-    ["prove", "--timeout", "abc"],
-    ["simulate"],
-    ["nope"],
-    ["certify"],
-], ids=["not-an-int", "not-a-float", "no-workload", "no-such-command", "missing-required"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["certify", "--engine", "reference", "--jobs", "abc"],
+        ["prove", "--timeout", "abc"],
+        ["simulate"],
+        ["nope"],
+        ["certify"],
+    ],
+    ids=["not-an-int", "not-a-float", "no-workload", "no-such-command", "missing-required"],
+)
 def test_argparse_errors_are_one_line_too(argv, capsys):
     """argparse's own errors would print the whole usage block first; ours is one line, as for every bad input."""
     try:

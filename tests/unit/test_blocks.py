@@ -121,8 +121,12 @@ def test_watermark_applies_to_preempted_requests_when_something_runs(watermark, 
     """
     cfg = config(block_size=4, num_gpu_blocks=8, watermark=watermark)
     assert cfg.watermark_blocks == int(watermark * 8)
-    state = new_state(cfg, make_request("c", 4, max_tokens=50), make_request("a", 4, max_tokens=50),
-                      make_request("b", 8, max_tokens=50))
+    state = new_state(
+        cfg,
+        make_request("c", 4, max_tokens=50),
+        make_request("a", 4, max_tokens=50),
+        make_request("b", 8, max_tokens=50),
+    )
     out, state, _ = step(state)
     assert sched_dict(out) == {"c": 4, "a": 4, "b": 8}
     for _ in range(4):

@@ -49,8 +49,12 @@ def test_T9_threshold_applies_with_other_requests():
 
 def test_T10_threshold_floored_by_fair_share():
     """T10: thr 100, adaptive, long 2000 + short 10 -> {long: 512 (= 1024 // 2), short: 10}."""
-    cfg = config(max_num_batched_tokens=1024, long_prefill_token_threshold=100,
-                 long_prefill_token_threshold_adaptive=True, max_model_len=4096)
+    cfg = config(
+        max_num_batched_tokens=1024,
+        long_prefill_token_threshold=100,
+        long_prefill_token_threshold_adaptive=True,
+        max_model_len=4096,
+    )
     state = new_state(cfg, make_request("long", 2000), make_request("short", 10))
     output, _ = schedule(state)
     assert sched_dict(output) == {"long": 512, "short": 10}

@@ -138,9 +138,22 @@ def vanished(data):
     return i, f"steps[{i}].state.requests"
 
 
-@pytest.mark.parametrize("tamper", [drop_step, renumber, drop_and_renumber, jump_past_grant, move_unscheduled,
-                                    tokens_from_nowhere, lost_arrival, vanished, cut_but_drained, cut_but_max_steps,
-                                    no_steps])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        drop_step,
+        renumber,
+        drop_and_renumber,
+        jump_past_grant,
+        move_unscheduled,
+        tokens_from_nowhere,
+        lost_arrival,
+        vanished,
+        cut_but_drained,
+        cut_but_max_steps,
+        no_steps,
+    ],
+)
 def test_inconsistent_trace_is_rejected(good, tmp_path, capsys, tamper):
     data = copy.deepcopy(good)
     step, field = tamper(data)
@@ -182,10 +195,12 @@ def test_long_trace_reports_progress(tmp_path, capsys):
     lines = err.splitlines()
     for what in ("consistency", "invariants"):
         assert [line for line in lines if f": {what}: " in line] == [
-            f"schedspec check: {what}: {n}/2100 steps" for n in (1000, 2000)]
+            f"schedspec check: {what}: {n}/2100 steps" for n in (1000, 2000)
+        ]
 
 
 # Exactness: the engines' own traces, every family.
+
 
 def _rejects(trace: Trace) -> list[tuple[int, str, int]]:
     """(step, request, rejected drafts) for each sync step whose update rejected drafts of a survivor."""
@@ -199,8 +214,12 @@ def _rejects(trace: Trace) -> list[tuple[int, str, int]]:
 
 
 def _hits(trace: Trace) -> list[tuple[int, str, int]]:
-    return [(i, n.req_id, n.num_computed_tokens) for i, rec in enumerate(trace.steps)
-            for n in rec.output.scheduled_new_reqs if n.num_computed_tokens > 0 and n.req_id in rec.state.requests]
+    return [
+        (i, n.req_id, n.num_computed_tokens)
+        for i, rec in enumerate(trace.steps)
+        for n in rec.output.scheduled_new_reqs
+        if n.num_computed_tokens > 0 and n.req_id in rec.state.requests
+    ]
 
 
 def _absorbs(trace: Trace) -> list[int]:
@@ -225,13 +244,21 @@ def test_reference_traces_are_consistent(family):
     # The branch each feature family exists for occurred, and breaking it is caught.
     if family == "spec-decode":
         trace, (i, rid, n) = _first(traces, _rejects)
-        broken = _caught(trace, lambda d: d["steps"][i]["state"]["requests"][rid].__setitem__(
-            "num_computed_tokens", d["steps"][i]["state"]["requests"][rid]["num_computed_tokens"] + n))
+        broken = _caught(
+            trace,
+            lambda d: d["steps"][i]["state"]["requests"][rid].__setitem__(
+                "num_computed_tokens", d["steps"][i]["state"]["requests"][rid]["num_computed_tokens"] + n
+            ),
+        )
         assert broken and "rejected" in broken[0].detail
     if family == "prefix-caching":
         trace, (i, rid, hit) = _first(traces, _hits)
-        broken = _caught(trace, lambda d: d["steps"][i]["state"]["requests"][rid].__setitem__(
-            "num_computed_tokens", d["steps"][i]["state"]["requests"][rid]["num_computed_tokens"] - hit))
+        broken = _caught(
+            trace,
+            lambda d: d["steps"][i]["state"]["requests"][rid].__setitem__(
+                "num_computed_tokens", d["steps"][i]["state"]["requests"][rid]["num_computed_tokens"] - hit
+            ),
+        )
         assert broken and f"{hit} hit on admission" in broken[0].detail
     if family == "async":
         trace, i = _first(traces, _absorbs)

@@ -27,7 +27,9 @@ WORKFLOW = ROOT / "examples" / "github-workflow.yml"
 
 def recipe_certify_argv() -> list[str]:
     """The argv of the workflow's `schedspec certify` step, without the leading `schedspec`."""
-    commands = [m.group(1) for m in re.finditer(r"^\s*(?:- )?(?:run: )?(schedspec certify .*)$", WORKFLOW.read_text(), re.M)]
+    commands = [
+        m.group(1) for m in re.finditer(r"^\s*(?:- )?(?:run: )?(schedspec certify .*)$", WORKFLOW.read_text(), re.M)
+    ]
     assert len(commands) == 1, commands
     return shlex.split(commands[0])[1:]
 
@@ -35,7 +37,7 @@ def recipe_certify_argv() -> list[str]:
 def swap(argv: list[str], option: str, value: str | None) -> list[str]:
     """argv with `option`'s value replaced (or the option dropped, with value None)."""
     i = argv.index(option)
-    return argv[:i] + ([option, value] if value is not None else []) + argv[i + 2:]
+    return argv[:i] + ([option, value] if value is not None else []) + argv[i + 2 :]
 
 
 def test_docs_quote_the_workflow_verbatim():
@@ -54,8 +56,11 @@ def test_a_git_install_ships_every_package():
     """The recipe installs schedspec with pip, not editable: a package left out of pyproject would be missing."""
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     dirs = {v: k for k, v in tool["package-dir"].items()}
-    found = {dirs[init.parent.relative_to(ROOT).parts[0]] + "".join("." + p for p in init.parent.relative_to(ROOT).parts[1:])
-             for top in dirs for init in (ROOT / top).rglob("__init__.py")}
+    found = {
+        dirs[init.parent.relative_to(ROOT).parts[0]] + "".join("." + p for p in init.parent.relative_to(ROOT).parts[1:])
+        for top in dirs
+        for init in (ROOT / top).rglob("__init__.py")
+    }
     assert found == set(tool["packages"])
 
 
@@ -67,8 +72,15 @@ def test_recipe_exit_codes(tmp_path, monkeypatch, capsys):
     cert = json.loads((tmp_path / "cert" / "certificate.json").read_text())
     assert cert["passed"] and cert["workloads_run"] == int(argv[argv.index("--workloads") + 1])
 
-    diverging = swap(swap(swap(on_reference, "--engine", "schedspec.conformance.planted:extra_token_at_step_3"),
-                          "--out", "cert-diverging"), "--workloads", "3")
+    diverging = swap(
+        swap(
+            swap(on_reference, "--engine", "schedspec.conformance.planted:extra_token_at_step_3"),
+            "--out",
+            "cert-diverging",
+        ),
+        "--workloads",
+        "3",
+    )
     assert main(diverging + ["--family", "budget"]) == 1
     assert (tmp_path / "cert-diverging" / "junit.xml").is_file()
     assert list((tmp_path / "cert-diverging").glob("counterexample-*.png"))
@@ -83,8 +95,20 @@ def test_recipe_exit_codes(tmp_path, monkeypatch, capsys):
 def test_allow_divergence_lists_departures_and_still_fails_on_invariants(tmp_path):
     out = tmp_path / "cert"
     # The planted extra token both diverges and, in budget-0-2, overruns the token budget.
-    rc = main(["certify", "--engine", "schedspec.conformance.planted:extra_token_at_step_3", "--workloads", "3",
-               "--family", "budget", "--allow-divergence", "--out", str(out)])
+    rc = main(
+        [
+            "certify",
+            "--engine",
+            "schedspec.conformance.planted:extra_token_at_step_3",
+            "--workloads",
+            "3",
+            "--family",
+            "budget",
+            "--allow-divergence",
+            "--out",
+            str(out),
+        ]
+    )
     cert = json.loads((out / "certificate.json").read_text())
     assert rc == 1 and cert["allow_divergence"] and len(cert["departures"]) == 3
     assert [v["workload"] for v in cert["invariant_violations"]] == ["budget-0-2"]
@@ -98,5 +122,7 @@ def test_ci_runs_the_readme_test_command_verbatim():
     """`.ci/run` is the README's test command, so what CI gates on is what a user is told to run."""
     readme_blocks = re.findall(r"```\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)
     test_command = next(b for b in readme_blocks if "pytest" in b and b.startswith("scripts/ensure-venv"))
-    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    ci = [
+        ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
+    ]
     assert ci == [test_command]

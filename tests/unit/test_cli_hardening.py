@@ -17,8 +17,17 @@ from schedspec.proofs import prove
 from schedspec.spec.invariants import BY_NAME
 
 PROVE = ["prove", "--max-requests", "1", "--policy", "fcfs", "--invariant", "seqs-limit"]
-PROVE_VIOLATED = ["prove", "--max-requests", "1", "--policy", "fcfs", "--invariant", "budget-conservation",
-                  "--mutant", "budget-off-by-one"]
+PROVE_VIOLATED = [
+    "prove",
+    "--max-requests",
+    "1",
+    "--policy",
+    "fcfs",
+    "--invariant",
+    "budget-conservation",
+    "--mutant",
+    "budget-off-by-one",
+]
 CX = "proof-fcfs-budget-conservation-N1.json"
 MUTANTS = ["mutants", "--mutant", "budget-off-by-one", "--checker", "monitors", "--budget", "5"]
 CONTRACTS = ["contracts", "--contract", "one-place", "--timeout", "0.01"]
@@ -31,20 +40,22 @@ def one_line_error(capsys, option: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("argv, option", [
-    *[(["prove", "--timeout", t], "--timeout") for t in ("0", "-1", "1e-9", "nan", "inf", "1e7")],
-    (["prove", "--jobs", "0"], "--jobs"),
-    (["prove", "--max-requests", "0"], "--max-requests"),
-    (["prove", "--invariant", "nope"], "--invariant"),
-    *[(["contracts", "--timeout", t], "--timeout") for t in ("0", "-1", "nan", "inf")],
-    (["contracts", "--jobs", "0"], "--jobs"),
-    *[(["mutants", "--budget", b], "--budget") for b in ("0", "-5", "nan", "inf")],
-    (["mutants", "--jobs", "0"], "--jobs"),
-    (["mutants", "--checker", "nope"], "--checker"),
-    (["mutants", "--mutant", "nope"], "--mutant"),
-])
-def test_bad_argument_is_one_line_and_exit_2_before_anything_is_written(argv, option, capsys, tmp_path,
-                                                                         monkeypatch):
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        *[(["prove", "--timeout", t], "--timeout") for t in ("0", "-1", "1e-9", "nan", "inf", "1e7")],
+        (["prove", "--jobs", "0"], "--jobs"),
+        (["prove", "--max-requests", "0"], "--max-requests"),
+        (["prove", "--invariant", "nope"], "--invariant"),
+        *[(["contracts", "--timeout", t], "--timeout") for t in ("0", "-1", "nan", "inf")],
+        (["contracts", "--jobs", "0"], "--jobs"),
+        *[(["mutants", "--budget", b], "--budget") for b in ("0", "-5", "nan", "inf")],
+        (["mutants", "--jobs", "0"], "--jobs"),
+        (["mutants", "--checker", "nope"], "--checker"),
+        (["mutants", "--mutant", "nope"], "--mutant"),
+    ],
+)
+def test_bad_argument_is_one_line_and_exit_2_before_anything_is_written(argv, option, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default --out folders would land here
     assert main(argv) == 2
     one_line_error(capsys, option)
@@ -125,8 +136,19 @@ def test_a_z3_timeout_is_unknown_never_proved():
 
 
 def test_prove_fails_on_unknown_unless_allowed(tmp_path, capsys):
-    argv = ["prove", "--max-requests", "8", "--policy", "fcfs", "--invariant", "block-conservation",
-            "--timeout", "0.01", "--out", str(tmp_path)]
+    argv = [
+        "prove",
+        "--max-requests",
+        "8",
+        "--policy",
+        "fcfs",
+        "--invariant",
+        "block-conservation",
+        "--timeout",
+        "0.01",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 1
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
@@ -136,13 +158,16 @@ def test_prove_fails_on_unknown_unless_allowed(tmp_path, capsys):
     assert "accepted (--allow-unknown)" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("verdicts, allow, rc, says", [
-    (["proved", "proved"], False, 0, None),
-    (["proved", "unknown"], False, 1, "1 check unknown"),
-    (["unknown", "unknown"], True, 0, "accepted"),
-    (["violated", "unknown"], True, 1, "1 check violated"),
-    (["unconfirmed", "proved"], True, 1, "1 check unconfirmed"),
-])
+@pytest.mark.parametrize(
+    "verdicts, allow, rc, says",
+    [
+        (["proved", "proved"], False, 0, None),
+        (["proved", "unknown"], False, 1, "1 check unknown"),
+        (["unknown", "unknown"], True, 0, "accepted"),
+        (["violated", "unknown"], True, 1, "1 check violated"),
+        (["unconfirmed", "proved"], True, 1, "1 check unconfirmed"),
+    ],
+)
 def test_prove_exit_status(verdicts, allow, rc, says, tmp_path, capsys, monkeypatch):
     planted = iter(verdicts)
     monkeypatch.setattr(prove, "run_job", lambda job: prove.Result(job.invariant, job.n, "fcfs", next(planted), 0.0))
@@ -157,8 +182,22 @@ def test_prove_exit_status(verdicts, allow, rc, says, tmp_path, capsys, monkeypa
 
 def test_a_search_cut_by_the_budget_is_unknown_and_fails_apart_from_a_survivor(tmp_path, capsys):
     # The monitors cannot see this mutant, so the search runs until the budget is spent.
-    assert main(["mutants", "--mutant", "priority-self-preempt-breaks", "--checker", "monitors", "--budget", "1",
-                 "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "mutants",
+                "--mutant",
+                "priority-self-preempt-breaks",
+                "--checker",
+                "monitors",
+                "--budget",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     [kill] = json.loads((tmp_path / "mutants.json").read_text())
     assert (kill["what"], kill["verdict"]) == (BUDGET_SPENT, "unknown")
@@ -173,22 +212,45 @@ def test_a_real_survivor_and_a_cut_search_are_told_apart(capsys):
     def cell(name, checker, what):
         return Kill(name, checker, False, what, 1.0, None)
 
-    by = {("a", "z3"): cell("a", "z3", "proved up to N=3"), ("a", "monitors"): cell("a", "monitors", BUDGET_SPENT),
-          ("b", "z3"): cell("b", "z3", "proved up to N=3"),
-          ("b", "monitors"): cell("b", "monitors", "unknown: 2 checks not proved (timeout or unconfirmed)")}
+    by = {
+        ("a", "z3"): cell("a", "z3", "proved up to N=3"),
+        ("a", "monitors"): cell("a", "monitors", BUDGET_SPENT),
+        ("b", "z3"): cell("b", "z3", "proved up to N=3"),
+        ("b", "monitors"): cell("b", "monitors", "unknown: 2 checks not proved (timeout or unconfirmed)"),
+    }
     assert [k.verdict for k in by.values()] == ["survived", "unknown", "survived", "unknown"]
     assert mutants_cmd._verdict(["a", "b"], by, ["z3", "monitors"], Console()) == 1
     assert "2 not killed before the budget was spent" in capsys.readouterr().err
-    solid = {("a", "z3"): cell("a", "z3", "proved up to N=3"),
-             ("a", "crosshair"): cell("a", "crosshair", "no counterexample within bounds")}
+    solid = {
+        ("a", "z3"): cell("a", "z3", "proved up to N=3"),
+        ("a", "crosshair"): cell("a", "crosshair", "no counterexample within bounds"),
+    }
     assert mutants_cmd._verdict(["a"], solid, ["z3", "crosshair"], Console()) == 1
     captured = capsys.readouterr()
     assert "survived every checker: a" in captured.out and "1 survived every checker" in captured.err
 
 
 def test_prove_progress_is_live_with_a_pool(tmp_path, capsys):
-    assert main(["prove", "--max-requests", "2", "--policy", "fcfs", "--invariant", "seqs-limit", "--invariant",
-                 "one-place", "--jobs", "2", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "prove",
+                "--max-requests",
+                "2",
+                "--policy",
+                "fcfs",
+                "--invariant",
+                "seqs-limit",
+                "--invariant",
+                "one-place",
+                "--jobs",
+                "2",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err.strip().splitlines()
     # Rows usually finish in order, but a worker that starts late can take N=1's last check after N=2's.
     assert sorted(line.split(" finished")[0] for line in err) == ["prove: fcfs N=1", "prove: fcfs N=2"]

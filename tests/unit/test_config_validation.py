@@ -119,8 +119,18 @@ def test_from_dict_unknown_field_and_nested_path():
 
 def test_config_dict_round_trip():
     """to_dict / from_dict is lossless."""
-    c = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=4, max_model_len=300, block_size=8, num_gpu_blocks=77,
-                        long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True, policy="priority",
-                        watermark=0.25, scheduler_reserve_full_isl=False, max_num_scheduled_tokens=256,
-                        max_num_active_seqs=3)
+    c = SchedulerConfig(
+        max_num_batched_tokens=512,
+        max_num_seqs=4,
+        max_model_len=300,
+        block_size=8,
+        num_gpu_blocks=77,
+        long_prefill_token_threshold=64,
+        long_prefill_token_threshold_adaptive=True,
+        policy="priority",
+        watermark=0.25,
+        scheduler_reserve_full_isl=False,
+        max_num_scheduled_tokens=256,
+        max_num_active_seqs=3,
+    )
     assert SchedulerConfig.from_dict(c.to_dict()) == c

@@ -23,26 +23,63 @@ ZERO = (Knobs(*[0] * 11), Ask(*[0] * 6), Ask(*[0] * 6), Ask(*[0] * 6), 0)
 DEFAULTS = (Knobs(*[-5] * 11), Ask(*[-5] * 6), Ask(*[-5] * 6), Ask(*[-5] * 6), -5)
 LARGEST = (Knobs(*[99] * 11), Ask(*[99] * 6), Ask(*[99] * 6), Ask(*[99] * 6), 99)
 # A feature contract's one more argument, for each of the three.
-DRAWS = {id(ZERO): Draws(0, (0, 0, 0), (0, 0, 0)), id(DEFAULTS): Draws(-5, (-5, -5, -5), (-5, -5, -5)),
-         id(LARGEST): Draws(99, (99, 99, 99), (99, 99, 99))}
+DRAWS = {
+    id(ZERO): Draws(0, (0, 0, 0), (0, 0, 0)),
+    id(DEFAULTS): Draws(-5, (-5, -5, -5), (-5, -5, -5)),
+    id(LARGEST): Draws(99, (99, 99, 99), (99, 99, 99)),
+}
 
 # mutant: (contract, CrossHair's arguments, expected replay: what broke, at which step)
 GOLDEN = {
-    "Z1-no-refund": ("check_scheduled_subset_running", "Knobs(1, 5, 0, 3, 0, 6, 1, 0, 7, -1, 0), Ask(0, 3, 3, 0, 1, -1), "
-                     "Ask(0, 3, 2, 1, 0, -1), Ask(1, 0, 3, 0, 0, -1), 3", "AssertionError", None),
-    "Z4-min-tokens-first": ("check_token_bounds", "Knobs(0, 8, 2, 3, 0, 6, 0, 1, 2, -1, 0), Ask(2, 7, 3, 3, 0, -1), "
-                            "Ask(2, 0, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2", "token-bounds", 3),
-    "Z10-admit-after-preemption": ("check_no_admission_after_preemption", "Knobs(1, 4, 0, 3, 0, 4, 0, 0, 2, -1, 0), "
-                                   "Ask(1, 0, 3, 0, 1, -1), Ask(2, 0, 3, 0, 0, -1), Ask(2, 2, 3, 0, 0, 2), 3",
-                                   "no-admission-after-preemption", 3),
-    "Z12-leak-on-preempt": ("check_block_conservation", "Knobs(1, 8, 0, 3, 0, 4, 0, 0, 5, -1, 0), Ask(0, 5, 3, 1, 0, -1), "
-                            "Ask(1, 2, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2", "block-conservation", 2),
-    "Z13-length-before-stop": ("check_stop_token_finishes", "Knobs(1, 8, 2, 3, 0, 5, 0, 1, 2, -1, 0), Ask(0, 5, 3, 0, 1, 2), "
-                               "Ask(2, 5, 2, 1, 0, -1), Ask(0, 2, 3, 0, 0, -1), 3", "stop-token-finishes", 2),
-    "Z14-double-free": ("check_block_conservation", "Knobs(1, 8, 0, 3, 0, 4, 0, 0, 5, -1, 0), Ask(0, 5, 3, 1, 0, -1), "
-                        "Ask(1, 2, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2", "block-conservation", 2),
-    "wrong-victim": ("check_fcfs_victim_is_latest", "Knobs(0, 8, 0, 3, 0, 9, 0, 0, 7, 0, 0), Ask(1, 7, 3, 0, 0, -1), "
-                     "Ask(0, 2, 3, 0, 0, -1), Ask(0, 5, 3, 0, 0, 1), 3", "fcfs-victim-is-latest", 2),
+    "Z1-no-refund": (
+        "check_scheduled_subset_running",
+        "Knobs(1, 5, 0, 3, 0, 6, 1, 0, 7, -1, 0), Ask(0, 3, 3, 0, 1, -1), "
+        "Ask(0, 3, 2, 1, 0, -1), Ask(1, 0, 3, 0, 0, -1), 3",
+        "AssertionError",
+        None,
+    ),
+    "Z4-min-tokens-first": (
+        "check_token_bounds",
+        "Knobs(0, 8, 2, 3, 0, 6, 0, 1, 2, -1, 0), Ask(2, 7, 3, 3, 0, -1), "
+        "Ask(2, 0, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2",
+        "token-bounds",
+        3,
+    ),
+    "Z10-admit-after-preemption": (
+        "check_no_admission_after_preemption",
+        "Knobs(1, 4, 0, 3, 0, 4, 0, 0, 2, -1, 0), "
+        "Ask(1, 0, 3, 0, 1, -1), Ask(2, 0, 3, 0, 0, -1), Ask(2, 2, 3, 0, 0, 2), 3",
+        "no-admission-after-preemption",
+        3,
+    ),
+    "Z12-leak-on-preempt": (
+        "check_block_conservation",
+        "Knobs(1, 8, 0, 3, 0, 4, 0, 0, 5, -1, 0), Ask(0, 5, 3, 1, 0, -1), "
+        "Ask(1, 2, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2",
+        "block-conservation",
+        2,
+    ),
+    "Z13-length-before-stop": (
+        "check_stop_token_finishes",
+        "Knobs(1, 8, 2, 3, 0, 5, 0, 1, 2, -1, 0), Ask(0, 5, 3, 0, 1, 2), "
+        "Ask(2, 5, 2, 1, 0, -1), Ask(0, 2, 3, 0, 0, -1), 3",
+        "stop-token-finishes",
+        2,
+    ),
+    "Z14-double-free": (
+        "check_block_conservation",
+        "Knobs(1, 8, 0, 3, 0, 4, 0, 0, 5, -1, 0), Ask(0, 5, 3, 1, 0, -1), "
+        "Ask(1, 2, 3, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2",
+        "block-conservation",
+        2,
+    ),
+    "wrong-victim": (
+        "check_fcfs_victim_is_latest",
+        "Knobs(0, 8, 0, 3, 0, 9, 0, 0, 7, 0, 0), Ask(1, 7, 3, 0, 0, -1), "
+        "Ask(0, 2, 3, 0, 0, -1), Ask(0, 5, 3, 0, 0, 1), 3",
+        "fcfs-victim-is-latest",
+        2,
+    ),
 }
 
 
@@ -56,32 +93,58 @@ def test_every_check_has_a_contract():
 
 def test_history_checks_are_the_monitors_own():
     # The history contracts filter the monitor's violations by name: a renamed check would pass silently.
+    import ast
     import inspect
 
     from schedspec.spec.invariants import monitor
 
-    source = inspect.getsource(monitor)
-    for check in HISTORY_CHECKS:
-        assert f'Violation("{check}"' in source
+    raised = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(inspect.getsource(monitor)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Violation"
+        if node.args and isinstance(node.args[0], ast.Constant)
+    }
+    assert set(HISTORY_CHECKS) <= raised
 
 
 def test_decoding_is_golden():
     config, reqs = decode(ZERO[0], ZERO[1:4], ZERO[4])
-    assert (config.policy, config.max_model_len, config.block_size, config.num_gpu_blocks, config.token_budget) == ("fcfs", 2, 1, 2, 1)
-    assert reqs == (bounded.Req(prompt=1, max_tokens=1, min_tokens=0, priority=0, arrival_step=0, eos_at=0, abort_step=0),)
+    assert (config.policy, config.max_model_len, config.block_size, config.num_gpu_blocks, config.token_budget) == (
+        "fcfs",
+        2,
+        1,
+        2,
+        1,
+    )
+    assert reqs == (
+        bounded.Req(prompt=1, max_tokens=1, min_tokens=0, priority=0, arrival_step=0, eos_at=0, abort_step=0),
+    )
     config, reqs = decode(DEFAULTS[0], DEFAULTS[1:4], DEFAULTS[4])
     assert reqs == (bounded.Req(1, 1, 0, 0, 0, -1, -1),) and config.long_prefill_token_threshold == 0
     config, reqs = decode(LARGEST[0], LARGEST[1:4], LARGEST[4])
-    assert (config.policy, config.max_model_len, config.block_size, config.num_gpu_blocks, config.token_budget,
-            config.enable_chunked_prefill) == ("priority", 8, 4, 7, 12, False)
-    assert [(r.prompt, r.max_tokens, r.arrival_step, r.eos_at) for r in reqs] == [(7, 3, 2, 2), (7, 3, 4, 2), (7, 3, 6, 2)]
+    assert (
+        config.policy,
+        config.max_model_len,
+        config.block_size,
+        config.num_gpu_blocks,
+        config.token_budget,
+        config.enable_chunked_prefill,
+    ) == ("priority", 8, 4, 7, 12, False)
+    assert [(r.prompt, r.max_tokens, r.arrival_step, r.eos_at) for r in reqs] == [
+        (7, 3, 2, 2),
+        (7, 3, 4, 2),
+        (7, 3, 6, 2),
+    ]
     assert [r.abort_step for r in reqs] == [-1, -1, 9]
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(-20, 20), min_size=37, max_size=37), st.sampled_from([None, "prefix-caching", "spec-decode", "async"]))
+@given(
+    st.lists(st.integers(-20, 20), min_size=37, max_size=37),
+    st.sampled_from([None, "prefix-caching", "spec-decode", "async"]),
+)
 def test_every_input_decodes_to_a_well_formed_scenario(raw, feature):
-    k, asks, n = Knobs(*raw[:11]), tuple(Ask(*raw[11 + 6 * i: 17 + 6 * i]) for i in range(3)), raw[29]
+    k, asks, n = Knobs(*raw[:11]), tuple(Ask(*raw[11 + 6 * i : 17 + 6 * i]) for i in range(3)), raw[29]
     draws = Draws(raw[30], tuple(raw[31:34]), tuple(raw[34:37]))
     config, reqs = decode(k, asks, n, feature, draws)  # SchedulerConfig validates as vLLM does
     w = workload(config, reqs)  # and the workload as a user's file is validated
@@ -105,15 +168,30 @@ def test_every_contract_holds_on_the_reference(args):
 # The feature contracts' goldens (prefix caching, spec decode, async scheduling): CrossHair's arguments,
 # a Draws among them, beside the replay.
 FEATURE_GOLDEN = {
-    "Z2-no-async-max-tokens-skip": ("check_all_with_async", "Knobs(1, 8, 2, 3, 0, 8, 1, 0, 3, -1, 0), "
-                                    "Ask(0, 5, 2, 0, 0, 0), Ask(2, 0, 0, 0, 0, 0), Ask(0, 0, 3, 2, 0, -1), 3, "
-                                    "Draws(1, (1, 1, 1), (0, 0, 1))", "no-decode-past-max-tokens", 3),
-    "no-evict-on-reuse": ("check_all_with_prefix_caching", "Knobs(1, 8, 2, 3, 0, 8, 1, 1, 3, -1, 0), "
-                          "Ask(0, 2, 3, 0, 1, -1), Ask(0, 5, 3, 1, 0, 2), Ask(0, 5, 3, 0, 0, -1), 3, "
-                          "Draws(0, (0, 0, 0), (0, 0, 0))", "cached-blocks-match-tokens", 3),
-    "no-rejection-rollback": ("check_all_with_spec_decode", "Knobs(1, 7, 2, 3, 0, 9, 0, 0, 5, -1, 0), "
-                              "Ask(0, 2, 3, 0, 0, -1), Ask(1, 0, 3, 0, 0, -1), Ask(2, 4, 3, 0, 1, 0), 3, "
-                              "Draws(2, (2, 2, 2), (0, 0, 2))", "computed-behind-known-tokens", 1),
+    "Z2-no-async-max-tokens-skip": (
+        "check_all_with_async",
+        "Knobs(1, 8, 2, 3, 0, 8, 1, 0, 3, -1, 0), "
+        "Ask(0, 5, 2, 0, 0, 0), Ask(2, 0, 0, 0, 0, 0), Ask(0, 0, 3, 2, 0, -1), 3, "
+        "Draws(1, (1, 1, 1), (0, 0, 1))",
+        "no-decode-past-max-tokens",
+        3,
+    ),
+    "no-evict-on-reuse": (
+        "check_all_with_prefix_caching",
+        "Knobs(1, 8, 2, 3, 0, 8, 1, 1, 3, -1, 0), "
+        "Ask(0, 2, 3, 0, 1, -1), Ask(0, 5, 3, 1, 0, 2), Ask(0, 5, 3, 0, 0, -1), 3, "
+        "Draws(0, (0, 0, 0), (0, 0, 0))",
+        "cached-blocks-match-tokens",
+        3,
+    ),
+    "no-rejection-rollback": (
+        "check_all_with_spec_decode",
+        "Knobs(1, 7, 2, 3, 0, 9, 0, 0, 5, -1, 0), "
+        "Ask(0, 2, 3, 0, 0, -1), Ask(1, 0, 3, 0, 0, -1), Ask(2, 4, 3, 0, 1, 0), 3, "
+        "Draws(2, (2, 2, 2), (0, 0, 2))",
+        "computed-behind-known-tokens",
+        1,
+    ),
 }
 
 
@@ -127,9 +205,11 @@ def test_feature_golden_counterexample_replays(mutant):
         replay = explain(name, *args)
     assert (replay.holds, replay.what, replay.step) == (False, what, step)
     config = replay.workload["config"]  # the feature is on in the scenario the replay shows
-    assert {"check_all_with_async": config.get("async_scheduling"),
-            "check_all_with_prefix_caching": config.get("enable_prefix_caching"),
-            "check_all_with_spec_decode": config.get("num_speculative_tokens", 0) > 0}[name]
+    assert {
+        "check_all_with_async": config.get("async_scheduling"),
+        "check_all_with_prefix_caching": config.get("enable_prefix_caching"),
+        "check_all_with_spec_decode": config.get("num_speculative_tokens", 0) > 0,
+    }[name]
 
 
 def test_feature_scenarios_decode_well_formed_and_the_core_ones_do_not_change():
@@ -141,7 +221,10 @@ def test_feature_scenarios_decode_well_formed_and_the_core_ones_do_not_change():
         config, reqs = decode(k, asks, n, feature, d)
         workload(config, reqs)  # validated as a user's file
         assert (config.enable_prefix_caching, config.num_speculative_tokens > 0, config.async_scheduling) == (
-            feature == "prefix-caching", feature in ("spec-decode", "async"), feature == "async")
+            feature == "prefix-caching",
+            feature in ("spec-decode", "async"),
+            feature == "async",
+        )
         assert all(r.drafts == (config.num_speculative_tokens if feature != "prefix-caching" else 0) for r in reqs)
 
 
@@ -161,8 +244,10 @@ def test_golden_counterexample_replays(mutant):
 
 
 def test_crosshair_messages_are_classified():
-    err = ("/x/contracts.py:76: error: false when calling check_seqs_limit(Knobs(1, 2, 0, 0, 0, 0, 0, 0, 0, -1, 0), "
-           "Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 1) (which returns False)")
+    err = (
+        "/x/contracts.py:76: error: false when calling check_seqs_limit(Knobs(1, 2, 0, 0, 0, 0, 0, 0, 0, -1, 0), "
+        "Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 1) (which returns False)"
+    )
     verdict, _, args = classify([err], "check_seqs_limit")
     assert verdict == CX and parse_args(args)[4] == 1
     exc = "/x/contracts.py:76: error: AssertionError:  when calling check_runs(Knobs(1, 2, 0, 0, 0, 0, 0, 0, 0, -1, 0), Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), Ask(0, 0, 0, 0, 0, 0), 2)"
@@ -208,8 +293,19 @@ def test_cli_refuses_bad_input(capsys):
 
 
 def test_cli_reports_a_confirmed_counterexample(tmp_path, capsys):
-    rc = main(["contracts", "--contract", "block-conservation", "--mutant", "Z14-double-free", "--timeout", "20",
-               "--out", str(tmp_path)])
+    rc = main(
+        [
+            "contracts",
+            "--contract",
+            "block-conservation",
+            "--mutant",
+            "Z14-double-free",
+            "--timeout",
+            "20",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 1 and "counterexample" in out and "block-conservation" in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "check_block_conservation.workload.json").exists()

@@ -54,8 +54,13 @@ def test_no_drift_on_thousands_of_reached_states():
     assert checked > 2000
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.one_of([workloads(f) for f in CORE]), st.integers(0, 40))
 def test_no_drift_hypothesis(workload, k):
     for state, sampled in states(workload, max_steps=k + 1):
@@ -67,8 +72,12 @@ SHARED = [m for m in MUTANTS if m.target.startswith("reference_impl.rules:")]
 
 @pytest.mark.parametrize("mutant", SHARED, ids=[m.name for m in SHARED])
 def test_a_mutant_of_a_rule_moves_the_encoding_with_the_reference(mutant):
-    reached = [s for family in ("kv-pressure", "priority", "max-model-len", "stops", "threshold")
-               for index in range(6) for s in states(generate(family, 22, index), max_steps=30)]
+    reached = [
+        s
+        for family in ("kv-pressure", "priority", "max-model-len", "stops", "threshold")
+        for index in range(6)
+        for s in states(generate(family, 22, index), max_steps=30)
+    ]
     with applied(mutant):
         for state, sampled in reached:
             try:
@@ -103,6 +112,7 @@ def test_the_two_cases_of_the_step_cover_it_exactly():
 
 # ---- Sync spec decode and prefix caching: the feature encoding against the reference's engine loop. ----
 
+
 def feature_workloads(family, count, seed=21):
     """Synchronous workloads of a feature family. In the spec-decode family every other one gets one-token
     prompts: with prefix caching off that is the only way to a padded decode-like admission."""
@@ -111,17 +121,25 @@ def feature_workloads(family, count, seed=21):
     for index in range(count):
         w = generate(family, seed, index)
         if family == "spec-decode" and index % 2:
-            w = w.replace(config=replace(w.config, enable_prefix_caching=False),
-                          requests=tuple(replace(r, request=replace(r.request, prompt_token_ids=r.request.prompt_token_ids[:1]))
-                                         if i % 2 else r for i, r in enumerate(w.requests)))
+            w = w.replace(
+                config=replace(w.config, enable_prefix_caching=False),
+                requests=tuple(
+                    replace(r, request=replace(r.request, prompt_token_ids=r.request.prompt_token_ids[:1]))
+                    if i % 2
+                    else r
+                    for i, r in enumerate(w.requests)
+                ),
+            )
         yield w
 
 
 def test_no_drift_under_spec_decode_and_prefix_caching():
     from schedspec.proofs.drift_features import compare_features, shared_refs, spec_steps
 
-    checked, seen = 0, dict(drafts=0, padded=0, padded_on_hit=0, rejected=0, trimmed=0, preempted=0, hits=0, shared=0,
-                            shared_freed=0)
+    checked, seen = (
+        0,
+        dict(drafts=0, padded=0, padded_on_hit=0, rejected=0, trimmed=0, preempted=0, hits=0, shared=0, shared_freed=0),
+    )
     for family in ("spec-decode", "prefix-caching"):
         for w in feature_workloads(family, 40):
             for step in spec_steps(w):
@@ -135,7 +153,9 @@ def test_no_drift_under_spec_decode_and_prefix_caching():
                     seen["padded"] += rid in new
                     seen["padded_on_hit"] += new.get(rid, 0) > 0
                     seen["rejected"] += len(gen) - 1 < len(d)
-                    seen["trimmed"] += rid in finished and len(finished[rid].output_token_ids) < pre.requests[rid].num_output_tokens + len(gen)
+                    seen["trimmed"] += rid in finished and len(finished[rid].output_token_ids) < pre.requests[
+                        rid
+                    ].num_output_tokens + len(gen)
                 seen["preempted"] += len(output.preempted_req_ids)
                 seen["hits"] += sum(1 for c in new.values() if c > 0)
                 seen["shared"] += shared_refs(post) > 0
@@ -143,8 +163,12 @@ def test_no_drift_under_spec_decode_and_prefix_caching():
     assert checked > 1000 and all(seen.values()), seen
 
 
-FEATURE_SHARED = [m for m in MUTANTS if m.target.startswith("reference_impl.rules:")
-                  and (not m.families or {"spec-decode", "prefix-caching"} & set(m.families))]
+FEATURE_SHARED = [
+    m
+    for m in MUTANTS
+    if m.target.startswith("reference_impl.rules:")
+    and (not m.families or {"spec-decode", "prefix-caching"} & set(m.families))
+]
 
 
 @pytest.mark.parametrize("mutant", FEATURE_SHARED, ids=[m.name for m in FEATURE_SHARED])
@@ -164,12 +188,25 @@ def test_a_mutant_of_a_rule_moves_the_feature_encoding_with_the_reference(mutant
 
 # ---- Async scheduling: the engine loop's step, schedule then absorb the step in flight. ----
 
+
 def test_no_drift_under_async_scheduling():
     from schedspec.proofs.drift_async import async_steps, compare_async
 
     checked = 0
-    seen = dict(absorbed=0, schedule_only=0, placeholders=0, skip_rule=0, rejected_in_flight=0, chunk_in_flight=0,
-                stale=0, stale_stop=0, finished_with_new_step_in_flight=0, admitted=0, hits=0, drafts=0)
+    seen = dict(
+        absorbed=0,
+        schedule_only=0,
+        placeholders=0,
+        skip_rule=0,
+        rejected_in_flight=0,
+        chunk_in_flight=0,
+        stale=0,
+        stale_stop=0,
+        finished_with_new_step_in_flight=0,
+        admitted=0,
+        hits=0,
+        drafts=0,
+    )
     for index in range(60):
         for step in async_steps(generate("async", 21, index)):
             assert compare_async(**step) == [], (index, step["pre"].current_step)
@@ -179,8 +216,12 @@ def test_no_drift_under_async_scheduling():
             for rid, r in pre.requests.items():
                 seen["placeholders"] += r.num_output_placeholders > 0
                 q = r.request
-                seen["skip_rule"] += (rid in pre.running and rid not in out.num_scheduled_tokens and r.num_output_placeholders > 0
-                                      and r.num_computed_tokens + 2 - r.num_output_placeholders >= q.num_prompt_tokens + q.max_tokens)
+                seen["skip_rule"] += (
+                    rid in pre.running
+                    and rid not in out.num_scheduled_tokens
+                    and r.num_output_placeholders > 0
+                    and r.num_computed_tokens + 2 - r.num_output_placeholders >= q.num_prompt_tokens + q.max_tokens
+                )
             for rid in old.num_scheduled_tokens:
                 tokens, drafts = old_model.sampled_token_ids.get(rid, ()), old.scheduled_spec_decode_tokens.get(rid, ())
                 seen["rejected_in_flight"] += 0 < len(tokens) <= len(drafts)
@@ -221,9 +262,18 @@ def test_the_feature_drift_checks_see_an_encoding_that_drifts(monkeypatch):
 
     after_schedule, sample = encoding.after_schedule, encoding.sample
     monkeypatch.setattr(encoding, "after_schedule", lambda *a: {**after_schedule(*a), "P": after_schedule(*a)["P"] + 1})
-    found = {f.split(".")[-1] for i in range(5) for s in async_steps(generate("async", 21, i)) for f, _, _ in compare_async(**s)}
+    found = {
+        f.split(".")[-1]
+        for i in range(5)
+        for s in async_steps(generate("async", 21, i))
+        for f, _, _ in compare_async(**s)
+    }
     assert "num_output_placeholders" in found
     monkeypatch.setattr(encoding, "sample", lambda *a: {**sample(*a), "C": sample(*a)["C"] + 1})
-    found = {f.split(".")[-1] for w in feature_workloads("spec-decode", 5) for s in spec_steps(w)
-             for f, _, _ in compare_features(*s)}
+    found = {
+        f.split(".")[-1]
+        for w in feature_workloads("spec-decode", 5)
+        for s in spec_steps(w)
+        for f, _, _ in compare_features(*s)
+    }
     assert "num_computed_tokens" in found

@@ -56,19 +56,46 @@ def _campaign(family: str, monkeypatch) -> Counter[str]:
                 drafts = rec.output.scheduled_spec_decode_tokens.get(rid, ())
                 sampled = rec.model_output.sampled_token_ids.get(rid, ())
                 # A stop token among accepted drafts: what was sampled after it is trimmed.
-                if f.status == RequestStatus.FINISHED_STOPPED and drafts and len(sampled) > 1 \
-                        and f.output_token_ids[-1] != sampled[-1]:
+                if (
+                    f.status == RequestStatus.FINISHED_STOPPED
+                    and drafts
+                    and len(sampled) > 1
+                    and f.output_token_ids[-1] != sampled[-1]
+                ):
                     seen["stop_inside_accepted_drafts"] += 1
     return seen
 
 
 FEATURES = {
-    "prefix-caching": ["prefix_hit", "prefix_self_hit", "eviction", "hit_on_evictable_block", "hit_on_shared_block",
-                       "preemption"],
-    "spec-decode": ["spec_rejection", "spec_padding", "spec_drafts_trimmed", "stop_inside_accepted_drafts",
-                    "prefix_hit", "preemption", "stop_max_model_len", "workloads_with_caching"],
-    "async": ["stale_output", "async_skip_rule", "preemption", "abort", "prefix_hit", "spec_rejection",
-              "spec_padding", "workloads_with_k", "workloads_with_caching"],
+    "prefix-caching": [
+        "prefix_hit",
+        "prefix_self_hit",
+        "eviction",
+        "hit_on_evictable_block",
+        "hit_on_shared_block",
+        "preemption",
+    ],
+    "spec-decode": [
+        "spec_rejection",
+        "spec_padding",
+        "spec_drafts_trimmed",
+        "stop_inside_accepted_drafts",
+        "prefix_hit",
+        "preemption",
+        "stop_max_model_len",
+        "workloads_with_caching",
+    ],
+    "async": [
+        "stale_output",
+        "async_skip_rule",
+        "preemption",
+        "abort",
+        "prefix_hit",
+        "spec_rejection",
+        "spec_padding",
+        "workloads_with_k",
+        "workloads_with_caching",
+    ],
 }
 
 

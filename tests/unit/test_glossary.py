@@ -32,8 +32,9 @@ from schedspec.spec.invariants.catalogue import INVARIANTS
 
 ROOT = vllm_root()
 needs_vllm = pytest.mark.skipif(
-    ROOT is None, reason="no vLLM 0.33.0 venv to resolve citations against; "
-                         "build it with conformance/vllm_env/setup_vllm_ref.sh")
+    ROOT is None,
+    reason="no vLLM 0.33.0 venv to resolve citations against; build it with conformance/vllm_env/setup_vllm_ref.sh",
+)
 
 
 def _report(bad: list) -> str:
@@ -73,42 +74,59 @@ S = "vllm/v1/core/sched/scheduler.py"
 
 
 @needs_vllm
-@pytest.mark.parametrize("text,why", [
-    (f"{S}:Scheduler.schedule (1579)", None),
-    (f"{S}:Scheduler.schedule (845, 1332-1333)", None),
-    (f"{S}:Scheduler.update_from_output", None),
-    ("vllm/v1/request.py:Request.num_tokens", None),  # a property: its span starts at the decorator
-    ("vllm/config/scheduler.py:SchedulerConfig.max_num_scheduled_tokens", None),  # a class field
-    (f"{S}:Scheduler.schedule (1799)", "outside"),  # the line is in _preempt_request, past schedule's end
-    (f"{S}:Scheduler.schedule (690-700)", "outside"),  # starts before the def
-    (f"{S}:Scheduler._preempt_request (1579)", "outside"),
-    (f"{S}:Scheduler.schedulee", "no class, function"),
-    ("vllm/v1/core/kv_cache_manager.py:KVCacheManager.cache_blocks (477-541)", "outside"),  # the drift it fixes
-    ("vllm/v1/core/kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks", "no class, function"),  # wrong file
-    ("vllm/v1/core/sched/schedular.py:Scheduler.schedule", "no file"),
-    ("scheduler.py:Scheduler.schedule", "not of the form"),
-])
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        (f"{S}:Scheduler.schedule (1579)", None),
+        (f"{S}:Scheduler.schedule (845, 1332-1333)", None),
+        (f"{S}:Scheduler.update_from_output", None),
+        ("vllm/v1/request.py:Request.num_tokens", None),  # a property: its span starts at the decorator
+        ("vllm/config/scheduler.py:SchedulerConfig.max_num_scheduled_tokens", None),  # a class field
+        (f"{S}:Scheduler.schedule (1799)", "outside"),  # the line is in _preempt_request, past schedule's end
+        (f"{S}:Scheduler.schedule (690-700)", "outside"),  # starts before the def
+        (f"{S}:Scheduler._preempt_request (1579)", "outside"),
+        (f"{S}:Scheduler.schedulee", "no class, function"),
+        ("vllm/v1/core/kv_cache_manager.py:KVCacheManager.cache_blocks (477-541)", "outside"),  # the drift it fixes
+        ("vllm/v1/core/kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks", "no class, function"),  # wrong file
+        ("vllm/v1/core/sched/schedular.py:Scheduler.schedule", "no file"),
+        ("scheduler.py:Scheduler.schedule", "not of the form"),
+    ],
+)
 def test_citation_checker_refuses_wrong_citations(text, why):
     problem = citation_problem(text, ROOT)
     assert (problem is None) if why is None else (why in (problem or "")), problem
 
 
-@pytest.mark.parametrize("text,refused", [
-    ("scheduler.py:1579", True),  # vLLM's file, by line only
-    ("vllm/v1/core/sched/scheduler.py:1579", True),
-    (":1331", True),  # bare lines leaning on a file named earlier
-    ("reference_impl/scheduler.py:62", False),  # the project's own file may be cited by line
-])
+@pytest.mark.parametrize(
+    "text,refused",
+    [
+        ("scheduler.py:1579", True),  # vLLM's file, by line only
+        ("vllm/v1/core/sched/scheduler.py:1579", True),
+        (":1331", True),  # bare lines leaning on a file named earlier
+        ("reference_impl/scheduler.py:62", False),  # the project's own file may be cited by line
+    ],
+)
 def test_old_form_checker(text, refused):
     assert (old_form_problem(text) is not None) is refused
 
 
 def test_the_patterns_find_what_they_should():
-    line = (f"see {S}:Scheduler.schedule (839-857), I-14, §9.A.4, §3.1, T54c, T7-T11, D1, P1, exp1 "
-            "and Z6 (:1331), x[:120]")
+    line = (
+        f"see {S}:Scheduler.schedule (839-857), I-14, §9.A.4, §3.1, T54c, T7-T11, D1, P1, exp1 and Z6 (:1331), x[:120]"
+    )
     assert [m.group(0) for m in VLLM_CITATION.finditer(line)] == [f"{S}:Scheduler.schedule (839-857)"]
     assert [m.group(0) for m in ID_RE.finditer(line)] == [
-        "I-14", "§9.A.4", "§3.1", "T54", "T7", "T11", "D1", "P1", "exp1", "Z6"]
+        "I-14",
+        "§9.A.4",
+        "§3.1",
+        "T54",
+        "T7",
+        "T11",
+        "D1",
+        "P1",
+        "exp1",
+        "Z6",
+    ]
     assert [m.group(0) for m in BARE_LINES.finditer(line)] == [":1331"]
 
 

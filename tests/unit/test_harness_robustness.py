@@ -44,16 +44,27 @@ def test_in_process_failures_sort_into_crash_timeout_and_malformed():
     assert diff(w, ReferenceEngine, malformed, timeout=1.0).outcome == "diverged"
 
 
-@pytest.mark.parametrize("engine,kind,cause", [
-    (M + "raising_factory", "start", "RuntimeError: planted: the factory cannot build the engine"),
-    (M + "none_factory", "start", "returned None, not an engine"),
-    (M + "no_arguments", "start", "TypeError"),
-    (M + "hanging_factory", "start", "timed out"),
-    (P + "hanging", "timeout", "2 s"),
-    (P + "malformed", "malformed", "returned dict, not SchedulerOutput"),
-    (M + "exits_at_step_2", "died", "exit code 3"),
-], ids=["raising-factory", "none-factory", "wrong-signature", "hanging-factory", "hanging-step", "malformed",
-        "os-exit"])
+@pytest.mark.parametrize(
+    "engine,kind,cause",
+    [
+        (M + "raising_factory", "start", "RuntimeError: planted: the factory cannot build the engine"),
+        (M + "none_factory", "start", "returned None, not an engine"),
+        (M + "no_arguments", "start", "TypeError"),
+        (M + "hanging_factory", "start", "timed out"),
+        (P + "hanging", "timeout", "2 s"),
+        (P + "malformed", "malformed", "returned dict, not SchedulerOutput"),
+        (M + "exits_at_step_2", "died", "exit code 3"),
+    ],
+    ids=[
+        "raising-factory",
+        "none-factory",
+        "wrong-signature",
+        "hanging-factory",
+        "hanging-step",
+        "malformed",
+        "os-exit",
+    ],
+)
 def test_an_engine_that_fails_as_a_program_is_an_error(tmp_path, engine, kind, cause):
     t0 = time.monotonic()
     rc, cert, out = certify(tmp_path, engine, "--max-errors", "2")
@@ -83,8 +94,9 @@ def test_os_exit_in_its_own_process_costs_one_workload(tmp_path, jobs):
 
 
 def test_os_exit_in_process_under_jobs_2_breaks_a_worker_not_the_run(tmp_path):
-    rc, cert, _ = certify(tmp_path, M + "exits_at_step_2", "--jobs", "2", "--in-process", "--max-errors", "9",
-                          workloads=2)
+    rc, cert, _ = certify(
+        tmp_path, M + "exits_at_step_2", "--jobs", "2", "--in-process", "--max-errors", "9", workloads=2
+    )
     assert rc == 3 and cert["outcomes"]["error"] == 2
     assert all(e["kind"] == "died" and "worker process" in e["cause"] for e in cert["errors"])
 
@@ -137,19 +149,23 @@ def test_max_counterexamples_lists_the_rest_unshrunk(tmp_path):
     assert all(os.path.exists(c["file"]) for c in cert["counterexamples"])
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["certify", "--engine", "nope"], "--engine"),
-    (["certify", "--engine", "reference", "--against", "nope"], "--against"),
-    (["certify", "--engine", "reference", "--shard", "3/2"], "--shard"),
-    (["certify", "--engine", "reference", "--family", "bogus"], "--family"),
-    (["certify", "--engine", "no_such_module:f"], "--engine"),
-    (["certify", "--engine", "reference", "--jobs", "0"], "--jobs"),
-    (["certify", "--engine", "reference", "--jobs", "-1"], "--jobs"),
-    (["certify", "--engine", "reference", "--step-timeout", "0"], "--step-timeout"),
-    (["certify", "--engine", "reference", "--start-timeout", "-5"], "--start-timeout"),
-    (["certify", "--engine", "reference", "--shrink-budget", "-1"], "--shrink-budget"),
-    (["certify", "--engine", "reference", "--max-errors", "0"], "--max-errors"),
-], ids=lambda x: x if isinstance(x, str) else "-".join(x[2:]))
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["certify", "--engine", "nope"], "--engine"),
+        (["certify", "--engine", "reference", "--against", "nope"], "--against"),
+        (["certify", "--engine", "reference", "--shard", "3/2"], "--shard"),
+        (["certify", "--engine", "reference", "--family", "bogus"], "--family"),
+        (["certify", "--engine", "no_such_module:f"], "--engine"),
+        (["certify", "--engine", "reference", "--jobs", "0"], "--jobs"),
+        (["certify", "--engine", "reference", "--jobs", "-1"], "--jobs"),
+        (["certify", "--engine", "reference", "--step-timeout", "0"], "--step-timeout"),
+        (["certify", "--engine", "reference", "--start-timeout", "-5"], "--start-timeout"),
+        (["certify", "--engine", "reference", "--shrink-budget", "-1"], "--shrink-budget"),
+        (["certify", "--engine", "reference", "--max-errors", "0"], "--max-errors"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "-".join(x[2:]),
+)
 def test_bad_certify_arguments_are_one_line_errors(argv, field, capsys, tmp_path):
     assert main(argv + ["--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip()

@@ -17,8 +17,15 @@ from schedspec.spec.invariants.build import counts_of, shared_refs
 from schedspec.spec.invariants.replay import TraceReplay
 from schedspec.spec.trace import Trace
 
-FIELDS = ("num_computed_tokens", "num_tokens", "num_blocks", "num_spec_tokens", "num_output_placeholders",
-          "num_in_flight_tokens", "num_stale_output_tokens")
+FIELDS = (
+    "num_computed_tokens",
+    "num_tokens",
+    "num_blocks",
+    "num_spec_tokens",
+    "num_output_placeholders",
+    "num_in_flight_tokens",
+    "num_stale_output_tokens",
+)
 
 
 def _rows_and_states(workload):
@@ -50,8 +57,11 @@ def test_replayed_counters_are_the_states_own(family):
                     assert got == getattr(want, f), (w.name, rec.step, row.request_id, f, got, getattr(want, f))
                     checked[f] += got != 0
     # Each family exercises what it is for: a replay that always said 0 would pass the comparison vacuously.
-    wanted = {"prefix-caching": ["num_blocks"], "spec-decode": ["num_spec_tokens"],
-              "async": ["num_output_placeholders", "num_in_flight_tokens"]}[family]
+    wanted = {
+        "prefix-caching": ["num_blocks"],
+        "spec-decode": ["num_spec_tokens"],
+        "async": ["num_output_placeholders", "num_in_flight_tokens"],
+    }[family]
     assert all(checked[f] > 0 for f in wanted), checked
 
 

@@ -19,7 +19,9 @@ LAYERS = ("spec", "reference_impl", "gpu_impl", "mutants", "conformance", "proof
 
 def allowed_imports() -> dict[str, set[str]]:
     """folder -> the folders it may import, from the README's layout table."""
-    rows = re.findall(r"^\| `(\w+)/` \| `schedspec[.\w]*` \| [^|]* \| ([^|]*) \|$", (ROOT / "README.md").read_text(), re.M)
+    rows = re.findall(
+        r"^\| `(\w+)/` \| `schedspec[.\w]*` \| [^|]* \| ([^|]*) \|$", (ROOT / "README.md").read_text(), re.M
+    )
     allowed: dict[str, set[str]] = {}
     for folder, rule in rows:
         if "nothing of ours" in rule:
@@ -64,9 +66,13 @@ def test_the_table_names_every_layer():
 @pytest.mark.parametrize("folder", LAYERS)
 def test_each_layer_imports_only_what_the_readme_allows(folder):
     allowed = allowed_imports()[folder] | {folder}
-    broken = sorted(f"{path.relative_to(ROOT)} imports {module}"
-                    for path in (ROOT / folder).rglob("*.py") if "vllm_env" not in path.parts
-                    for module in imports_of(path, folder) if layer_of(module) not in allowed)
+    broken = sorted(
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in (ROOT / folder).rglob("*.py")
+        if "vllm_env" not in path.parts
+        for module in imports_of(path, folder)
+        if layer_of(module) not in allowed
+    )
     assert not broken, "\n".join(broken)
 
 

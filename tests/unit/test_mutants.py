@@ -14,7 +14,7 @@ import pytest
 
 from schedspec.mutants import MUTANTS, Mutant, MutantDrift, applied, canonical_source, mutated_source, resolve, rewrite
 
-COMPACT = '''
+COMPACT = """
 def grant(owed, budget, threshold):
     n = min(owed, budget)
     if 0 < threshold < n:  # the long-prefill clamp
@@ -23,8 +23,8 @@ def grant(owed, budget, threshold):
         if n > budget:
             break
     return n
-'''
-SPREAD = '''
+"""
+SPREAD = """
 def grant(
     owed,
     budget,
@@ -42,7 +42,7 @@ def grant(
                 > budget):
             break  # never, with this clamp
     return n
-'''
+"""
 
 
 def canonical(text: str) -> str:
@@ -95,8 +95,15 @@ def test_a_crash_in_a_mutant_points_at_the_reference_file_and_line():
 
     from schedspec.reference_impl import rules
 
-    m = Mutant("m", "classic", "test", "reference_impl.rules:waiting_pass_allowed",
-               "return num_preempted == 0", "raise RuntimeError('planted')", ())
+    m = Mutant(
+        "m",
+        "classic",
+        "test",
+        "reference_impl.rules:waiting_pass_allowed",
+        "return num_preempted == 0",
+        "raise RuntimeError('planted')",
+        (),
+    )
     lines, first = inspect.getsourcelines(rules.waiting_pass_allowed)
     line = first + next(i for i, text in enumerate(lines) if "return num_preempted == 0" in text)
     with applied(m), pytest.raises(RuntimeError) as info:

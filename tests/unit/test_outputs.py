@@ -16,8 +16,17 @@ from schedspec.spec.errors import SpecError
 from schedspec.spec.jsonio import write_json_atomic
 
 CHEAP = ["--engine", "reference", "--workloads", "2", "--family", "budget", "--no-plots"]
-FAILING = ["--engine", "schedspec.conformance.planted:extra_token_at_step_3", "--workloads", "2", "--family", "budget",
-           "--no-plots", "--shrink-budget", "5"]
+FAILING = [
+    "--engine",
+    "schedspec.conformance.planted:extra_token_at_step_3",
+    "--workloads",
+    "2",
+    "--family",
+    "budget",
+    "--no-plots",
+    "--shrink-budget",
+    "5",
+]
 
 
 def test_refuses_to_replace_an_earlier_run_without_force(tmp_path):
@@ -118,9 +127,23 @@ def test_an_interrupted_run_leaves_no_empty_folder(tmp_path):
     import time
 
     out = tmp_path / "c"
-    proc = subprocess.Popen([sys.executable, "-m", "schedspec.cli", "certify", "--engine",
-                             "schedspec.conformance.misbehaving:hanging_factory", "--workloads", "1", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "schedspec.cli",
+            "certify",
+            "--engine",
+            "schedspec.conformance.misbehaving:hanging_factory",
+            "--workloads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not out.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -155,8 +155,9 @@ def test_fcfs_self_preemption_then_resume_at_end_of_running():
     preempts b; a finishes (max_tokens 2), b resumes at the end of running.
     """
     cfg = config(block_size=4, num_gpu_blocks=6)
-    state = new_state(cfg, make_request("a", 8, max_tokens=2, prompt=[1] * 8),
-                      make_request("b", 8, max_tokens=8, prompt=[2] * 8))
+    state = new_state(
+        cfg, make_request("a", 8, max_tokens=2, prompt=[1] * 8), make_request("b", 8, max_tokens=8, prompt=[2] * 8)
+    )
     s1, state, _ = step(state)
     assert sched_dict(s1) == {"a": 8, "b": 8}
     # a: C=8 T=9 needs a 3rd block (1 free) -> ok; b needs one too, 0 free -> b preempts itself.

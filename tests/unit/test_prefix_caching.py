@@ -152,8 +152,11 @@ def test_Z6_failed_allocation_touches_no_hit_block(make):
     """Z6 / T46: an admission that hits evictable blocks but does not fit changes nothing: the hit blocks
     stay evictable in the free queue (the free count is unchanged), and a later admission that fits still
     hits them. bs=4, 5 usable blocks."""
-    e = make(SchedulerConfig(block_size=4, num_gpu_blocks=6, enable_prefix_caching=True, max_model_len=64,
-                             max_num_batched_tokens=64))
+    e = make(
+        SchedulerConfig(
+            block_size=4, num_gpu_blocks=6, enable_prefix_caching=True, max_model_len=64, max_num_batched_tokens=64
+        )
+    )
     shared = prompt((1, 4), (2, 4))
     e.add(_req("a", shared + (3,), 1))
     e.step()  # a finishes; its two full blocks stay cached, evictable

@@ -27,8 +27,10 @@ def prio_config(**kw):
 
 def prio_requests(priorities, arrivals=None, num_tokens=10):
     arrivals = arrivals if arrivals is not None else list(range(len(priorities)))
-    return [make_request(i, num_tokens, priority=p, arrival_time=float(a))
-            for i, (p, a) in enumerate(zip(priorities, arrivals))]
+    return [
+        make_request(i, num_tokens, priority=p, arrival_time=float(a))
+        for i, (p, a) in enumerate(zip(priorities, arrivals))
+    ]
 
 
 # ---- Admission order (T22-T30) ---------------------------------------------------------------
@@ -128,8 +130,11 @@ def test_T17_priority_preemption_refunds_scheduled_victim():
 def test_T18_no_preemption_when_space_available():
     """T18: max_num_seqs 3, budget 200; lo1, lo2 (prio 5, 30 tokens) decoding; hi1 (prio 0) -> 1 new, running 3, waiting 0."""
     cfg = prio_config(max_num_seqs=3, max_num_batched_tokens=200)
-    state = new_state(cfg, make_request("lo1", 30, priority=5, arrival_time=1.0),
-                      make_request("lo2", 30, priority=5, arrival_time=2.0))
+    state = new_state(
+        cfg,
+        make_request("lo1", 30, priority=5, arrival_time=1.0),
+        make_request("lo2", 30, priority=5, arrival_time=2.0),
+    )
     _, state, _ = step(state)
     _, state, _ = step(state)
     state = add(state, make_request("hi1", 30, priority=0, arrival_time=3.0))
@@ -178,8 +183,15 @@ def test_T19_preemption_and_resumption_when_out_of_kv():
 
 
 def _t21_state():
-    cfg = prio_config(max_num_seqs=5, max_num_batched_tokens=200, max_model_len=1000, long_prefill_token_threshold=15,
-                      block_size=16, num_gpu_blocks=6, scheduler_reserve_full_isl=False)
+    cfg = prio_config(
+        max_num_seqs=5,
+        max_num_batched_tokens=200,
+        max_model_len=1000,
+        long_prefill_token_threshold=15,
+        block_size=16,
+        num_gpu_blocks=6,
+        scheduler_reserve_full_isl=False,
+    )
 
     def req(rid, n, prio, t):
         return make_request(rid, n, max_tokens=50, ignore_eos=True, priority=prio, arrival_time=t)
@@ -245,8 +257,9 @@ def test_priority_victim_skipped_at_lower_index_adjusts_req_index():
     cfg = prio_config(block_size=4, num_gpu_blocks=6)
     state = new_state(cfg, make_request("X", 4, priority=9, arrival_time=0.0))
     _, state, _ = step(state)
-    state = add(state, make_request("Y", 4, priority=0, arrival_time=1.0),
-                make_request("Z", 6, priority=1, arrival_time=2.0))
+    state = add(
+        state, make_request("Y", 4, priority=0, arrival_time=1.0), make_request("Z", 6, priority=1, arrival_time=2.0)
+    )
     out, state, _ = step(state, tokens_for={"X": []})
     assert sched_dict(out) == {"X": 1, "Y": 4, "Z": 6}
     assert state.running == ("X", "Y", "Z")
@@ -271,8 +284,9 @@ def test_P1_priority_self_preempt_continues_fcfs_preempts_tail(policy):
     state = new_state(cfg, make_request("B", 7, priority=9, arrival_time=0.0))
     out, state, _ = step(state)
     assert sched_dict(out) == {"B": 7}
-    state = add(state, make_request("A", 4, priority=0, arrival_time=1.0),
-                make_request("C", 6, priority=1, arrival_time=2.0))
+    state = add(
+        state, make_request("A", 4, priority=0, arrival_time=1.0), make_request("C", 6, priority=1, arrival_time=2.0)
+    )
     out, state, _ = step(state)
     assert state.running == ("B", "A", "C")
     assert state.num_free_blocks == 0
@@ -297,8 +311,9 @@ def test_priority_victim_tie_picks_first_in_running_order():
     the pass continues, q gets p's freed block: {q: 1}.
     """
     cfg = prio_config(block_size=4, num_gpu_blocks=5)
-    state = new_state(cfg, make_request("p", 8, priority=1, arrival_time=0.0),
-                      make_request("q", 8, priority=1, arrival_time=0.0))
+    state = new_state(
+        cfg, make_request("p", 8, priority=1, arrival_time=0.0), make_request("q", 8, priority=1, arrival_time=0.0)
+    )
     out, state, _ = step(state)
     assert sched_dict(out) == {"p": 8, "q": 8}
     out, state = schedule(state)
@@ -330,13 +345,22 @@ def test_priority_refund_returns_the_victims_tokens_to_the_budget():
     scheduled (budget 3 -> 2); hi (C=4) needs a 2nd block, 0 free -> victim lo, refunded (budget back to 3),
     hi takes 1 (-> 2); mid gets min(16, 2) = 2: {hi: 1, mid: 2}. Without the refund mid would get 1.
     """
-    cfg = prio_config(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=16, max_num_scheduled_tokens=3,
-                      max_num_seqs=3, scheduler_reserve_full_isl=False)
+    cfg = prio_config(
+        block_size=4,
+        num_gpu_blocks=5,
+        max_num_batched_tokens=16,
+        max_num_scheduled_tokens=3,
+        max_num_seqs=3,
+        scheduler_reserve_full_isl=False,
+    )
     state = new_state(cfg, make_request("lo", 3, max_tokens=50, priority=5, arrival_time=0.0))
     out, state, _ = step(state)
     assert sched_dict(out) == {"lo": 3}
-    state = add(state, make_request("hi", 1, max_tokens=50, priority=0, arrival_time=1.0),
-                make_request("mid", 20, max_tokens=50, priority=1, arrival_time=2.0))
+    state = add(
+        state,
+        make_request("hi", 1, max_tokens=50, priority=0, arrival_time=1.0),
+        make_request("mid", 20, max_tokens=50, priority=1, arrival_time=2.0),
+    )
     for _ in range(4):
         out, state, _ = step(state)
         assert sched_dict(out) == {"lo": 1, "hi": 1, "mid": 1}

@@ -55,8 +55,24 @@ def test_prove_cli(tmp_path, capsys):
     assert main(["prove", "--max-requests", "1", "--policy", "fcfs", "--out", str(tmp_path)]) == 0
     assert "0 violated" in capsys.readouterr().out
     assert main(["prove", "--invariant", "nope"]) == 2
-    assert main(["prove", "--max-requests", "1", "--policy", "fcfs", "--mutant", "budget-off-by-one",
-                 "--invariant", "budget-conservation", "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "prove",
+                "--max-requests",
+                "1",
+                "--policy",
+                "fcfs",
+                "--mutant",
+                "budget-off-by-one",
+                "--invariant",
+                "budget-conservation",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     assert list(tmp_path.glob("proof-fcfs-budget-conservation-N1.json"))
 
 

@@ -47,14 +47,23 @@ def test_the_assumptions_leave_every_async_behaviourpossible(preempts):
     s0, s1 = pre.slots
     if not preempts:
         # a decode scheduled behind the step in flight: placeholders before and after
-        assert possible(facts + [s0.num_output_placeholders > 0, post.scheduled[0], post.num_output_placeholders[0] > 0])
+        assert possible(
+            facts + [s0.num_output_placeholders > 0, post.scheduled[0], post.num_output_placeholders[0] > 0]
+        )
         # drafts rejected in the step absorbed
         assert possible(facts + [s0.in_flight, s0.in_flight_num_drafts > 0, s0.num_accepted < s0.in_flight_num_drafts])
         # the step in flight was a prefill chunk, and the request goes on with its next chunk or its decode
         assert possible(facts + [s0.in_flight, s0.in_flight_placeholders == 0, post.scheduled[0]])
         # the skip rule: a running request owed tokens is not scheduled although budget remains
-        assert possible(facts + [pre.num_running == 1, s0.num_output_placeholders > 0, z3.Not(post.scheduled[0]),
-                                  post.num_scheduled[1] > 0])
+        assert possible(
+            facts
+            + [
+                pre.num_running == 1,
+                s0.num_output_placeholders > 0,
+                z3.Not(post.scheduled[0]),
+                post.num_scheduled[1] > 0,
+            ]
+        )
         # a request finishes in the step absorbed although the new step scheduled it again
         assert possible(facts + [post.scheduled[0], post.finished[0]])
         assert possible(facts + [post.admitted[1], post.num_hit_tokens[1] > 0])  # an admission with a prefix hit
@@ -83,22 +92,61 @@ def test_the_catalogue_alone_is_not_inductive_under_async():
 def test_prove_cli_async_flag(tmp_path, capsys):
     assert main(["prove", "--feature", "async", "--max-requests", "1", "--out", str(tmp_path)]) == 0
     assert "with async" in capsys.readouterr().out
-    assert main(["prove", "--feature", "async", "--max-requests", "1", "--policy", "fcfs", "--invariant",
-                 "no-decode-past-max-tokens", "--mutant", "Z2-no-async-max-tokens-skip", "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "prove",
+                "--feature",
+                "async",
+                "--max-requests",
+                "1",
+                "--policy",
+                "fcfs",
+                "--invariant",
+                "no-decode-past-max-tokens",
+                "--mutant",
+                "Z2-no-async-max-tokens-skip",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     assert main(["replay", str(tmp_path / "proof-fcfs-no-decode-past-max-tokens-N1.json")]) == 1
 
 
-@pytest.mark.parametrize("sampled, field", [
-    ({"r00": 7}, "sampled_token.r00.tokens"),  # a sync entry for an async state
-    ({}, "sampled_token.r00.tokens"),  # a request with no entry
-    ({"r00": {"tokens": [7], "in_flight": [1]}}, "sampled_token.r00.in_flight"),
-    ([7], "sampled_token"),
-])
+@pytest.mark.parametrize(
+    "sampled, field",
+    [
+        ({"r00": 7}, "sampled_token.r00.tokens"),  # a sync entry for an async state
+        ({}, "sampled_token.r00.tokens"),  # a request with no entry
+        ({"r00": {"tokens": [7], "in_flight": [1]}}, "sampled_token.r00.in_flight"),
+        ([7], "sampled_token"),
+    ],
+)
 def test_a_malformed_counterexample_is_a_one_line_error(tmp_path, capsys, sampled, field):
     import json
 
-    assert main(["prove", "--feature", "async", "--max-requests", "1", "--policy", "fcfs", "--invariant",
-                 "no-decode-past-max-tokens", "--mutant", "Z2-no-async-max-tokens-skip", "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "prove",
+                "--feature",
+                "async",
+                "--max-requests",
+                "1",
+                "--policy",
+                "fcfs",
+                "--invariant",
+                "no-decode-past-max-tokens",
+                "--mutant",
+                "Z2-no-async-max-tokens-skip",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     path = tmp_path / "proof-fcfs-no-decode-past-max-tokens-N1.json"
     data = json.loads(path.read_text())
     data["sampled_token"] = sampled

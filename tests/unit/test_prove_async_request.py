@@ -9,8 +9,10 @@ from schedspec.proofs import async_request as lemma
 
 
 def test_the_strengthening_is_inductive_for_one_request_under_the_queue_of_two():
-    assert lemma.prove() == {"J implies the catalogue's statement": True,
-                             "J is inductive over the engine loop's step": True}
+    assert lemma.prove() == {
+        "J implies the catalogue's statement": True,
+        "J is inductive over the engine loop's step": True,
+    }
 
 
 def _possible(extra) -> bool:

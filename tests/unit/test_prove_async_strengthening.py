@@ -62,5 +62,7 @@ def test_it_holds_with_stale_output_in_flight():
     assert state.requests["r1"].status == RequestStatus.PREEMPTED and stale_seen
     while in_flight:
         out = in_flight.pop(0)
-        state, _ = api.update_from_output(state, out, ModelRunnerOutput({rid: (7,) for rid in out.num_scheduled_tokens}))
+        state, _ = api.update_from_output(
+            state, out, ModelRunnerOutput({rid: (7,) for rid in out.num_scheduled_tokens})
+        )
         check(state)

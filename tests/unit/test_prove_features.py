@@ -29,7 +29,9 @@ def test_the_assumptions_leave_every_spec_behaviourpossible(preempts):
     sampled_with_drafts = [post.num_scheduled_spec[0] > 0, post.num_scheduled[0] > 0]
     assert possible(facts + sampled_with_drafts)
     assert possible(facts + sampled_with_drafts + [s0.num_accepted < post.num_scheduled_spec[0]])  # a rejection
-    assert possible(facts + sampled_with_drafts + [post.finished[0], post.num_tokens[0] < s0.num_tokens + 1 + s0.num_accepted])  # trimmed
+    assert possible(
+        facts + sampled_with_drafts + [post.finished[0], post.num_tokens[0] < s0.num_tokens + 1 + s0.num_accepted]
+    )  # trimmed
     if not preempts:
         assert possible(facts + [post.admitted[1], post.num_scheduled_spec[1] > 0])  # a padded admission
         assert possible(facts + [post.running[0], post.num_spec_tokens[0] > 0])  # a new proposal kept
@@ -57,24 +59,89 @@ def _constants(terms) -> set[str]:
 def test_the_core_encoding_has_no_trace_of_the_feature():
     """The core run (`prove.py`) builds the formula it built before the feature: no draft symbol in it."""
     post = step(fresh(2, True, 4), True)
-    names = _constants(post.num_computed_tokens + post.num_tokens + post.finished + post.run_pos + [post.num_free_blocks])
-    assert "prompt_0" in names and not any(n.startswith(("spec_tokens", "accepted", "stop_at", "new_drafts",
-                                                          "is_prefill_chunk", "num_speculative", "hit_blocks",
-                                                          "evictable", "shared")) for n in names)
+    names = _constants(
+        post.num_computed_tokens + post.num_tokens + post.finished + post.run_pos + [post.num_free_blocks]
+    )
+    assert "prompt_0" in names and not any(
+        n.startswith(
+            (
+                "spec_tokens",
+                "accepted",
+                "stop_at",
+                "new_drafts",
+                "is_prefill_chunk",
+                "num_speculative",
+                "hit_blocks",
+                "evictable",
+                "shared",
+            )
+        )
+        for n in names
+    )
     assert post.num_scheduled_spec == [] and post.inputs == [] and post.num_hit_tokens == []
     spec = step(fresh(2, True, 4, spec_decode=True), True)
     assert "accepted_0" in _constants(spec.num_tokens)  # the probe does see feature symbols where they are
 
 
 def test_prove_cli_feature_flag(tmp_path, capsys):
-    assert main(["prove", "--feature", "spec-decode", "--feature", "prefix-caching", "--max-requests", "1",
-                 "--policy", "priority", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "prove",
+                "--feature",
+                "spec-decode",
+                "--feature",
+                "prefix-caching",
+                "--max-requests",
+                "1",
+                "--policy",
+                "priority",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "with spec-decode, prefix-caching" in out and "n/a" in out
-    assert main(["prove", "--feature", "spec-decode", "--max-requests", "1", "--invariant", "chunk-bounds",
-                 "--mutant", "padding-ignores-L", "--out", str(tmp_path)]) == 0  # needs two requests
-    assert main(["prove", "--feature", "spec-decode", "--max-requests", "2", "--policy", "fcfs", "--invariant",
-                 "chunk-bounds", "--mutant", "padding-ignores-L", "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "prove",
+                "--feature",
+                "spec-decode",
+                "--max-requests",
+                "1",
+                "--invariant",
+                "chunk-bounds",
+                "--mutant",
+                "padding-ignores-L",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )  # needs two requests
+    assert (
+        main(
+            [
+                "prove",
+                "--feature",
+                "spec-decode",
+                "--max-requests",
+                "2",
+                "--policy",
+                "fcfs",
+                "--invariant",
+                "chunk-bounds",
+                "--mutant",
+                "padding-ignores-L",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     assert list(tmp_path.glob("proof-fcfs-chunk-bounds-N2.json"))
     with pytest.raises(SystemExit):
         main(["prove", "--feature", "nope"])

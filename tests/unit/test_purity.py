@@ -182,26 +182,33 @@ def small_workloads(draw) -> Workload:
     reqs = []
     for i in range(n):
         prompt_len = draw(st.integers(1, min(L - 1, 40)))
-        reqs.append(WorkloadRequest(
-            Request(
-                f"r{i}", (i + 1,) * prompt_len,
-                max_tokens=draw(st.integers(1, 8)),
-                eos_token_id=draw(st.sampled_from([None, 2])),
-                ignore_eos=draw(st.booleans()),
-                stop_token_ids=draw(st.sampled_from([(), (3,)])),
-                priority=draw(st.integers(0, 2)),
-                arrival_time=float(draw(st.integers(0, 3))),
-            ),
-            arrival_step=draw(st.integers(0, 4)),
-            output_token_ids=tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5]), max_size=4))),
-        ))
+        reqs.append(
+            WorkloadRequest(
+                Request(
+                    f"r{i}",
+                    (i + 1,) * prompt_len,
+                    max_tokens=draw(st.integers(1, 8)),
+                    eos_token_id=draw(st.sampled_from([None, 2])),
+                    ignore_eos=draw(st.booleans()),
+                    stop_token_ids=draw(st.sampled_from([(), (3,)])),
+                    priority=draw(st.integers(0, 2)),
+                    arrival_time=float(draw(st.integers(0, 3))),
+                ),
+                arrival_step=draw(st.integers(0, 4)),
+                output_token_ids=tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5]), max_size=4))),
+            )
+        )
     ids = [r.request_id for r in reqs]
     aborts = tuple(Abort(draw(st.integers(0, 8)), draw(st.sampled_from(ids))) for _ in range(draw(st.integers(0, 2))))
     return Workload(cfg, tuple(reqs), aborts=aborts, max_steps=60)
 
 
-PROPERTY = settings(max_examples=100, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @PROPERTY

@@ -41,18 +41,21 @@ def test_a_diverging_engine_fails_with_its_counterexample_table(pytester):
     """)
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*failed certification against 'reference' (3 workloads, level blocks)",
-        "first counterexample: budget-0-0 diverges at step 3 on output.num_scheduled_tokens*",
-        "*| **3** ⟵ | **r1:1** | **r1:2** |*",
-        "replay: schedspec replay *counterexample-budget-0-0.json",
-        "invariant violations (1):",
-        "*budget-conservation*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*failed certification against 'reference' (3 workloads, level blocks)",
+            "first counterexample: budget-0-0 diverges at step 3 on output.num_scheduled_tokens*",
+            "*| **3** ⟵ | **r1:1** | **r1:2** |*",
+            "replay: schedspec replay *counterexample-budget-0-0.json",
+            "invariant violations (1):",
+            "*budget-conservation*",
+        ]
+    )
 
 
 def test_allowed_divergence_passes_and_returns_the_departures(pytester):
-    pytester.makepyfile(test_departs="""
+    pytester.makepyfile(
+        test_departs="""
         from schedspec.conformance.planted import perturbed
 
         reordered = perturbed("order", 1)  # the same grants in another order: no invariant cares
@@ -61,7 +64,8 @@ def test_allowed_divergence_passes_and_returns_the_departures(pytester):
             cert = schedspec_certify("test_departs:reordered", workloads=2, families=["big-batch"],
                                      allow_divergence=True)
             assert cert["passed"] and cert["departures"] and not cert["invariant_violations"]
-    """)
+    """
+    )
     pytester.runpytest().assert_outcomes(passed=1)
 
 

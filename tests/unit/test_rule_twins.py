@@ -49,7 +49,7 @@ def test_victim_key_twin_takes_the_victims_in_the_rules_order():
             victim = max(running, key=lambda p: spec_rules.victim_key(prio[row][p], arrival[row][p]))
             running.remove(victim)
             expected.append(victim)
-        assert got[row][:len(expected)] == expected, (prio[row], arrival[row], alive[row])
+        assert got[row][: len(expected)] == expected, (prio[row], arrival[row], alive[row])
 
 
 def test_fcfs_victim_index_twin_pops_from_the_tail():
@@ -59,7 +59,7 @@ def test_fcfs_victim_index_twin_pops_from_the_tail():
     for row in range(ROWS):
         running = [p for p in range(WIDTH) if alive[row][p]]
         expected = [running.pop(rules.fcfs_victim_index(len(running))) for _ in range(len(running))]
-        assert got[row][:len(expected)] == expected, alive[row]
+        assert got[row][: len(expected)] == expected, alive[row]
 
 
 def test_preempted_counters_twin_resets_what_the_rule_resets():
@@ -67,15 +67,27 @@ def test_preempted_counters_twin_resets_what_the_rule_resets():
     victims = [rng.random() < 0.5 for _ in range(CASES)]
     status = [rng.choice([RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED]) for _ in range(CASES)]
     C, nspec, P, inflight, stale = (ints(rng, 0, 9) for _ in range(5))
-    out = [x.tolist() for x in preempted_counters_twin(
-        t(victims), t([int(s) for s in status]), t(C), t(nspec), t(P), t(inflight), t(stale))]
+    out = [
+        x.tolist()
+        for x in preempted_counters_twin(
+            t(victims), t([int(s) for s in status]), t(C), t(nspec), t(P), t(inflight), t(stale)
+        )
+    ]
     for i in range(CASES):
         after = spec_rules.preempted_counters(inflight[i], stale[i], False, 0)
         # What the engine does not keep as tensors: drop stays False, and the blocks go in `push_free`.
         assert after.drop_stale_output is False and after.num_blocks == 0
-        expected = ((int(after.status), after.num_computed_tokens, after.num_spec_tokens,
-                     after.num_output_placeholders, after.num_stale_output_tokens) if victims[i]
-                    else (int(status[i]), C[i], nspec[i], P[i], stale[i]))
+        expected = (
+            (
+                int(after.status),
+                after.num_computed_tokens,
+                after.num_spec_tokens,
+                after.num_output_placeholders,
+                after.num_stale_output_tokens,
+            )
+            if victims[i]
+            else (int(status[i]), C[i], nspec[i], P[i], stale[i])
+        )
         assert tuple(x[i] for x in out) == expected, i
 
 
@@ -90,8 +102,12 @@ def test_heap_key_ranks_are_the_reference_queues_pop_order():
     """The torch engine ranks with the rule itself (no twin); its ranks must be the reference queue's order."""
     rng = random.Random(5)
     for _ in range(100):
-        reqs = [Request(f"r{rng.randint(0, 30)}-{i}", (1,), 1, priority=rng.randint(0, 2),
-                        arrival_time=float(rng.randint(0, 3))) for i in range(rng.randint(1, 8))]
+        reqs = [
+            Request(
+                f"r{rng.randint(0, 30)}-{i}", (1,), 1, priority=rng.randint(0, 2), arrival_time=float(rng.randint(0, 3))
+            )
+            for i in range(rng.randint(1, 8))
+        ]
         ranks = priority_ranks(reqs)
         queue = PriorityRequestQueue(LiveRequest(q) for q in reqs)
         popped = [queue.pop_request().request_id for _ in reqs]
@@ -136,8 +152,10 @@ def test_blocks_for_twin_is_need_slot_then_blocks_to_allocate():
     C = [rng.randint(0, L[i] + 2) for i in range(CASES)]  # past L too: the slot count still caps at L
     n, held = ints(rng, 0, 20), ints(rng, 0, 8)
     got = (twin.blocks_for(torch.minimum(t(C), t(L)) + t(n), t(L), t(bs)) - t(held)).clamp(min=0).tolist()
-    assert got == [rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n[i], 0, L[i]), held[i], bs[i])
-                   for i in range(CASES)]
+    assert got == [
+        rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C[i], n[i], 0, L[i]), held[i], bs[i])
+        for i in range(CASES)
+    ]
 
 
 def test_max_prefix_hit_blocks_twin():

@@ -71,8 +71,13 @@ def test_cpu_guide_scenario1_table(long_prompt_trace):
         decodes = {k: v for k, v in n.items() if k != "long"}
         assert set(decodes.values()) == {1}
         table.append((s.output.total_num_scheduled_tokens, len(decodes), sum(decodes.values()), n["long"]))
-    assert table == [(8192, 200, 200, 7992), (8192, 200, 200, 7992), (4216, 200, 200, 4016),
-                     (201, 200, 200, 1), (201, 200, 200, 1)]
+    assert table == [
+        (8192, 200, 200, 7992),
+        (8192, 200, 200, 7992),
+        (4216, 200, 200, 4016),
+        (201, 200, 200, 1),
+        (201, 200, 200, 1),
+    ]
 
 
 # Scenario 2 (num_blocks=20, 4 x 60-token prompts, max_tokens 40):
@@ -99,8 +104,15 @@ def test_cpu_guide_scenario2_event_steps(preemption_trace, step_no):
     expected = SCENARIO_2[step_no]
     s = preemption_trace.steps[step_no]
     o = s.output
-    got = (dict(o.num_scheduled_tokens), set(o.preempted_req_ids), [r.req_id for r in o.scheduled_new_reqs],
-           set(o.finished_req_ids), s.state.num_free_blocks, len(s.state.running), len(s.state.waiting))
+    got = (
+        dict(o.num_scheduled_tokens),
+        set(o.preempted_req_ids),
+        [r.req_id for r in o.scheduled_new_reqs],
+        set(o.finished_req_ids),
+        s.state.num_free_blocks,
+        len(s.state.running),
+        len(s.state.waiting),
+    )
     assert got == expected
 
 
@@ -119,4 +131,7 @@ def test_cpu_guide_scenario2_nothing_happens_elsewhere(preemption_trace):
 def test_cpu_guide_scenario2_resumed_flags(preemption_trace):
     """Step 40: p2 and p3 come back as resumed (V2 layout: listed among the new requests), not as first admissions."""
     o = preemption_trace.steps[40].output
-    assert [(r.req_id, r.resumed, r.num_computed_tokens) for r in o.scheduled_new_reqs] == [("p2", True, 0), ("p3", True, 0)]
+    assert [(r.req_id, r.resumed, r.num_computed_tokens) for r in o.scheduled_new_reqs] == [
+        ("p2", True, 0),
+        ("p3", True, 0),
+    ]

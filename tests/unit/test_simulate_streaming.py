@@ -28,8 +28,12 @@ from schedspec.spec.workload import Workload, WorkloadRequest
 from schedspec.tracefile import TraceWriter
 from schedspec.workloads import BUILTIN
 
-D1 = Workload(SchedulerConfig(block_size=16, num_gpu_blocks=3),
-              (WorkloadRequest(Request("0", (0,) * 32, max_tokens=16, ignore_eos=True)),), max_steps=12, name="d1")
+D1 = Workload(
+    SchedulerConfig(block_size=16, num_gpu_blocks=3),
+    (WorkloadRequest(Request("0", (0,) * 32, max_tokens=16, ignore_eos=True)),),
+    max_steps=12,
+    name="d1",
+)
 WORKLOADS = {
     "seed-preemption": BUILTIN["seed-preemption"],
     "d1-max-steps": lambda: D1,
@@ -103,12 +107,12 @@ def failing_steps(workload: Workload, error: BaseException, after: int = 3):
         yield record
 
 
-@pytest.mark.parametrize("error, rc", [(SpecError("engine", "x", "crashed"), 2), (KeyboardInterrupt(), 130),
-                                       (RuntimeError("a bug"), None)])
+@pytest.mark.parametrize(
+    "error, rc", [(SpecError("engine", "x", "crashed"), 2), (KeyboardInterrupt(), 130), (RuntimeError("a bug"), None)]
+)
 def test_a_run_that_fails_midway_leaves_no_file_and_no_temporaries(error, rc, tmp_path, monkeypatch, capsys):
     """Nothing at the target, nothing beside it; and an old file there (with --force) is left as it was."""
-    monkeypatch.setattr("schedspec.reference_impl.engine.simulate_steps",
-                        lambda w: failing_steps(w, error))
+    monkeypatch.setattr("schedspec.reference_impl.engine.simulate_steps", lambda w: failing_steps(w, error))
     out = tmp_path / "t.json"
     argv = ["simulate", "seed-preemption", "--out", str(out)]
     for before in (None, b"the user's old trace"):

@@ -194,8 +194,11 @@ def test_T40_padding_of_a_full_hit(make):
 def test_T40_no_padding_with_a_prefill_in_the_batch(make):
     """T40 (`..._skipped_with_prefill_in_batch`): budget 64, k=3, APC. r_warm (33 tokens, max_tokens=1) finishes;
     r_long (100 tokens) leaves a chunk running; r_candidate (a full hit) gets exactly 1 token and no spec entry."""
-    e = make(SchedulerConfig(max_num_batched_tokens=64, max_model_len=256, enable_prefix_caching=True,
-                             num_speculative_tokens=3))
+    e = make(
+        SchedulerConfig(
+            max_num_batched_tokens=64, max_model_len=256, enable_prefix_caching=True, num_speculative_tokens=3
+        )
+    )
     warm = tuple(range(200, 233))
     e.add(_req("r_warm", warm, 1))
     _, finished = e.step()
@@ -236,8 +239,11 @@ def test_T48_no_padding_up_to_max_model_len(make):
     30 + 3 <= 33): padded to 2 tokens with spec [-1], so the L=32 case cannot pass on an engine that never pads."""
     cand = tuple(range(200, 231))
     for max_model_len, n, spec in ((32, 1, None), (33, 2, (-1,))):
-        e = make(SchedulerConfig(block_size=10, max_model_len=max_model_len, enable_prefix_caching=True,
-                                 num_speculative_tokens=1))
+        e = make(
+            SchedulerConfig(
+                block_size=10, max_model_len=max_model_len, enable_prefix_caching=True, num_speculative_tokens=1
+            )
+        )
         e.add(_req("filler", cand[:30]))
         out, _ = e.step()
         assert dict(out.num_scheduled_tokens) == {"filler": 30}

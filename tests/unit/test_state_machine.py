@@ -33,7 +33,8 @@ TestReferenceStateMachine.settings = FAST
 def test_every_check_is_an_invariant_of_the_machine():
     checks = {n for n in dir(SchedulerMachine) if n.startswith(("catalogue_", "trace_"))}
     assert checks == {f"catalogue_{i:02d}_{inv.name.replace('-', '_')}" for i, inv in enumerate(INVARIANTS)} | {
-        f"trace_{name.replace('-', '_')}" for name in TRACE_CHECKS}
+        f"trace_{name.replace('-', '_')}" for name in TRACE_CHECKS
+    }
     assert all(hasattr(getattr(SchedulerMachine, n), "hypothesis_stateful_invariant") for n in checks)
 
 

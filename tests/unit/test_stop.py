@@ -37,8 +37,9 @@ def test_T31a_eos_stops_and_drafts_are_kept():
 def test_T31b_stop_token_trims_following_tokens():
     """T31(b), k=2, stop_token_ids [42,43]: sampled [[10,42,12],[13,14]] -> r0 STOPPED, stop_reason 42, outputs [10,42]."""
     state = _t31_state([make_request(0, 10, stop_token_ids=[42, 43]), make_request(1, 10, stop_token_ids=[42, 43])])
-    output = SchedulerOutput(num_scheduled_tokens={"0": 3, "1": 2},
-                             scheduled_spec_decode_tokens={"0": (10, 42), "1": (13,)})
+    output = SchedulerOutput(
+        num_scheduled_tokens={"0": 3, "1": 2}, scheduled_spec_decode_tokens={"0": (10, 42), "1": (13,)}
+    )
     state, finished, live = update_live(state, output, {"0": [10, 42, 12], "1": [13, 14]})
     assert finished["0"].status == RequestStatus.FINISHED_STOPPED
     assert live["0"].stop_reason == 42
@@ -81,7 +82,14 @@ def _live(outputs, L=100, **kw):
         ("EOS below min_tokens still stops", {}, [10, 11, EOS], True, RequestStatus.FINISHED_STOPPED, None),
         ("ignore_eos nulls EOS", {"ignore_eos": True}, [EOS], False, RequestStatus.WAITING, None),
         ("min_tokens 0, EOS", {"min_tokens": 0}, [10, EOS], True, RequestStatus.FINISHED_STOPPED, None),
-        ("stop token below min_tokens", {"stop_token_ids": [42]}, [10, 11, 42], True, RequestStatus.FINISHED_STOPPED, 42),
+        (
+            "stop token below min_tokens",
+            {"stop_token_ids": [42]},
+            [10, 11, 42],
+            True,
+            RequestStatus.FINISHED_STOPPED,
+            42,
+        ),
     ],
 )
 def test_T32_check_stop_min_tokens(case, kw, outputs, stopped, status, stop_reason):

@@ -57,23 +57,39 @@ def mixed_workload(rng: random.Random, name: str) -> Workload:
     """A small workload with every knob drawn: both policies, tight pools, watermarks, gates, aborts."""
     L, seqs = rng.randint(8, 120), rng.randint(1, 8)
     config = SchedulerConfig(
-        max_num_batched_tokens=max(rng.randint(seqs, 200), seqs), max_num_seqs=seqs, max_model_len=L,
-        block_size=rng.choice([1, 2, 4, 16]), num_gpu_blocks=rng.randint(1, 48),
+        max_num_batched_tokens=max(rng.randint(seqs, 200), seqs),
+        max_num_seqs=seqs,
+        max_model_len=L,
+        block_size=rng.choice([1, 2, 4, 16]),
+        num_gpu_blocks=rng.randint(1, 48),
         long_prefill_token_threshold=rng.choice([0, rng.randint(1, L)]),
-        long_prefill_token_threshold_adaptive=rng.random() < 0.3, policy=rng.choice(["fcfs", "priority"]),
-        watermark=rng.choice([0.0, 0.1, 0.3]), scheduler_reserve_full_isl=rng.random() < 0.7,
+        long_prefill_token_threshold_adaptive=rng.random() < 0.3,
+        policy=rng.choice(["fcfs", "priority"]),
+        watermark=rng.choice([0.0, 0.1, 0.3]),
+        scheduler_reserve_full_isl=rng.random() < 0.7,
         max_num_scheduled_tokens=rng.choice([None, rng.randint(1, 200)]),
-        max_num_active_seqs=rng.choice([None, rng.randint(1, seqs)]))
+        max_num_active_seqs=rng.choice([None, rng.randint(1, seqs)]),
+    )
     requests = []
     for i in range(rng.randint(1, 10)):
         mt = rng.randint(1, 20)
-        q = Request(f"r{i}", (5,) * rng.randint(1, L - 1), max_tokens=mt, eos_token_id=rng.choice([None, 1]),
-                    ignore_eos=rng.random() < 0.3, stop_token_ids=tuple(rng.sample(range(8), rng.randint(0, 2))),
-                    priority=rng.randint(-1, 3), arrival_time=float(rng.randint(0, 5)))
-        requests.append(WorkloadRequest(q, rng.randint(0, 8), tuple(rng.randint(0, 8) for _ in range(rng.randint(0, mt)))))
+        q = Request(
+            f"r{i}",
+            (5,) * rng.randint(1, L - 1),
+            max_tokens=mt,
+            eos_token_id=rng.choice([None, 1]),
+            ignore_eos=rng.random() < 0.3,
+            stop_token_ids=tuple(rng.sample(range(8), rng.randint(0, 2))),
+            priority=rng.randint(-1, 3),
+            arrival_time=float(rng.randint(0, 5)),
+        )
+        requests.append(
+            WorkloadRequest(q, rng.randint(0, 8), tuple(rng.randint(0, 8) for _ in range(rng.randint(0, mt))))
+        )
     aborts = tuple(Abort(rng.randint(0, 20), rng.choice(requests).request_id) for _ in range(rng.randint(0, 3)))
-    return Workload(config, tuple(requests), aborts, name=name, max_steps=rng.randint(10, 100),
-                    filler_token_id=rng.randint(0, 8))
+    return Workload(
+        config, tuple(requests), aborts, name=name, max_steps=rng.randint(10, 100), filler_token_id=rng.randint(0, 8)
+    )
 
 
 @pytest.mark.parametrize("name", list(BUILTIN))
@@ -117,22 +133,28 @@ def test_lock_step_engine_matches_on_mixed_workloads():
 
 
 def _two(policy: str, requests: list[tuple[str, int, int, int, float]], blocks: int, bs: int = 4) -> Workload:
-    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=8, max_model_len=64, block_size=bs,
-                             num_gpu_blocks=blocks, policy=policy)
-    reqs = tuple(WorkloadRequest(Request(rid, (9,) * n, max_tokens=mt, ignore_eos=True, priority=p, arrival_time=t))
-                 for rid, n, mt, p, t in requests)
+    config = SchedulerConfig(
+        max_num_batched_tokens=64, max_num_seqs=8, max_model_len=64, block_size=bs, num_gpu_blocks=blocks, policy=policy
+    )
+    reqs = tuple(
+        WorkloadRequest(Request(rid, (9,) * n, max_tokens=mt, ignore_eos=True, priority=p, arrival_time=t))
+        for rid, n, mt, p, t in requests
+    )
     return Workload(config, reqs, name=f"{policy}-{blocks}", max_steps=60)
 
 
-@pytest.mark.parametrize("workload", [
-    # P1 (§8b): B (priority 9) must grow; PRIORITY preempts B itself and continues.
-    _two("priority", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
-    _two("fcfs", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
-    # exp3: four 8-token requests on 8 usable blocks; all need a third block at once (FCFS tail victims).
-    _two("fcfs", [(f"{i}", 8, 10, 0, float(i)) for i in range(4)], blocks=9),
-    # A PRIORITY victim scheduled earlier in the same step: its grant is refunded, its new blocks freed.
-    _two("priority", [("X", 3, 12, 9, 0.0), ("Y", 4, 12, 0, 1.0), ("Z", 5, 12, 5, 2.0)], blocks=5, bs=2),
-])
+@pytest.mark.parametrize(
+    "workload",
+    [
+        # P1 (§8b): B (priority 9) must grow; PRIORITY preempts B itself and continues.
+        _two("priority", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
+        _two("fcfs", [("B", 7, 12, 9, 0.0), ("A", 4, 12, 0, 1.0), ("C", 6, 12, 1, 2.0)], blocks=6),
+        # exp3: four 8-token requests on 8 usable blocks; all need a third block at once (FCFS tail victims).
+        _two("fcfs", [(f"{i}", 8, 10, 0, float(i)) for i in range(4)], blocks=9),
+        # A PRIORITY victim scheduled earlier in the same step: its grant is refunded, its new blocks freed.
+        _two("priority", [("X", 3, 12, 9, 0.0), ("Y", 4, 12, 0, 1.0), ("Z", 5, 12, 5, 2.0)], blocks=5, bs=2),
+    ],
+)
 def test_directed_preemption_scenarios(workload):
     assert_same(simulate(workload), run(cpu_engine(workload.config), workload))
     assert_same(simulate(workload), run_batch([workload], "cpu")[0])
@@ -140,9 +162,14 @@ def test_directed_preemption_scenarios(workload):
 
 def test_free_queue_order_and_block_ids():
     """D5: A [1,2,3] and B [4,5] finish; the queue becomes [5,4,3,2,1,6,...]; the next request gets [5,4,3]."""
-    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64, block_size=4, num_gpu_blocks=11)
-    reqs = (WorkloadRequest(Request("A", (1,) * 12, max_tokens=1)), WorkloadRequest(Request("B", (1,) * 8, max_tokens=1)),
-            WorkloadRequest(Request("C", (1,) * 12, max_tokens=1), arrival_step=1))
+    config = SchedulerConfig(
+        max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64, block_size=4, num_gpu_blocks=11
+    )
+    reqs = (
+        WorkloadRequest(Request("A", (1,) * 12, max_tokens=1)),
+        WorkloadRequest(Request("B", (1,) * 8, max_tokens=1)),
+        WorkloadRequest(Request("C", (1,) * 12, max_tokens=1), arrival_step=1),
+    )
     trace = run_batch([Workload(config, reqs)], "cpu")[0]
     assert trace.steps[1].output.scheduled_new_reqs[0].block_ids == (5, 4, 3)
     assert_same(simulate(Workload(config, reqs)), trace)
@@ -176,11 +203,18 @@ def test_gpu_impl_never_imports_the_reference():
             if isinstance(node, ast.ImportFrom) and node.level == 2:
                 assert (node.module or "").split(".")[0] == "spec", (path.name, node.module)
             assert not (isinstance(node, ast.ImportFrom) and node.level > 2), path.name
-            absolute = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            absolute = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             assert not any(m.startswith("schedspec") for m in absolute), (path.name, absolute)
-    code = ("import sys, schedspec.gpu_impl.engine, schedspec.gpu_impl.batch; "
-            "assert not any(m.startswith('schedspec.reference_impl') for m in sys.modules), 'imported'")
+    code = (
+        "import sys, schedspec.gpu_impl.engine, schedspec.gpu_impl.batch; "
+        "assert not any(m.startswith('schedspec.reference_impl') for m in sys.modules), 'imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -48,6 +48,7 @@ def state_of(e: TorchEngine, rid: str) -> tuple[int, int]:
 
 # ---- spec decode ---------------------------------------------------------------------------------
 
+
 def test_d3_rejected_drafts_roll_computed_back():
     """D3: k=3, 10-token prompt; drafts [1,2,3] scheduled as 4 tokens (C=14); [1,5] back: C=12, T=13."""
     e = engine(num_speculative_tokens=3)
@@ -96,6 +97,7 @@ def test_t40_a_decode_like_admission_is_padded():
 
 # ---- prefix caching ------------------------------------------------------------------------------
 
+
 def test_d5_hit_blocks_and_the_lru_tail():
     """D5: bs=4; a 10-token request gets [1,2,3]; freed, the queue is [3,4,...,10,2,1]; a 13-token
     request with the same 8-token prefix hits [1,2] (C=8), gets [1,2,3,4] and schedules 5."""
@@ -125,11 +127,18 @@ def test_d6_a_hit_never_covers_the_last_token(length, computed, scheduled):
 
 # ---- async scheduling ----------------------------------------------------------------------------
 
+
 def test_d2_placeholders_and_the_max_tokens_skip():
     """D2 (§6) and T47: prompt 10, max_tokens 3 under async: 10, 1, 1, then the skip rule; 3 outputs,
     prompt + max_tokens - 1 tokens scheduled in all."""
-    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64, block_size=16,
-                             num_gpu_blocks=16, async_scheduling=True)
+    config = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=64,
+        block_size=16,
+        num_gpu_blocks=16,
+        async_scheduling=True,
+    )
     w = Workload(config, (WorkloadRequest(Request("0", (9,) * 10, max_tokens=3), 0, (3, 4, 5)),), max_steps=20)
     for trace in (run_batch([w], "cpu")[0], run(TorchEngine(config, "cpu"), w)):
         grants = [s.output.num_scheduled_tokens.get("0", 0) for s in trace.steps]
@@ -141,8 +150,15 @@ def test_d2_placeholders_and_the_max_tokens_skip():
 
 def test_t41_a_twin_hits_blocks_registered_in_the_same_step():
     """T41: async, APC, bs=16, 100-token twins: the first schedules 100, the second only 100 % 16 = 4."""
-    config = SchedulerConfig(max_num_batched_tokens=1000, max_num_seqs=8, max_model_len=256, block_size=16,
-                             num_gpu_blocks=64, async_scheduling=True, enable_prefix_caching=True)
+    config = SchedulerConfig(
+        max_num_batched_tokens=1000,
+        max_num_seqs=8,
+        max_model_len=256,
+        block_size=16,
+        num_gpu_blocks=64,
+        async_scheduling=True,
+        enable_prefix_caching=True,
+    )
     prompt = tuple(range(10, 110))
     w = Workload(config, tuple(WorkloadRequest(Request(f"r{i}", prompt, max_tokens=3)) for i in range(2)), max_steps=20)
     trace = run_batch([w], "cpu")[0]
@@ -152,6 +168,7 @@ def test_t41_a_twin_hits_blocks_registered_in_the_same_step():
 
 # ---- differential: every knob at once --------------------------------------------------------------
 
+
 def feature_workload(rng: random.Random, name: str) -> Workload:
     """Shared prompts (so caching hits), drafts, async, tight pools, both policies, stops and aborts."""
     L, bs, seqs = rng.randint(16, 96), rng.choice([1, 2, 4, 8]), rng.randint(1, 6)
@@ -160,24 +177,46 @@ def feature_workload(rng: random.Random, name: str) -> Workload:
     chunked = rng.random() < 0.85
     budget = max(rng.randint(2, 96), seqs, 0 if chunked else L)
     config = SchedulerConfig(
-        max_num_batched_tokens=budget, max_num_seqs=seqs, max_model_len=L, block_size=bs,
-        num_gpu_blocks=rng.randint(3, 40), long_prefill_token_threshold=min(thr, L),
-        policy=rng.choice(["fcfs", "priority"]), watermark=rng.choice([0.0, 0.0, 0.1]),
-        scheduler_reserve_full_isl=rng.random() < 0.8, enable_chunked_prefill=chunked,
-        enable_prefix_caching=rng.random() < 0.6, num_speculative_tokens=k, async_scheduling=rng.random() < 0.5)
+        max_num_batched_tokens=budget,
+        max_num_seqs=seqs,
+        max_model_len=L,
+        block_size=bs,
+        num_gpu_blocks=rng.randint(3, 40),
+        long_prefill_token_threshold=min(thr, L),
+        policy=rng.choice(["fcfs", "priority"]),
+        watermark=rng.choice([0.0, 0.0, 0.1]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=rng.random() < 0.6,
+        num_speculative_tokens=k,
+        async_scheduling=rng.random() < 0.5,
+    )
     stems = [tuple(rng.randint(10, 13) for _ in range(rng.randint(1, 3 * bs + 2))) for _ in range(2)]
     requests = []
     for i in range(rng.randint(1, 7)):
         mt = rng.randint(1, 14)
         prompt = (rng.choice(stems) + tuple(rng.randint(10, 13) for _ in range(rng.randint(0, bs + 1))))[: L - 1]
-        q = Request(f"r{i}", prompt, max_tokens=mt, eos_token_id=rng.choice([None, 2]), ignore_eos=rng.random() < 0.3,
-                    stop_token_ids=rng.choice([(), (5,)]), priority=rng.randint(0, 3), arrival_time=float(i))
+        q = Request(
+            f"r{i}",
+            prompt,
+            max_tokens=mt,
+            eos_token_id=rng.choice([None, 2]),
+            ignore_eos=rng.random() < 0.3,
+            stop_token_ids=rng.choice([(), (5,)]),
+            priority=rng.randint(0, 3),
+            arrival_time=float(i),
+        )
         planted = tuple(rng.randint(2, 13) for _ in range(rng.randint(0, mt + 1)))
-        spec = tuple((nd, rng.randint(0, nd)) for nd in (rng.randint(0, k) for _ in range(rng.randint(0, mt)))) if k else ()
+        spec = (
+            tuple((nd, rng.randint(0, nd)) for nd in (rng.randint(0, k) for _ in range(rng.randint(0, mt))))
+            if k
+            else ()
+        )
         requests.append(WorkloadRequest(q, rng.randint(0, 8), planted, spec))
     aborts = tuple(Abort(rng.randint(0, 16), rng.choice(requests).request_id) for _ in range(rng.randint(0, 2)))
-    return Workload(config, tuple(requests), aborts, name=name, max_steps=rng.randint(20, 120),
-                    filler_token_id=rng.randint(2, 13))
+    return Workload(
+        config, tuple(requests), aborts, name=name, max_steps=rng.randint(20, 120), filler_token_id=rng.randint(2, 13)
+    )
 
 
 def test_every_feature_together_in_one_batch():

@@ -77,9 +77,10 @@ def test_streamed_records_are_the_loaded_ones(family, traces, tmp_path, monkeypa
 
 
 def test_multibyte_ids_across_every_window_edge(tmp_path, monkeypatch):
-    w = Workload(generate("kv-pressure", 0, 1).config,
-                 tuple(WorkloadRequest(Request(f"请求-é{i}", (5,) * 9, max_tokens=3, ignore_eos=True), i)
-                       for i in range(4)))
+    w = Workload(
+        generate("kv-pressure", 0, 1).config,
+        tuple(WorkloadRequest(Request(f"请求-é{i}", (5,) * 9, max_tokens=3, ignore_eos=True), i) for i in range(4)),
+    )
     trace = simulate(w)
     path = tmp_path / "t.json"
     path.write_text(compact(trace.to_json())[0], encoding="utf-8")
@@ -92,10 +93,12 @@ def test_a_cut_file_names_the_step(traces, tmp_path, capsys):
     path = tmp_path / "cut.json"
     k = len(spans) // 2
     start, end = spans[k]
-    for cut, where, why in [((start + end) // 2, f"steps[{k}]", "is cut off"),
-                            (end, f"steps[{k + 1}]", f"is missing: the file ends after steps[{k}]"),
-                            (end + 1, f"steps[{k + 1}]", "is missing"),
-                            (len(text) - 1, "cut.json:trace", "does not close after its steps")]:
+    for cut, where, why in [
+        ((start + end) // 2, f"steps[{k}]", "is cut off"),
+        (end, f"steps[{k + 1}]", f"is missing: the file ends after steps[{k}]"),
+        (end + 1, f"steps[{k + 1}]", "is missing"),
+        (len(text) - 1, "cut.json:trace", "does not close after its steps"),
+    ]:
         path.write_text(text[:cut])
         line = error_line(capsys, path)
         assert f"cut.json:trace.{where}: {why}" in line or f"{where}: {why}" in line, line
@@ -107,25 +110,28 @@ def test_garbage_in_a_step_names_the_step(traces, tmp_path, capsys):
     text, spans = compact(traces["spec-decode"].to_json())
     start, end = spans[4]
     path = tmp_path / "bad.json"
-    path.write_text(text[: start + 40] + "#oops" + text[start + 45:])
+    path.write_text(text[: start + 40] + "#oops" + text[start + 45 :])
     line = error_line(capsys, path)
     assert "bad.json:trace.steps[4]: is not valid JSON at line 1" in line, line
     inside = spans[5][0] + 10
     path.write_bytes(text[:inside].encode() + b"\xff" + text[inside:].encode())
     assert "bad.json:trace.steps[5]: is not UTF-8 text" in error_line(capsys, path)
-    path.write_text(text[:end] + " ; " + text[end + 1:])
+    path.write_text(text[:end] + " ; " + text[end + 1 :])
     assert "bad.json:trace.steps[4]: is followed by neither ',' nor ']'" in error_line(capsys, path)
 
 
 def test_schema_and_id_errors_read_as_whole_load_words_them(traces, tmp_path):
     base = traces["kv-pressure"].to_json()
-    edits = [lambda d: d["steps"][3]["state"].__setitem__("running", 5),
-             lambda d: d["steps"][2].__setitem__("surprise", 1),
-             lambda d: d["steps"][1]["output"].pop("preempted_req_ids"),
-             lambda d: d["steps"][2]["state"]["waiting"].append("nobody"),
-             lambda d: d["steps"][0]["finished"].__setitem__(d["workload"]["requests"][0]["request_id"],
-                                                              {"status": "NOT_A_STATUS", "output_token_ids": []}),
-             lambda d: d.__setitem__("end", "sometime")]
+    edits = [
+        lambda d: d["steps"][3]["state"].__setitem__("running", 5),
+        lambda d: d["steps"][2].__setitem__("surprise", 1),
+        lambda d: d["steps"][1]["output"].pop("preempted_req_ids"),
+        lambda d: d["steps"][2]["state"]["waiting"].append("nobody"),
+        lambda d: d["steps"][0]["finished"].__setitem__(
+            d["workload"]["requests"][0]["request_id"], {"status": "NOT_A_STATUS", "output_token_ids": []}
+        ),
+        lambda d: d.__setitem__("end", "sometime"),
+    ]
     for edit in edits:
         data = copy.deepcopy(base)
         edit(data)
@@ -161,11 +167,18 @@ def _tampered(trace: Trace):
     for name, edit in [
         ("drop a step", lambda d: d["steps"].pop(live)),
         ("bump C", lambda d: d["steps"][live]["state"]["requests"][rid].__setitem__("num_computed_tokens", 10**6)),
-        ("report twice", lambda d: d["steps"][-1]["output"]["finished_req_ids"].extend(
-            d["steps"][-2]["output"]["finished_req_ids"] or [rid])),
+        (
+            "report twice",
+            lambda d: d["steps"][-1]["output"]["finished_req_ids"].extend(
+                d["steps"][-2]["output"]["finished_req_ids"] or [rid]
+            ),
+        ),
         ("lose a block", lambda d: d["steps"][live]["state"].__setitem__("num_free_blocks", 0)),
         ("cut", lambda d: d["steps"].__delitem__(slice(live + 1, None))),
-        ("swap queues", lambda d: d["steps"][live]["state"].__setitem__("waiting", d["steps"][live]["state"]["running"])),
+        (
+            "swap queues",
+            lambda d: d["steps"][live]["state"].__setitem__("waiting", d["steps"][live]["state"]["running"]),
+        ),
     ]:
         tampered = copy.deepcopy(data)
         edit(tampered)

@@ -28,7 +28,8 @@ from schedspec.spec.trace import Trace
 from schedspec.workloads import BUILTIN
 
 needs_vllm = pytest.mark.skipif(
-    not vllm_venv_ready(), reason="no vLLM venv; build it with conformance/vllm_env/setup_vllm_ref.sh")
+    not vllm_venv_ready(), reason="no vLLM venv; build it with conformance/vllm_env/setup_vllm_ref.sh"
+)
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +140,9 @@ def test_the_driver_builds_the_features_the_spec_assumes(factory: SharedDriverFa
     for k in (0, 1, 4):
         for caching in (False, True):
             for async_scheduling in (False, True):
-                cfg = SchedulerConfig(num_speculative_tokens=k, enable_prefix_caching=caching,
-                                      async_scheduling=async_scheduling)
+                cfg = SchedulerConfig(
+                    num_speculative_tokens=k, enable_prefix_caching=caching, async_scheduling=async_scheduling
+                )
                 with factory(cfg) as engine:
                     assert engine.schedule().num_scheduled_tokens == {}
 
@@ -158,13 +160,18 @@ def _fake_venv(tmp_path: Path, body: str) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("body, why", [
-    ("sleep 30\n", "no reply within 0.5 s"),
-    ("echo 'oops: fatal' >&2; exit 3\n", "the driver exited"),  # before or after the write
-    ("echo 'not json'; sleep 30\n", "malformed reply"),
-    ('read line; echo \'{"ok": true}\'; read line; echo \'{"num_scheduled_tokens": 1}\'; sleep 30\n',
-     "malformed reply"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        ("sleep 30\n", "no reply within 0.5 s"),
+        ("echo 'oops: fatal' >&2; exit 3\n", "the driver exited"),  # before or after the write
+        ("echo 'not json'; sleep 30\n", "malformed reply"),
+        (
+            "read line; echo '{\"ok\": true}'; read line; echo '{\"num_scheduled_tokens\": 1}'; sleep 30\n",
+            "malformed reply",
+        ),
+    ],
+)
 def test_a_broken_driver_is_a_one_line_spec_error(tmp_path: Path, body: str, why: str) -> None:
     venv = _fake_venv(tmp_path, body)
     with pytest.raises(SpecError) as err:
@@ -178,12 +185,15 @@ def test_a_broken_driver_is_a_one_line_spec_error(tmp_path: Path, body: str, why
 
 
 def test_an_error_reply_keeps_the_driver(tmp_path: Path) -> None:
-    venv = _fake_venv(tmp_path, """\
+    venv = _fake_venv(
+        tmp_path,
+        """\
         read line; echo '{"ok": true, "vllm_version": "fake"}'
         read line; echo '{"error": "AssertionError: nope"}'
         read line; echo '{"finished": null}'
         read line; echo '{"ok": true}'
-        """)
+        """,
+    )
     with VllmEngine(SchedulerConfig(), venv=venv, init_timeout_s=5, step_timeout_s=5) as e:
         with pytest.raises(SpecError, match="op 'abort' at step 0: vLLM refused it: AssertionError: nope"):
             e.abort_request("x")
@@ -203,7 +213,9 @@ def test_a_failed_build_says_what_to_do(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_broken_driver_is_not_reused(tmp_path: Path) -> None:
-    venv = _fake_venv(tmp_path, """\
+    venv = _fake_venv(
+        tmp_path,
+        """\
         while read line; do
             case "$line" in
                 *close*) echo '{"ok": true}'; exit 0;;
@@ -211,7 +223,8 @@ def test_a_broken_driver_is_not_reused(tmp_path: Path) -> None:
                 *) sleep 30;;
             esac
         done
-        """)
+        """,
+    )
     f = SharedDriverFactory(venv=venv, init_timeout_s=5, step_timeout_s=0.5)
     with f(SchedulerConfig()) as a:
         pid = a._proc.pid

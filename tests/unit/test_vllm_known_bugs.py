@@ -59,8 +59,10 @@ def test_exp1_vllm_crashes_on_a_clipped_padded_admission():
     """exp1: k=3 ngram, APC, threshold 2. A 33-token r1 runs; an identical r2 is a full hit (C=32, n=1),
     padded to 1+k=4, clipped to 2 by the threshold -> AssertionError at
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579)."""
-    raw = {**dataclasses.asdict(SchedulerConfig(enable_prefix_caching=True, num_speculative_tokens=K)),
-           "long_prefill_token_threshold": THRESHOLD}
+    raw = {
+        **dataclasses.asdict(SchedulerConfig(enable_prefix_caching=True, num_speculative_tokens=K)),
+        "long_prefill_token_threshold": THRESHOLD,
+    }
     factory = vllm_engine_factory()
     try:
         with factory(SchedulerConfig()) as engine:
@@ -97,8 +99,17 @@ def _stuck(d, steps: int = 20) -> None:
 
 def test_padding_above_the_budget_livelocks(make):
     """9-token prompt, block size 4: the twin hits 8 tokens, owes 1, is padded to 1 + k = 4 > budget 3."""
-    d = make(SchedulerConfig(max_num_batched_tokens=3, max_num_seqs=1, max_model_len=64, block_size=4,
-                             num_gpu_blocks=32, enable_prefix_caching=True, num_speculative_tokens=3))
+    d = make(
+        SchedulerConfig(
+            max_num_batched_tokens=3,
+            max_num_seqs=1,
+            max_model_len=64,
+            block_size=4,
+            num_gpu_blocks=32,
+            enable_prefix_caching=True,
+            num_speculative_tokens=3,
+        )
+    )
     _warm_then_twin(d, 9)
     _stuck(d)
 
@@ -106,7 +117,16 @@ def test_padding_above_the_budget_livelocks(make):
 def test_padding_past_the_pool_livelocks(make):
     """3 usable blocks hold the whole 9-token sequence (the full-sequence gate passes), but the padded
     slots 8 + 1 + 4 = 13 need a 4th block: allocation fails every step."""
-    d = make(SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=64, block_size=4,
-                             num_gpu_blocks=4, enable_prefix_caching=True, num_speculative_tokens=4))
+    d = make(
+        SchedulerConfig(
+            max_num_batched_tokens=16,
+            max_num_seqs=4,
+            max_model_len=64,
+            block_size=4,
+            num_gpu_blocks=4,
+            enable_prefix_caching=True,
+            num_speculative_tokens=4,
+        )
+    )
     _warm_then_twin(d, 9)
     _stuck(d)

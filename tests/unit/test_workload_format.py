@@ -30,17 +30,40 @@ def base_json() -> dict:
 
 
 def rich_workload() -> Workload:
-    cfg = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, block_size=4, num_gpu_blocks=12, policy="priority",
-                          long_prefill_token_threshold=8, watermark=0.1)
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        block_size=4,
+        num_gpu_blocks=12,
+        policy="priority",
+        long_prefill_token_threshold=8,
+        watermark=0.1,
+    )
     reqs = (
-        WorkloadRequest(Request("a", (1, 2, 3, 4, 5), max_tokens=6, min_tokens=2, eos_token_id=9, stop_token_ids=(8, 11),
-                                priority=3, arrival_time=0.5), 0, (5, 6, 9)),
-        WorkloadRequest(Request("b", (7,) * 20, max_tokens=3, eos_token_id=None, ignore_eos=True, priority=-1,
-                                arrival_time=2.0), 1, ()),
+        WorkloadRequest(
+            Request(
+                "a",
+                (1, 2, 3, 4, 5),
+                max_tokens=6,
+                min_tokens=2,
+                eos_token_id=9,
+                stop_token_ids=(8, 11),
+                priority=3,
+                arrival_time=0.5,
+            ),
+            0,
+            (5, 6, 9),
+        ),
+        WorkloadRequest(
+            Request("b", (7,) * 20, max_tokens=3, eos_token_id=None, ignore_eos=True, priority=-1, arrival_time=2.0),
+            1,
+            (),
+        ),
         WorkloadRequest(Request("c", (3,) * 30, max_tokens=10, eos_token_id=2), 2, (1, 2)),
     )
-    return Workload(cfg, reqs, aborts=(Abort(4, "c"),), name="rich", description="all fields", max_steps=50,
-                    filler_token_id=13)
+    return Workload(
+        cfg, reqs, aborts=(Abort(4, "c"),), name="rich", description="all fields", max_steps=50, filler_token_id=13
+    )
 
 
 def expect_error(data, where_suffix: str, value=None):
@@ -85,7 +108,7 @@ def test_missing_top_level_field():
         (("requests", 1, "ignore_eos"), "no"),
         (("requests", 1, "priority"), 1.5),
         (("aborts", 0, "step"), "2"),
-        (("max_steps", ), 0),
+        (("max_steps",), 0),
     ],
 )
 def test_wrong_type(path, value):
