@@ -5,8 +5,9 @@ the torch engine, the real vLLM behind a driver pipe (`engines/`), or anyone's
 `module:callable`. The lock-step differ runs one workload on two engines and
 stops at the first divergence; workload families and `schedspec certify` turn
 that into a campaign and a certificate; shrinking and counterexample files make
-a finding small and replayable. The same package measures its own checkers:
-mutants of the reference (planted bugs), the hunts that search for them with
-each checker (the invariant monitors, the differ, Z3, Hypothesis's state
-machine, CrossHair), and the mutant x checker kill matrix.
+a finding small and replayable; planted divergences and misbehaving engines
+show that the harness catches what it claims to. For the mutant x checker kill
+matrix (`schedspec/mutation.py`) it hunts the mutants of `schedspec.mutants`
+with three of the checkers: the invariant monitors, the differ, and a
+Hypothesis state machine over the reference (Z3 and CrossHair are `proofs/`).
 """

@@ -75,9 +75,9 @@ class Options:
         ):
             if value < floor:
                 raise SpecError(option, value, f"must be >= {floor}")
-        for option, value in (("--step-timeout", self.step_timeout_s), ("--start-timeout", self.start_timeout_s)):
-            if not (math.isfinite(value) and value >= 0.01):
-                raise SpecError(option, value, "must be a number of seconds >= 0.01")
+        for option, seconds in (("--step-timeout", self.step_timeout_s), ("--start-timeout", self.start_timeout_s)):
+            if not (math.isfinite(seconds) and seconds >= 0.01):
+                raise SpecError(option, seconds, "must be a number of seconds >= 0.01")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -59,7 +59,7 @@ def coverage(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
     cfg = workload.config
     reqs = {r.request_id: r.request for r in workload.requests}
     seen: Counter[str] = Counter()
-    feature = _FeatureTracker()
+    feature = FeatureTracker()
     for rec in records:
         seen.update(feature.observe(rec))
         out = rec.output
@@ -78,11 +78,11 @@ def coverage(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
         ):
             seen["head_of_line_blocking"] += 1
         for rid, f in rec.finished.items():
-            seen[_stop_kind(reqs[rid], f.status, f.output_token_ids, cfg.max_model_len)] += 1
+            seen[stop_kind(reqs[rid], f.status, f.output_token_ids, cfg.max_model_len)] += 1
     return seen
 
 
-def _stop_kind(request, status: RequestStatus, outputs: tuple[int, ...], max_model_len: int) -> str:
+def stop_kind(request, status: RequestStatus, outputs: tuple[int, ...], max_model_len: int) -> str:
     if status == RequestStatus.FINISHED_ABORTED:
         return "abort"
     if status == RequestStatus.FINISHED_STOPPED:
@@ -92,7 +92,7 @@ def _stop_kind(request, status: RequestStatus, outputs: tuple[int, ...], max_mod
     return "stop_max_tokens"
 
 
-class _FeatureTracker:
+class FeatureTracker:
     """The counters of the three features; some need earlier records (proposed drafts, outputs still in flight)."""
 
     def __init__(self) -> None:

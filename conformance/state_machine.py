@@ -49,8 +49,10 @@ from ..spec.engine import Drafter, fake_model
 from ..spec.invariants import monitor
 from ..spec.invariants.build import view_from_states
 from ..spec.invariants.catalogue import INVARIANTS, Invariant
+from ..spec.invariants.views import StepView
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
+from ..spec.state import SchedulerState
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
 from ..spec.workload import Abort, Workload, WorkloadRequest
 from .state_machine_draws import FILLER, Bounds, _raw, batch_queue_size, make_config, make_request
@@ -95,6 +97,7 @@ class Run:
     def workload(self) -> Workload:
         """The run as a workload. One step more than it ran, so that what finished in its last step is
         reported: cut at max_steps right there, the engine loop would call the trace drained with a report due."""
+        assert self.config is not None, "a run is a workload once SchedulerMachine.configure has drawn its config"
         return Workload(
             self.config,
             tuple(self.requests),
@@ -126,15 +129,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         if log.deadline is not None and log.first_failure is None and time.perf_counter() > log.deadline:
             raise OutOfTime()
         self.run = log.current = Run()
-        self.state = None
-        self.view = None  # the last step's StepView; None until a step, and again after an add or abort
+        self.state: SchedulerState  # set by `configure`, which Hypothesis runs before any rule
+        self.view: StepView | None = None  # the last step's; None until a step, and again after an add or abort
         self.records: list[StepRecord] = []
         self.pending: tuple[list[str], list[str], dict[str, FinishedRequest]] = ([], [], {})
         self.trace_violations: list[monitor.Violation] | None = None
         self.queue_size = 1  # the batch queue: 1 for the synchronous engine, where nothing stays in flight
         self.in_flight: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
-        self.drafter: Drafter | None = None
+        self.drafter: Drafter  # set by `configure`
         self.coverage: dict[str, float] = dict.fromkeys(COVERAGE, 0.0)
+
+    @property
+    def config(self) -> SchedulerConfig:
+        """The run's config: `configure` draws it, and Hypothesis runs it before any rule."""
+        assert self.run.config is not None
+        return self.run.config
 
     def _fail(self, kind: str, detail: str, cause: BaseException | None = None) -> None:
         log = type(self).log
@@ -171,7 +180,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
         raw = data.draw(_raw(self.bounds)[1], label="request")
-        r = make_request(raw, self.run.config, self.bounds, len(self.run.requests), self.run.steps)
+        r = make_request(raw, self.config, self.bounds, len(self.run.requests), self.run.steps)
         self.state = self._call(api.add_request, self.state, r.request)
         self.run.requests.append(r)
         self.pending[0].append(r.request_id)
@@ -245,7 +254,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def _drafts(self, out: SchedulerOutput, model_output: ModelRunnerOutput, post):
         """Sync spec decode: the drafter's proposals, set after the update
         (`vllm/v1/engine/core.py:EngineCore.post_step`)."""
-        if self.run.config.num_speculative_tokens == 0 or out.total_num_scheduled_tokens == 0:
+        if self.config.num_speculative_tokens == 0 or out.total_num_scheduled_tokens == 0:
             return post, {}
         self.drafter.workload = self.run.workload()  # the drafter reads the requests that have arrived so far
         drafts = self.drafter.propose(out, model_output, StateSummary.of(post))
@@ -281,9 +290,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.coverage["victims ahead of a scheduled request"] += sum(
             pre.running.index(rid) < last for rid in out.preempted_req_ids if rid in pre.running
         )
-        self.coverage["KV blocks in use, summed over steps"] += (
-            1 - mid.num_free_blocks / self.run.config.num_usable_blocks
-        )
+        self.coverage["KV blocks in use, summed over steps"] += 1 - mid.num_free_blocks / self.config.num_usable_blocks
         if self.bounds.features:  # waiting requests whose output is still in flight: the stale skip, in pairs (Z5)
             stale = sum(pre.requests[rid].num_stale_output_tokens > 0 for rid in pre.waiting)
             self.coverage[STALE_COVERAGE] = self.coverage.get(STALE_COVERAGE, 0.0) + stale * stale

@@ -15,10 +15,11 @@ How one step maps onto vLLM (§3, §4, §5, §9):
 * `waiting.py`    the WAITING pass as a longest admissible prefix;
 * `waiting_cached.py` the WAITING pass under prefix caching, one queue position
                   per round (hits depend on what the requests before took);
-* `freequeue.py`  the free-block queue as a ring: exact ids for pops and frees;
-* `freelist.py`   the free queue under prefix caching: an order key per block
-                  (front pushes, LRU tail appends, touches from the middle),
-                  ref counts;
+* `block_pool.py` BlockPool's allocation and freeing with exact ids, over a
+                  ring of free block ids (no caching in the batch);
+* `lru_free_queue.py` the LRU free queue (FreeKVCacheBlockQueue) under prefix
+                  caching: an order key per block (front pushes, LRU tail
+                  appends, touches from the middle), ref counts;
 * `prefix_cache.py` block hashes as int64 tensor programs, the cache map,
                   hits and registration;
 * `update.py`     update_from_output with the stop checks, draft rollback,

@@ -98,7 +98,7 @@ def run_batch(
     """Run every workload as one instance of a single batch; the traces `spec.engine.run` would give, in order.
 
     Workloads with prefix caching run in a batch of their own: they need the keyed free queue and the
-    walking waiting pass (`freelist.py`, `waiting_cached.py`), which the others need not pay for.
+    walking waiting pass (`lru_free_queue.py`, `waiting_cached.py`), which the others need not pay for.
     """
     workloads = list(workloads)
     if not workloads:
@@ -107,12 +107,11 @@ def run_batch(
     groups: dict[bool, list[int]] = defaultdict(list)
     for i, w in enumerate(workloads):
         groups[w.config.enable_prefix_caching].append(i)
-    traces: list[Trace | None] = [None] * len(workloads)
+    traces: dict[int, Trace] = {}
     with cpu_threads(dev):
         for members in groups.values():
-            for i, t in zip(members, _run([workloads[i] for i in members], dev, engine_name)):
-                traces[i] = t
-    return traces  # type: ignore[return-value]
+            traces.update(zip(members, _run([workloads[i] for i in members], dev, engine_name)))
+    return [traces[i] for i in range(len(workloads))]
 
 
 def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list[Trace]:
@@ -147,12 +146,12 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         live_rows = [r for r, i in enumerate(inst) if ends[i] is None]
         outs = outputs(st, out, ids, live_rows)  # before the update frees the blocks it lists
         gen, num_gen = fake_model(st, out.n_sched, out.n_spec, out.spec_vals)
-        model_rows = _model_outputs(st, out, gen, num_gen, ids, live_rows)
+        model_rows = _model_outputs(out, gen, num_gen, ids, live_rows)
         num_out_before = st.num_out
         if queue is None:
             key, g = out.sched_key, gen
             stopped = update_from_output(st, out.n_sched, key, out.n_spec, gen, num_gen)
-            decisions = None
+            decisions: list[tuple[bool, bool, bool, bool]] | None = None
         else:
             # step_with_batch_queue: queue what was scheduled; absorb the oldest output unless the queue
             # still has room and there is (or was) work to overlap with.
@@ -168,7 +167,8 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old)
             )
             stopped = update_from_output(st, n, key, nspec, g, ng)
-            decisions = torch.stack([push, hold, absorb, is_async]).tolist()
+            # Per row: (pushed, held (the output stays queued), absorbed, async).
+            decisions = list(zip(*torch.stack([push, hold, absorb, is_async]).tolist()))
         drafts = None
         if st.any_spec:
             draft_ids, draft_count = propose(st, out.n_sched, num_gen)
@@ -183,16 +183,17 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         for b, s, status, k in zip(*stop_cols):
             stops[b].append((k, s, status, tuple(produced[inst[b]].get(s, ()))))
         abort_out = {b: [(s, tuple(produced[inst[b]].get(s, ()))) for s in slots] for b, slots in aborted_hits.items()}
-        fin_left = st.fin_pending.any(1).tolist() if queue is not None else None
+        fin_left = st.fin_pending.any(1).tolist() if queue is not None else []  # read only for async rows
 
         for r in live_rows:
             i = inst[r]
             w, names = workloads[i], ids[r]
-            scheduled, updated, flight = True, step, ()
+            scheduled = True
+            updated: int | None = step  # the step whose output this update absorbed
+            flight: tuple[int, ...] = ()  # steps still in flight
             output, model_output = outs[r], model_rows[r]
-            row_async = decisions is not None and decisions[3][r]
+            pushed, held, absorbed, row_async = decisions[r] if decisions is not None else (False, False, True, False)
             if row_async:
-                pushed, absorbed = decisions[0][r], decisions[2][r]
                 scheduled = pushed
                 if pushed:
                     in_flight[i].append(step)
@@ -220,7 +221,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 in_flight=flight,
             )
             records[i].append(record)
-            if row_async and decisions[1][r]:
+            if row_async and held:
                 pass  # the step ended with its output queued: nothing can have drained
             elif (
                 not flight and not (row_async and fin_left[r]) and drained_after(record, w)
@@ -257,24 +258,20 @@ def _record_outputs(
 
 
 def _model_outputs(
-    st: BatchState,
     out: StepOut,
     gen: torch.Tensor,
     num_gen: torch.Tensor,
     ids: Sequence[Sequence[str]],
     rows: Sequence[int],
-) -> list[ModelRunnerOutput | None]:
-    """The fake model's answer per instance: the sampled tokens of every scheduled request (() if none)."""
+) -> dict[int, ModelRunnerOutput]:
+    """The fake model's answer per instance in `rows`: the sampled tokens of every scheduled request."""
     sb, ss = (out.n_sched > 0).nonzero(as_tuple=True)
     cols = torch.stack([sb, ss, num_gen[sb, ss]]).tolist()
     tokens = gen[sb, ss].tolist()
     per: dict[int, dict[str, tuple[int, ...]]] = defaultdict(dict)
     for b, s, g, t in zip(*cols, tokens):
         per[b][ids[b][s]] = tuple(t[:g])
-    result: list[ModelRunnerOutput | None] = [None] * st.B
-    for r in rows:
-        result[r] = ModelRunnerOutput(per.get(r, {}))
-    return result
+    return {r: ModelRunnerOutput(per.get(r, {})) for r in rows}
 
 
 def _drafts(

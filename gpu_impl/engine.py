@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
 
 import torch
 
@@ -38,13 +39,17 @@ from .step import StepOut, schedule
 from .update import abort, update_from_output
 
 ENGINE_NAME = "torch"
+Args = ParamSpec("Args")
+Result = TypeVar("Result")
 
 
-def _threads(method):
+def _threads(
+    method: Callable[Concatenate[TorchEngine, Args], Result],
+) -> Callable[Concatenate[TorchEngine, Args], Result]:
     """Run an engine method under the CPU thread setting of `device.cpu_threads`."""
 
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: TorchEngine, /, *args: Args.args, **kwargs: Args.kwargs) -> Result:
         with cpu_threads(self.device):
             return method(self, *args, **kwargs)
 

@@ -38,15 +38,14 @@ def fake_model(
 ) -> tuple[Tensor, Tensor]:
     """(tokens [B, R, 1 + k], count [B, R]) for the step just scheduled (count 0: nothing sampled)."""
     sampled = (n_sched > 0) & (st.C >= st.num_tokens())
-    K = spec_vals.shape[2] if (spec_vals is not None and n_spec is not None) else 0
-    drafts = n_spec if K else torch.zeros_like(n_sched)
-    index = st.C - drafts - st.prompt_len
+    if spec_vals is None or n_spec is None or spec_vals.shape[2] == 0:  # no drafts: one token at index C - prompt
+        return truth(st, (st.C - st.prompt_len)[..., None]), sampled.long()
+    K = spec_vals.shape[2]
+    index = st.C - n_spec - st.prompt_len
     steps = torch.arange(K + 1, device=st.device)
     tokens = truth(st, index[..., None] + steps)
-    if not K:
-        return tokens, sampled.long()
     j = steps[:K]
-    mismatch = (j >= drafts[..., None]) | (spec_vals != tokens[..., :K])
+    mismatch = (j >= n_spec[..., None]) | (spec_vals != tokens[..., :K])
     first = torch.where(mismatch, j, torch.full_like(j, K)).min(-1).values
     return tokens, torch.where(sampled, first + 1, torch.zeros_like(first))
 

@@ -46,20 +46,20 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     s = torch.tensor([e.slot for e in entries], dtype=torch.int64)
     bd, sd = b.to(dev), s.to(dev)
 
-    def put(name: str, values, dtype=torch.int64) -> None:
-        getattr(st, name)[bd, sd] = torch.tensor(values, dtype=dtype).to(dev)
+    def put(field: torch.Tensor, values: Sequence[int | float | bool], dtype: torch.dtype = torch.int64) -> None:
+        field[bd, sd] = torch.tensor(values, dtype=dtype).to(dev)
 
     reqs = [e.request for e in entries]
-    put("prompt_len", [q.num_prompt_tokens for q in reqs])
-    put("max_tokens", [q.max_tokens for q in reqs])
-    put("prio", [q.priority for q in reqs])
-    put("arrival", [q.arrival_time for q in reqs], torch.float64)
+    put(st.prompt_len, [q.num_prompt_tokens for q in reqs])
+    put(st.max_tokens, [q.max_tokens for q in reqs])
+    put(st.prio, [q.priority for q in reqs])
+    put(st.arrival, [q.arrival_time for q in reqs], torch.float64)
     eos = [q.effective_eos_token_id for q in reqs]
-    put("eos", [0 if x is None else x for x in eos])
-    put("has_eos", [x is not None for x in eos], torch.bool)
-    put("add_rank", [e.add_rank for e in entries])
-    put("arrival_step", [e.arrival_step for e in entries])
-    put("plen", [len(e.planted) for e in entries])
+    put(st.eos, [0 if x is None else x for x in eos])
+    put(st.has_eos, [x is not None for x in eos], torch.bool)
+    put(st.add_rank, [e.add_rank for e in entries])
+    put(st.arrival_step, [e.arrival_step for e in entries])
+    put(st.plen, [len(e.planted) for e in entries])
     if stops:
         rows = [list(q.stop_token_ids) + [0] * (stops - len(q.stop_token_ids)) for q in reqs]
         st.stop_tok[bd, sd, :stops] = torch.tensor(rows, dtype=torch.int64).to(dev)
@@ -72,9 +72,9 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     if proposals:
         st.grow_wide("prop_nd", proposals)
         st.grow_wide("prop_na", proposals)
-        for name, part in (("prop_nd", 0), ("prop_na", 1)):
+        for field, part in ((st.prop_nd, 0), (st.prop_na, 1)):
             rows = [[p[part] for p in e.spec_proposals] + [0] * (proposals - len(e.spec_proposals)) for e in entries]
-            getattr(st, name)[bd, sd, :proposals] = torch.tensor(rows, dtype=torch.int64).to(dev)
+            field[bd, sd, :proposals] = torch.tensor(rows, dtype=torch.int64).to(dev)
     if st.keyed:
         _load_hashes(st, entries)
 
@@ -112,7 +112,7 @@ def priority_ranks(requests_by_slot: Sequence[Request]) -> list[int]:
     ranked once, when they are loaded, and the step reads only the rank.
     """
 
-    def key(i: int) -> tuple:
+    def key(i: int) -> tuple[object, ...]:
         q = requests_by_slot[i]
         return heap_key(q.priority, q.arrival_time, q.request_id)
 

@@ -22,28 +22,29 @@ from __future__ import annotations
 import functools
 import gc
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 import torch
 
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import RequestSummary, StateSummary
-from .freequeue import _expand
+from .block_pool import _expand
 from .state import BIG, BatchState
 from .step import CACHED, NEW, RESUMED, StepOut
 
 Tensor = torch.Tensor
 STATUS = {int(s): s for s in RequestStatus}
-F = TypeVar("F", bound=Callable)
+Args = ParamSpec("Args")
+Result = TypeVar("Result")
 
 
-def _without_gc(build: F) -> F:
+def _without_gc(build: Callable[Args, Result]) -> Callable[Args, Result]:
     """Build the objects with the cyclic garbage collector paused: they hold no cycles, and with
     100k requests its full collections, triggered by the allocations alone, cost more than the build."""
 
     @functools.wraps(build)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Args.args, **kwargs: Args.kwargs) -> Result:
         if not gc.isenabled():
             return build(*args, **kwargs)
         gc.disable()
@@ -52,7 +53,7 @@ def _without_gc(build: F) -> F:
         finally:
             gc.enable()
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def _by_instance(mask: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
@@ -78,8 +79,8 @@ def _groups(bi: list[int], B: int) -> list[tuple[int, int]]:
 @_without_gc
 def outputs(
     st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
-) -> list[SchedulerOutput | None]:
-    """One `SchedulerOutput` per instance (None for instances not in `want`)."""
+) -> dict[int, SchedulerOutput]:
+    """One `SchedulerOutput` per instance in `want` (default: every instance), by instance row."""
     B = st.B
     bi, si = _by_instance(out.n_sched > 0, out.sched_key)
     lo = out.old_held[bi, si]
@@ -102,27 +103,26 @@ def outputs(
         preempted[b].add(ids[b][s])
     for b, s in zip(fb.tolist(), fs.tolist()):
         finished[b].add(ids[b][s])
-    wanted = set(range(B)) if want is None else set(want)
-    result: list[SchedulerOutput | None] = [None] * B
+    result: dict[int, SchedulerOutput] = {}
     groups = _groups(cols[0], B)
     first_block = [0]
     for c in cols[5]:
         first_block.append(first_block[-1] + c)
-    for b in wanted:
-        lo, hi = groups[b]
+    for b in range(B) if want is None else want:
+        start, end = groups[b]
         names = ids[b]
-        rids = [names[s] for s in cols[1][lo:hi]]
-        tokens = dict(zip(rids, cols[2][lo:hi]))
+        rids = [names[s] for s in cols[1][start:end]]
+        tokens = dict(zip(rids, cols[2][start:end]))
         new, resumed, cached = [], [], []
         spec: dict[str, tuple[int, ...]] = {}
         if spec_rows is not None:
-            for i in range(lo, hi):
+            for i in range(start, end):
                 if cols[6][i]:
                     spec[names[cols[1][i]]] = tuple(spec_rows[i][: cols[6][i]])
-        pos = first_block[lo]
-        for rid, kind, computed, count in zip(rids, cols[3][lo:hi], cols[4][lo:hi], cols[5][lo:hi]):
-            blk = tuple(blocks[pos : pos + count]) if count else ()
-            pos += count
+        pos = first_block[start]
+        for rid, kind, computed, n_blocks in zip(rids, cols[3][start:end], cols[4][start:end], cols[5][start:end]):
+            blk = tuple(blocks[pos : pos + n_blocks]) if n_blocks else ()
+            pos += n_blocks
             if kind == CACHED:
                 cached.append(CachedRequestData(rid, computed, blk or None))
             elif kind == NEW:
@@ -143,8 +143,9 @@ def outputs(
 @_without_gc
 def summaries(
     st: BatchState, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
-) -> list[StateSummary | None]:
-    """One `StateSummary` per instance: queues in order, free blocks, every live request (in add order)."""
+) -> dict[int, StateSummary]:
+    """One `StateSummary` per instance in `want` (default: every instance), by instance row: queues in order,
+    free blocks, every live request (in add order)."""
     B = st.B
     rb, rs = _by_instance(st.running_mask(), st.run_pos)
     wkey = st.waiting_key()
@@ -154,7 +155,7 @@ def summaries(
     run, wait = torch.stack([rb, rs]).tolist(), torch.stack([wb, ws]).tolist()
     free = st.free.tolist()
     rg, wg, lg = _groups(run[0], B), _groups(wait[0], B), _groups(live[0], B)
-    result: list[StateSummary | None] = [None] * B
+    result: dict[int, StateSummary] = {}
     for b in range(B) if want is None else want:
         names = ids[b]
         result[b] = StateSummary(

@@ -38,11 +38,16 @@ resets are tensor twins of those rules, named after them (`*_twin`), and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .freequeue import _expand, pop_alloc, push_free
+from .block_pool import _expand, pop_alloc, push_free
 from .prefix_cache import register
 from .state import PREEMPTED, BatchState
+
+if TYPE_CHECKING:  # running.py imports this module
+    from .running import RunningPass
 
 Tensor = torch.Tensor
 INT64_MIN = torch.iinfo(torch.int64).min
@@ -128,7 +133,7 @@ def shared_freed(st: BatchState, victim_slots: Tensor, valid: Tensor) -> Tensor:
     )
 
 
-def resolve_failures(p, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Tensor, T: Tensor) -> None:
+def resolve_failures(p: RunningPass, failing: Tensor, jf: Tensor, n: Tensor, k: Tensor, C: Tensor, T: Tensor) -> None:
     """Handle the allocation failure at position `jf` of every `failing` instance of the pass `p`.
 
     Victims are taken, freed and requeued; if the failing request survives it is granted its fixed

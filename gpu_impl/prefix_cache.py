@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..spec.block_hash import BASES, MODULUS
-from .freequeue import _expand
+from .block_pool import _expand
 from .state import BIG, BatchState
 
 Tensor = torch.Tensor

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from . import rules
-from .freequeue import pop_alloc
+from .block_pool import pop_alloc
 from .preemption import resolve_failures
 from .prefix_cache import register
 from .state import BIG, BatchState

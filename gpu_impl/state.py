@@ -5,7 +5,7 @@ holds one request for its whole life (it is never reused), so a request is
 addressed by `(instance, slot)` and its id lives only in the Python glue.
 
 * per instance `[B]`: the config knobs the step reads, the free-block queue
-  as a ring buffer (`ring`, `head`, `free`; see `freequeue.py`), and the
+  as a ring buffer (`ring`, `head`, `free`; see `block_pool.py`), and the
   counters that give queue positions (`run_ctr`, `wait_tail`, `wait_head`).
 * per slot `[B, R]`: status (vLLM's `RequestStatus` values; 0 = no request
   yet), prompt length, outputs, computed tokens (C), held blocks, the
@@ -27,7 +27,7 @@ async counters (`P`, `inflight`, `stale`), `chunk` (is_prefill_chunk),
 `nprop` (drafter proposals used), and for prefix caching `ncached`, the
 block hashes `bhash` [B, R, W] with `nhash`, and the running hash residues
 `h0`, `h1`. A batch where any instance caches also has per-block tensors
-[B, num_gpu_blocks]: `fkey` (free-queue order, `freelist.py`), `ref`,
+[B, num_gpu_blocks]: `fkey` (free-queue order, `lru_free_queue.py`), `ref`,
 `blk_hash` and `blk_ins` (the cache map, `prefix_cache.py`).
 
 Capacities grow by doubling: slots (`grow_slots`), block-table width
@@ -36,7 +36,9 @@ Capacities grow by doubling: slots (`grow_slots`), block-table width
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal, cast, get_args, get_origin, get_type_hints
 
 import torch
 
@@ -54,85 +56,130 @@ FINISHED_ABORTED = int(RequestStatus.FINISHED_ABORTED)
 BIG = 1 << 62  # a sort key past every real position
 
 I64, F64, BOOL, I32 = torch.int64, torch.float64, torch.bool, torch.int32
+Tensor = torch.Tensor
 
-# Per-slot tensors [B, R] and the value a fresh slot holds.
-SLOT_FIELDS: dict[str, tuple[torch.dtype, float | int | bool]] = {
-    "status": (I64, EMPTY),
-    "prompt_len": (I64, 0),
-    "num_out": (I64, 0),
-    "C": (I64, 0),
-    "held": (I64, 0),
-    "max_tokens": (I64, 0),
-    "run_pos": (I64, 0),
-    "wait_pos": (I64, 0),
-    "prio_rank": (I64, 0),
-    "prio": (I64, 0),
-    "arrival": (F64, 0.0),
-    "eos": (I64, 0),
-    "has_eos": (BOOL, False),
-    "fin_pending": (BOOL, False),
-    "add_rank": (I64, 0),
-    "arrival_step": (I64, -1),
-    "plen": (I64, 0),
-    # The three features. Spec decode: len(spec_token_ids), proposals used. Async: output placeholders (P), in-flight
-    # and stale-output tokens. is_prefill_chunk as the last _update_after_schedule left it.
-    "nspec": (I64, 0),
-    "nprop": (I64, 0),
-    "P": (I64, 0),
-    "inflight": (I64, 0),
-    "stale": (I64, 0),
-    "chunk": (BOOL, False),
-    # Prefix caching: num_cached_blocks, how many block hashes are known, and the running hash residues
-    # of all tokens so far (one per field of `spec.block_hash`), extended as tokens are appended.
-    "ncached": (I64, 0),
-    "nhash": (I64, 0),
-    "h0": (I64, 0),
-    "h1": (I64, 0),
-}
-# Per-slot tensors with a trailing dimension [B, R, X].
-WIDE_FIELDS: dict[str, tuple[torch.dtype, int | bool]] = {
-    "table": (I32, 0),
-    "stop_tok": (I64, 0),
-    "stop_valid": (BOOL, False),
-    "planted": (I64, 0),
-    "spec_tok": (I64, 0),  # spec_token_ids, padded to k (-1: a placeholder draft)
-    "prop_nd": (I64, 0),
-    "prop_na": (I64, 0),  # the workload's spec proposals (batched runner)
-    "bhash": (I64, -1),  # block_hashes, one per full block of prompt + outputs
-}
-# Per-instance tensors [B] (config first, then the dynamic counters).
-INST_FIELDS = (
-    "budget0",
-    "input_budget0",
-    "max_active",
-    "L",
-    "bs",
-    "wm",
-    "thr0",
-    "adaptive",
-    "chunked",
-    "gate",
-    "prio_policy",
-    "cap",
-    "capsafe",
-    "filler",
-    "head",
-    "free",
-    "run_ctr",
-    "wait_tail",
-    "wait_head",
-    "k",
-    "async_",
-    "caching",
-)
-# Per-block tensors [B, num_gpu_blocks], used only when some instance caches (see `freelist.py`):
-# free-queue order keys, ref counts, the hash a block is cached under (-1: none) and its insertion order.
-BLOCK_FIELDS = ("fkey", "ref", "blk_hash", "blk_ins")
-# Per-instance counters of the keyed free queue and the cache.
-KEYED_INST_FIELDS = ("front_ctr", "tail_ctr", "ins_ctr")
+
+@dataclass(frozen=True)
+class Slot:
+    """Marks a per-slot tensor [B, R] of `dtype`; `fresh` is what a slot holds before its request is loaded."""
+
+    dtype: torch.dtype
+    fresh: float | int | bool
+
+
+@dataclass(frozen=True)
+class Wide(Slot):
+    """Marks a per-slot tensor with a trailing dimension [B, R, X] that grows by doubling (`grow_wide`)."""
+
+
+# Marks the tensors that exist only when some instance of the batch caches (`keyed`): the keyed free
+# queue and the cache map (`lru_free_queue.py`, `prefix_cache.py`).
+KEYED = "keyed"
+
+# The names `grow_wide` takes: the `Wide` fields.
+WideField = Literal["table", "stop_tok", "stop_valid", "planted", "spec_tok", "prop_nd", "prop_na", "bhash"]
 
 
 class BatchState:
+    """B scheduler instances of R request slots each (the module's docstring has the layout).
+
+    Every tensor's first dimension is the instance (`select` keeps a subset of them). The `Slot`/`Wide`
+    fields are per slot: `__init__`, `grow_slots` and `grow_wide` make them from their annotation's dtype
+    and fresh value. The other tensors (int64 unless a comment says bool or int32) are per instance or,
+    marked `KEYED`, per block, and `__init__` builds them one by one.
+    """
+
+    # ---- sizes and batch-wide flags (Python values: the step branches on them without a device read) ----
+    device: torch.device
+    B: int  # instances
+    R: int  # request slots per instance
+    kmax: int  # the largest num_speculative_tokens: spec_tok's width
+    any_threshold: bool  # some instance caps long prefills (long_prefill_token_threshold > 0)
+    any_priority: bool  # some instance runs the PRIORITY policy
+    any_spec: bool  # some instance drafts (kmax > 0)
+    any_async: bool  # some instance schedules asynchronously
+    keyed: bool  # some instance caches: the keyed free queue replaces the ring for the whole batch
+
+    # ---- per instance [B]: the config knobs the step reads ------------------------------------------------
+    budget0: Tensor  # min(token_budget, max_num_batched_tokens): the token budget a step starts with
+    input_budget0: Tensor  # max_num_batched_tokens (the adaptive threshold's fair share divides it)
+    max_active: Tensor  # max_num_active_reqs
+    L: Tensor  # max_model_len
+    bs: Tensor  # block_size
+    wm: Tensor  # watermark_blocks, int(watermark * num_gpu_blocks)
+    thr0: Tensor  # long_prefill_token_threshold (0: off), before the per-step adjustment
+    adaptive: Tensor  # bool: long_prefill_token_threshold_adaptive
+    chunked: Tensor  # bool: enable_chunked_prefill
+    gate: Tensor  # bool: scheduler_reserve_full_isl (the full-sequence gate at admission)
+    prio_policy: Tensor  # bool: policy == "priority"
+    cap: Tensor  # num_gpu_blocks - 1: the usable blocks (block 0 is the null block, never free)
+    capsafe: Tensor  # cap, at least 1: the ring's modulus
+    filler: Tensor  # the workload's filler token: the fake model's truth past the planted tokens
+    k: Tensor  # num_speculative_tokens
+    async_: Tensor  # bool: async_scheduling
+    caching: Tensor  # bool: enable_prefix_caching
+
+    # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
+    ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
+    head: Tensor  # [B] the ring index of the queue's front
+    free: Tensor  # [B] free blocks: the queue's length (num_free_blocks)
+    run_ctr: Tensor  # [B] the next `run_pos` (an admission appends to running)
+    wait_tail: Tensor  # [B] the next `wait_pos` of an arrival (FCFS append, counts up)
+    wait_head: Tensor  # [B] the next `wait_pos` of a preempted request (FCFS appendleft, counts down)
+
+    # ---- per block [B, num_gpu_blocks] and per instance [B], only when `keyed` (`lru_free_queue.py`) ------
+    fkey: Annotated[Tensor, KEYED]  # the free-queue order key; BIG: not queued (held, or the null block)
+    ref: Annotated[Tensor, KEYED]  # ref count: the requests that hold the block
+    blk_hash: Annotated[Tensor, KEYED]  # the hash the block is cached under; -1: none
+    blk_ins: Annotated[Tensor, KEYED]  # when it was cached: a lookup returns the first inserted
+    front_ctr: Annotated[Tensor, KEYED]  # [B] the lowest key a front push took (the next go below it)
+    tail_ctr: Annotated[Tensor, KEYED]  # [B] the next tail append's key (counts up)
+    ins_ctr: Annotated[Tensor, KEYED]  # [B] the next cache insertion order
+
+    # ---- per slot [B, R]: one request each ----------------------------------------------------------------
+    status: Annotated[Tensor, Slot(I64, EMPTY)]  # vLLM's RequestStatus value; EMPTY: no request yet
+    prompt_len: Annotated[Tensor, Slot(I64, 0)]  # num_prompt_tokens
+    num_out: Annotated[Tensor, Slot(I64, 0)]  # output tokens appended so far (never reset)
+    C: Annotated[Tensor, Slot(I64, 0)]  # num_computed_tokens
+    held: Annotated[Tensor, Slot(I64, 0)]  # blocks held: the leading entries of `table`
+    max_tokens: Annotated[Tensor, Slot(I64, 0)]
+    run_pos: Annotated[Tensor, Slot(I64, 0)]  # position key in `running` (read where RUNNING)
+    wait_pos: Annotated[Tensor, Slot(I64, 0)]  # position key in the FCFS `waiting` deque
+    prio_rank: Annotated[Tensor, Slot(I64, 0)]  # rank by Request.__lt__: the PRIORITY heap's pop order
+    prio: Annotated[Tensor, Slot(I64, 0)]  # priority
+    arrival: Annotated[Tensor, Slot(F64, 0.0)]  # arrival_time
+    eos: Annotated[Tensor, Slot(I64, 0)]  # the effective eos_token_id, where `has_eos`
+    has_eos: Annotated[Tensor, Slot(BOOL, False)]  # the effective eos_token_id is not None (not ignore_eos)
+    fin_pending: Annotated[Tensor, Slot(BOOL, False)]  # finished; the next schedule() reports it
+    add_rank: Annotated[Tensor, Slot(I64, 0)]  # the order it joined `scheduler.requests` (the summary's order)
+    arrival_step: Annotated[Tensor, Slot(I64, -1)]  # the step it arrives at (batched runner; -1: none)
+    plen: Annotated[Tensor, Slot(I64, 0)]  # how many of `planted` are real
+    # The three features: spec decode, async scheduling, prefix caching.
+    nspec: Annotated[Tensor, Slot(I64, 0)]  # len(spec_token_ids): the drafts in `spec_tok`
+    nprop: Annotated[Tensor, Slot(I64, 0)]  # the drafter's proposals used so far (batched runner)
+    P: Annotated[Tensor, Slot(I64, 0)]  # num_output_placeholders (async)
+    inflight: Annotated[Tensor, Slot(I64, 0)]  # tokens scheduled whose output is not absorbed yet (async)
+    stale: Annotated[Tensor, Slot(I64, 0)]  # of those, the ones scheduled before a preemption: stale output
+    chunk: Annotated[Tensor, Slot(BOOL, False)]  # is_prefill_chunk as the last _update_after_schedule left it
+    ncached: Annotated[Tensor, Slot(I64, 0)]  # num_cached_blocks: the leading blocks registered in the cache
+    nhash: Annotated[Tensor, Slot(I64, 0)]  # how many block hashes (`bhash`) are known
+    # The running hash residues of all tokens so far (one per field of `spec.block_hash`), extended as
+    # tokens are appended.
+    h0: Annotated[Tensor, Slot(I64, 0)]
+    h1: Annotated[Tensor, Slot(I64, 0)]
+
+    # ---- per slot with a trailing dimension [B, R, X] -----------------------------------------------------
+    table: Annotated[Tensor, Wide(I32, 0)]  # the block table [B, R, W]: `held` block ids, then padding
+    stop_tok: Annotated[Tensor, Wide(I64, 0)]  # stop_token_ids, padded
+    stop_valid: Annotated[Tensor, Wide(BOOL, False)]  # which entries of `stop_tok` are real
+    planted: Annotated[Tensor, Wide(I64, 0)]  # the fake model's planted output tokens (batched runner)
+    spec_tok: Annotated[Tensor, Wide(I64, 0)]  # spec_token_ids, padded to kmax (-1: a placeholder draft)
+    prop_nd: Annotated[Tensor, Wide(I64, 0)]  # the workload's spec proposals (batched runner): num_drafts
+    prop_na: Annotated[Tensor, Wide(I64, 0)]  # and num_accepted
+    bhash: Annotated[Tensor, Wide(I64, -1)]  # block_hashes, one per full block of prompt + outputs
+
+    _cols: Tensor | None  # `cols()`'s cache
+
     def __init__(
         self,
         configs: Sequence[SchedulerConfig],
@@ -146,8 +193,9 @@ class BatchState:
         dev = self.device = torch.device(device)
         B = self.B = len(configs)
         self.R = max(int(capacity), 1)
+        self._cols = None
 
-        def col(values, dtype=I64):
+        def col(values: Iterable[int | bool], dtype: torch.dtype = I64) -> Tensor:
             return torch.tensor(list(values), dtype=dtype, device=dev)
 
         c = configs
@@ -200,7 +248,7 @@ class BatchState:
             self.front_ctr = torch.zeros(B, dtype=I64, device=dev)
             self.tail_ctr = torch.full((B,), nb, dtype=I64, device=dev)
             self.ins_ctr = torch.zeros(B, dtype=I64, device=dev)
-        widths = {
+        widths: dict[WideField, int] = {
             "table": max(width, 1),
             "stop_tok": stops,
             "stop_valid": stops,
@@ -220,7 +268,7 @@ class BatchState:
 
     def cols(self) -> torch.Tensor:
         """[B, R] column positions 0..R-1 (cached: on a GPU every fresh `arange` is a kernel launch)."""
-        c = getattr(self, "_cols", None)
+        c = self._cols
         if c is None or c.shape != (self.B, self.R):
             c = self._cols = torch.arange(self.R, device=self.device).expand(self.B, self.R)
         return c
@@ -254,8 +302,8 @@ class BatchState:
             )
         self.R = new
 
-    def grow_wide(self, name: str, need: int) -> None:
-        """Double a trailing dimension (block table, stop tokens, planted tokens) until `need` fits."""
+    def grow_wide(self, name: WideField, need: int) -> None:
+        """Double a trailing dimension (block table, stop tokens, planted tokens, ...) until `need` fits."""
         t = getattr(self, name)
         if need <= t.shape[2]:
             return
@@ -272,8 +320,7 @@ class BatchState:
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the instances `keep` (a 1-D index tensor), in that order: drops finished ones."""
-        extra = BLOCK_FIELDS + KEYED_INST_FIELDS if self.keyed else ()
-        for name in INST_FIELDS + ("ring",) + extra + tuple(SLOT_FIELDS) + tuple(WIDE_FIELDS):
+        for name in BATCH_FIELDS + KEYED_FIELDS if self.keyed else BATCH_FIELDS:
             setattr(self, name, getattr(self, name).index_select(0, keep))
         self.B = int(keep.numel())
 
@@ -303,3 +350,35 @@ class BatchState:
         self.wait_pos = torch.where(mask, self.wait_tail[:, None] + rank, self.wait_pos)
         self.wait_tail = self.wait_tail + mask.long().sum(1)
         self.status = torch.where(mask, torch.full_like(self.status, WAITING), self.status)
+
+
+def _field_tables() -> tuple[
+    dict[str, tuple[torch.dtype, float | int | bool]],
+    dict[WideField, tuple[torch.dtype, float | int | bool]],
+    tuple[str, ...],
+    tuple[str, ...],
+]:
+    """The tensor fields of `BatchState` by kind, read from its annotations (in declaration order)."""
+    slots: dict[str, tuple[torch.dtype, float | int | bool]] = {}
+    wide: dict[WideField, tuple[torch.dtype, float | int | bool]] = {}
+    batch: list[str] = []
+    keyed: list[str] = []
+    for name, hint in get_type_hints(BatchState, include_extras=True).items():
+        if hint is Tensor:
+            batch.append(name)
+        elif get_origin(hint) is Annotated and get_args(hint)[0] is Tensor:
+            mark = get_args(hint)[1]
+            if mark == KEYED:
+                keyed.append(name)
+            elif isinstance(mark, Wide):
+                wide[cast(WideField, name)] = (mark.dtype, mark.fresh)
+            else:
+                slots[name] = (mark.dtype, mark.fresh)
+    if set(wide) != set(get_args(WideField)):
+        raise TypeError(f"WideField {get_args(WideField)} does not name the Wide fields {tuple(wide)}")
+    return slots, wide, tuple(batch) + tuple(slots) + tuple(wide), tuple(keyed)
+
+
+# Per-slot tensors [B, R] and [B, R, X], with the value a fresh slot holds; every tensor indexed by instance
+# first (what `select` keeps), and those of them that exist only when `keyed`.
+SLOT_FIELDS, WIDE_FIELDS, BATCH_FIELDS, KEYED_FIELDS = _field_tables()

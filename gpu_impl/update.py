@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from . import rules
-from .freequeue import push_free
+from .block_pool import push_free
 from .prefix_cache import append_token, register
 from .state import BIG, FINISHED_ABORTED, FINISHED_LENGTH_CAPPED, FINISHED_STOPPED, RUNNING, BatchState
 

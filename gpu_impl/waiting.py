@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from . import rules
-from .freequeue import pop_alloc
+from .block_pool import pop_alloc
 from .state import BIG, RUNNING, WAITING, BatchState
 
 Tensor = torch.Tensor

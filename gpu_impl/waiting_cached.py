@@ -31,8 +31,8 @@ from __future__ import annotations
 import torch
 
 from . import rules
-from .freelist import touch
-from .freequeue import pop_alloc
+from .block_pool import pop_alloc
+from .lru_free_queue import touch
 from .prefix_cache import lookup, register
 from .state import BIG, RUNNING, WAITING, BatchState
 from .waiting import WaitingPass

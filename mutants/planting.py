@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import CodeType, ModuleType
+from typing import Protocol, TypeGuard
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,24 @@ def _locate(source: str, mutant: Mutant) -> tuple[int, str, str]:
 _Position = tuple[str, int, int, int, int]  # node type, line, column, end line, end column
 
 
+class _Located(Protocol):
+    """A node with a place in the source: a statement, an expression, an argument... (ast gives them no common base)."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int | None
+    end_col_offset: int | None
+
+
+def _located(node: ast.AST) -> TypeGuard[_Located]:
+    return hasattr(node, "lineno")
+
+
 def _positions(node: ast.AST) -> _Position | None:
-    if not hasattr(node, "lineno") or node.end_lineno is None:  # type: ignore[attr-defined]
+    # ast sets the two ends together: testing both is for the type checker.
+    if not _located(node) or node.end_lineno is None or node.end_col_offset is None:
         return None
-    return (
-        type(node).__name__,
-        node.lineno,
-        node.col_offset,  # type: ignore[attr-defined]
-        node.end_lineno,
-        node.end_col_offset,
-    )  # type: ignore[attr-defined]
+    return (type(node).__name__, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
 def compiled(mutant: Mutant, function: Callable[..., object]) -> CodeType:
@@ -164,6 +173,7 @@ def compiled(mutant: Mutant, function: Callable[..., object]) -> CodeType:
         pos = _positions(node)
         if pos is None:
             continue
+        assert _located(node)  # _positions found its place
         start, end = canonical_line(pos[1]), canonical_line(pos[3])
         kept = (
             home.get((pos[0], start, pos[2], end, pos[4]))
@@ -173,8 +183,8 @@ def compiled(mutant: Mutant, function: Callable[..., object]) -> CodeType:
             else None
         )
         line, col, end_line, end_col = kept[1:] if kept else (region_home, 0, region_home, 0)
-        node.lineno, node.col_offset = line, col + indent  # type: ignore[attr-defined]
-        node.end_lineno, node.end_col_offset = end_line, end_col + indent  # type: ignore[attr-defined]
+        node.lineno, node.col_offset = line, col + indent
+        node.end_lineno, node.end_col_offset = end_line, end_col + indent
     return compile(tree, inspect.getsourcefile(function) or f"<mutant {mutant.name}>", "exec")
 
 

@@ -1,12 +1,17 @@
-"""Formal checks of the reference: Z3 proofs and CrossHair contracts.
+"""Formal checks of the reference: Z3 proofs and CrossHair contracts, in four subpackages.
 
-The Z3 side encodes one `schedule()` plus `update_from_output()` over N
-request slots as a formula (`encoding*.py`, with async scheduling, spec decode
-and prefix caching in `features.py`) and proves every invariant of the
-catalogue inductive for bounded N, cutting the running pass at a loop invariant
-where the whole step is too big (`cuts.py`); liveness findings and drift tests
-(the encoding against the reference on concrete steps) keep the model honest,
-and a failed proof comes back as a replayable concrete state. The CrossHair side
-checks the invariants as contracts on the reference itself, over bounded
-symbolic scenarios (`contracts.py`, `bounded.py`).
+* `encoding/`: one `schedule()` plus `update_from_output()` over N request
+  slots as a formula (`step.py`: the running pass, the waiting pass and the
+  update, with spec decode, prefix caching and async scheduling behind
+  concrete flags), and the symbolic pre-state and views (`symbolic.py`).
+* `drift/`: the encoding run on ints against the reference's own steps, core
+  and features, so the model cannot drift from the code it abstracts.
+* `runs/`: what proves and reports. Every invariant of the catalogue proved
+  inductive for bounded N (`prove.py`, `features.py`), the running pass cut
+  at a loop invariant where the whole step is too big (`cuts.py`), liveness
+  findings, the per-request async lemma, and a failed proof turned into a
+  replayable concrete state (`concrete.py`, `report.py`).
+* `crosshair/`: the invariants as CrossHair contracts on the reference
+  itself, over bounded symbolic scenarios (`contracts.py`, `bounded.py`),
+  each run and replayed in its own process (`runner.py`).
 """

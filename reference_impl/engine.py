@@ -7,7 +7,7 @@ runs, without copying every request twice per step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig
@@ -42,7 +42,7 @@ class ReferenceEngine:
     ) -> dict[str, FinishedRequest]:
         return self.scheduler.update_from_output(output, model_output)
 
-    def update_draft_token_ids(self, draft_token_ids) -> None:
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         self.scheduler.update_draft_token_ids(draft_token_ids)
 
     def summary(self) -> StateSummary:

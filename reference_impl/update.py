@@ -11,22 +11,29 @@ next `schedule()`'s `finished_req_ids` (I-18).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest
 from . import rules
+from .kv_cache_manager import KVCacheManager
 from .live_request import LiveRequest
+from .request_queue import RequestQueue
 from .stop import check_stop
-
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
 
 
 class SchedulerUpdates:
+    # Half of vLLM's Scheduler class; `Scheduler.__init__` sets what these methods read of it.
+    requests: dict[str, LiveRequest]
+    running: list[LiveRequest]
+    waiting: RequestQueue
+    kv_cache_manager: KVCacheManager
+    finished_req_ids: set[str]
+    max_model_len: int
+    num_spec_tokens: int
+
     def update_from_output(
-        self: Scheduler, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[str, FinishedRequest]:
         stopped_running_reqs: set[str] = set()
         stopped_preempted_reqs: set[str] = set()
@@ -91,7 +98,7 @@ class SchedulerUpdates:
         return finished
 
     def _update_request_with_output(
-        self: Scheduler, request: LiveRequest, new_token_ids: list[int], is_stale: bool = False
+        self, request: LiveRequest, new_token_ids: list[int], is_stale: bool = False
     ) -> tuple[list[int], bool]:
         """Append and check per token; on a stop, trim the rest and keep C one short of T
         (vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output)."""
@@ -111,7 +118,7 @@ class SchedulerUpdates:
             assert request.num_output_placeholders >= 0
         return new_token_ids, stopped
 
-    def update_draft_token_ids(self: Scheduler, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Sync spec decode: the drafter's proposals, set after update_from_output
         (vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids)."""
         for req_id, spec_token_ids in draft_token_ids.items():
@@ -123,9 +130,7 @@ class SchedulerUpdates:
                 continue
             request.spec_token_ids = list(spec_token_ids)
 
-    def finish_requests(
-        self: Scheduler, request_ids: Iterable[str], finished_status: RequestStatus
-    ) -> list[LiveRequest]:
+    def finish_requests(self, request_ids: Iterable[str], finished_status: RequestStatus) -> list[LiveRequest]:
         """Abort from outside. Ids are processed in the order given: the free order decides block ids."""
         assert finished_status.is_finished
         # vLLM takes `set(request_ids)` (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests (2983)), so an id
@@ -149,7 +154,7 @@ class SchedulerUpdates:
             self._free_request(request)
         return valid_requests
 
-    def _free_request(self: Scheduler, request: LiveRequest) -> None:
+    def _free_request(self, request: LiveRequest) -> None:
         """vllm/v1/core/sched/scheduler.py:Scheduler._free_request and `_free_blocks`: report next step, free the
         blocks, forget the request."""
         assert request.is_finished()

@@ -13,7 +13,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
@@ -27,6 +27,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from .reference_impl.engine import ENGINE_NAME, simulate_steps
     from .report import StepTable
     from .spec.engine import trace_end
+    from .steps import StepView
     from .tracefile import TraceWriter
     from .workloads import BUILTIN, load_workload
 
@@ -42,7 +43,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     check_output_file(args.plot, args.force, "--plot")
     workload = load_workload(args.workload)
     table = StepTable(workload)
-    step_views = [] if args.plot else None
+    step_views: list[StepView] | None = [] if args.plot else None
     finished: set[str] = set()
     last = None
     with TraceWriter(args.out, workload, ENGINE_NAME) if args.out else contextlib.nullcontext() as trace_file:
@@ -68,7 +69,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         if trace_file is not None:
             trace_file.finish(end)
             console.print(f"trace written to {args.out}", markup=False, highlight=False)
-    if args.plot:
+    if step_views is not None:  # --plot
         from .plot import plot_panels
 
         plot_panels([(workload, ENGINE_NAME, step_views)], args.plot)
@@ -87,6 +88,12 @@ class _OneLineErrors(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"schedspec: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+
+
+# What each command module's add_*parser(sub) adds its commands to. The subcommands' parsers are of the top
+# parser's class (add_subparsers' default), so they say their errors in one line too. A string: argparse's
+# _SubParsersAction takes no subscript at run time.
+Subcommands: TypeAlias = "argparse._SubParsersAction[_OneLineErrors]"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,20 +13,27 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli import Subcommands
 from .conformance import certify as cert_mod
+from .conformance.campaign import WorkloadResult
 from .conformance.counterexample import Counterexample
 from .conformance.differ import diff
 from .conformance.explain import WINDOW, step_table
 from .conformance.registry import engine_factory, vllm_source_engine
 from .spec.errors import SpecError
-from .spec.trace import Trace
+from .spec.trace import StepRecord, Trace
+from .spec.workload import Workload
+
+if TYPE_CHECKING:
+    from .spec.trace_stream import StreamedTrace
 
 TIMELINES = 5
 
@@ -126,7 +133,7 @@ class CampaignProgress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
-    def done(self, result) -> None:
+    def done(self, result: WorkloadResult) -> None:
         self.n += 1
         self.errors += bool(result.error or result.skipped)
         self.failed += bool(result.failed) and not (result.error or result.skipped)
@@ -146,7 +153,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
 
     data = read_json(args.file)
     if isinstance(data, dict) and data.get("kind") == "state":  # a proof's counterexample: one step from a state
-        from .proofs.report import load_state_counterexample, replay_state
+        from .proofs.runs.report import load_state_counterexample, replay_state
 
         broken, shown = replay_state(load_state_counterexample(args.file))
         for item in shown:
@@ -210,7 +217,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     return 0 if d is None else 1
 
 
-def _rich_table(table: dict, name_a: str, name_b: str) -> Table:
+def _rich_table(table: dict[str, Any], name_a: str, name_b: str) -> Table:
     """`explain.step_table` for a terminal: the diverging row bold, the diverging cells red."""
     out = Table(title=f"diverges at step {table['step']} on {table['field']}")
     tokens_is_field = table["field"] == "output.num_scheduled_tokens"
@@ -231,7 +238,7 @@ def _rich_table(table: dict, name_a: str, name_b: str) -> Table:
     return out
 
 
-def _whole_run(workload, name: str) -> list:
+def _whole_run(workload: Workload, name: str) -> list[StepRecord]:
     """An engine's whole run on its own, through the differ's timeouts and crash handling."""
     make = engine_factory(name)
     return diff(workload, make, make, "blocks", keep_records=True).records_a
@@ -248,7 +255,7 @@ def plot_pair(cx: Counterexample, engine_b: str, path: str, mark_step: int | Non
     plot_timelines(traces, path, [f"{cx.engine_a} (a)", f"{engine_b} (b)"], mark_step=mark_step)
 
 
-def write_timelines(cert: dict, limit: int = TIMELINES) -> None:
+def write_timelines(cert: dict[str, Any], limit: int = TIMELINES) -> None:
     """A PNG beside each of the first `limit` counterexample files; its path goes into the certificate.
 
     An engine that crashed or hung has no timeline worth re-running it for.
@@ -268,7 +275,7 @@ def write_timelines(cert: dict, limit: int = TIMELINES) -> None:
             c["timeline_error"] = f"{type(e).__name__}: {e}"
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "certify", help="run a campaign of generated workloads against the oracle and write a certificate"
     )
@@ -410,7 +417,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_progress(trace, every: int = 1000):
+def _check_progress(trace: Trace | StreamedTrace, every: int = 1000) -> Callable[[int], None]:
     """A long trace says it is alive every `every` steps, for CI logs. A streamed trace's `len` is a quick extra
     pass (decoding only), so it is asked for only once `every` steps were checked: a short trace is read once."""
     total: list[int] = []
@@ -427,7 +434,7 @@ def _check_progress(trace, every: int = 1000):
     return report
 
 
-def add_check_parser(sub: argparse._SubParsersAction) -> None:
+def add_check_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "check",
         help="check a trace from any engine: every invariant at every step, and that its steps follow from one another",

@@ -24,6 +24,7 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 
+from .cli import Subcommands
 from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source, resolve, rewrite
 from .mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
 from .outdir import OutDir
@@ -222,7 +223,7 @@ def _verdict(names: list[str], by: dict[tuple[str, str], Kill], checkers: list[s
     return 1 if why else 0
 
 
-def add_mutants_parser(sub: argparse._SubParsersAction) -> None:
+def add_mutants_parser(sub: Subcommands) -> None:
     p = sub.add_parser("mutants", help="run each bug-zoo mutant through each checker and print the kill table")
     p.add_argument("--checker", action="append", help=f"one of {', '.join(CHECKERS)} (repeatable; default: all)")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")

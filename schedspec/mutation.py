@@ -31,8 +31,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .mutants import Mutant
+
+if TYPE_CHECKING:
+    from .spec.workload import Workload
 
 CHECKERS = ("monitors", "diff", "z3", "hypothesis", "crosshair")
 BUDGET_SPENT = "budget spent"  # the `what` of a cell whose seconds ran out before its search was done
@@ -75,7 +79,7 @@ def _monitors_or_diff(checker: str) -> Callable[[Mutant, float], Kill]:
     return run
 
 
-def _against_vllm(m: Mutant, workload) -> str:
+def _against_vllm(m: Mutant, workload: Workload) -> str:
     """The same counterexample, the mutated reference against the real vLLM 0.33.0, when its venv exists."""
     from .conformance.engines.vllm import vllm_venv_ready
 
@@ -96,7 +100,7 @@ def _against_vllm(m: Mutant, workload) -> str:
 
 def _z3(m: Mutant, budget_s: float) -> Kill:
     """The core run, or for a mutant of a feature family the feature run with the features it lives in."""
-    from .proofs import features as feature_mode, prove
+    from .proofs.runs import features as feature_mode, prove
     from .spec.invariants import INVARIANTS
 
     features = tuple(f for f in feature_mode.FEATURES if f in m.families)
@@ -141,8 +145,8 @@ def _hypothesis(m: Mutant, budget_s: float) -> Kill:
 
 
 def _crosshair(m: Mutant, budget_s: float) -> Kill:
-    from .proofs.contracts import ALL, FEATURES, contract_name
-    from .proofs.crosshair_runner import run_contract
+    from .proofs.crosshair.contracts import ALL, FEATURES, contract_name
+    from .proofs.crosshair.runner import run_contract
     from .spec.invariants import BY_NAME
 
     # A feature's mutant runs on that feature's contract (every check, with the feature on). Otherwise the

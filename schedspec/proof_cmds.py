@@ -23,13 +23,17 @@ import multiprocessing
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
 
+from .cli import Subcommands
 from .outdir import OutDir
 from .spec.errors import SpecError
+
+if TYPE_CHECKING:
+    from .proofs.crosshair.runner import ContractResult
 
 # Below 10 ms neither Z3 nor CrossHair does anything before the clock stops (prove's queries get 50 ms
 # anyway), so a smaller value is a typo, not a request. Above 10^6 s (11 days) Z3's timeout, an unsigned
@@ -82,7 +86,7 @@ _STYLE = {
 }
 
 
-def _describe(replay: dict | None) -> str:
+def _describe(replay: dict[str, Any] | None) -> str:
     """The decoded scenario, in one line a person can read beside the step it broke at."""
     if not replay:
         return ""
@@ -107,7 +111,7 @@ def _describe(replay: dict | None) -> str:
 
 
 def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.crosshair_runner import CX, UNKNOWN, check_mutant, check_names, run_contracts
+    from .proofs.crosshair.runner import CX, UNKNOWN, check_mutant, check_names, run_contracts
 
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
@@ -118,7 +122,7 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
         out.prepare(["results.json"], ["*.workload.json"])
     lock, done = threading.Lock(), []
 
-    def on_done(r) -> None:  # called from the runner's threads
+    def on_done(r: ContractResult) -> None:  # called from the runner's threads
         with lock:
             done.append(r)
             cx, unknown = sum(x.verdict == CX for x in done), sum(x.verdict == UNKNOWN for x in done)
@@ -158,6 +162,7 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
             {"timeout_cpu_s": args.timeout, "mutant": args.mutant, "results": [r.to_json() for r in results]},
         )
         for r in confirmed:  # each scenario as a workload file, so `schedspec simulate` can show it step by step
+            assert r.replay is not None  # run_contract confirms a counterexample by its replay
             written.append(out.file(f"{r.contract}.workload.json"))
             write_json_atomic(written[-1], r.replay["workload"])
         out.record(written)
@@ -169,7 +174,7 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
     return 1 if confirmed else 0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("contracts", help="run CrossHair on the reference's contracts (bounded; see docs/crosshair.md)")
     p.add_argument(
         "--timeout",

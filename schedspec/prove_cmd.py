@@ -20,14 +20,20 @@ import argparse
 import os
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from .cli import Subcommands
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .spec.errors import SpecError
 from .spec.invariants import BY_NAME, INVARIANTS
+
+if TYPE_CHECKING:
+    from .proofs.runs.prove import Job, Result
 
 MARK = {
     "proved": "[green]proved",
@@ -57,19 +63,19 @@ def _check_args(args: argparse.Namespace) -> list[str]:
     return names
 
 
-def _tally(results: list) -> str:
+def _tally(results: list[Result]) -> str:
     counts = Counter(r.verdict for r in results)
     extra = f", {counts['unconfirmed']} unconfirmed" if counts["unconfirmed"] else ""
     return f"{counts['violated']} violated, {counts['unknown']} unknown{extra}"
 
 
-def _run(todo: list, run_job, jobs: int) -> list:
+def _run(todo: Sequence[Job], run_job: Callable[[Job], Result], jobs: int) -> list[Result]:
     """Every job, with a progress line per finished (policy, N) row and per check that is not proved.
 
     The jobs start in (policy, N) order, which keeps a worker's cached
     encoding useful (prove._encoded); the results are put back in that order."""
     left = Counter((j.fcfs, j.n) for j in todo)
-    results: list = []
+    results: list[Result] = []
     t0 = time.perf_counter()
     with worker_pool(jobs) as pool:
         for r in pool.imap_unordered(run_job, todo, chunksize=1):
@@ -86,14 +92,20 @@ def _run(todo: list, run_job, jobs: int) -> list:
 
 
 def cmd_prove(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.report import write_state_counterexample
+    from .proofs.runs.report import write_state_counterexample
 
-    if args.feature:  # feature mode (proofs/features.py): its own encoding, N <= 4 by default
-        from .proofs.features import jobs as feature_jobs, run_job
+    # A mode's jobs() and run_job() go together: feature mode's run_job takes only the feature Jobs its own jobs()
+    # makes, a pairing the types cannot say when the mode is picked at run time (hence Any).
+    jobs: Callable[[int, list[str], list[str], float, str | None], Sequence[Job]]
+    run_job: Callable[[Any], Result]
+    if args.feature:  # feature mode (proofs/runs/features.py): its own encoding, N <= 4 by default
+        from .proofs.runs.features import jobs as feature_jobs, run_job
 
-        jobs = lambda *a: feature_jobs(*a, features=tuple(dict.fromkeys(args.feature)))  # noqa: E731
+        jobs = lambda n, invariants, policies, timeout_s, mutant: feature_jobs(  # noqa: E731
+            n, invariants, policies, timeout_s, mutant, features=tuple(dict.fromkeys(args.feature))
+        )
     else:
-        from .proofs.prove import jobs, run_job
+        from .proofs.runs.prove import jobs, run_job
     if args.max_requests is None:
         args.max_requests = 4 if args.feature else 8
     names = _check_args(args)
@@ -170,7 +182,7 @@ def _verdict(counts: dict[str, int], allow_unknown: bool) -> int:
     return 0
 
 
-def add_prove_parser(sub: argparse._SubParsersAction) -> None:
+def add_prove_parser(sub: Subcommands) -> None:
     p = sub.add_parser("prove", help="prove the invariants inductive with Z3 for up to N requests")
     p.add_argument(
         "--max-requests", type=int, default=None, help="prove for every N from 1 to this (default 8; 4 with --feature)"
@@ -196,7 +208,7 @@ def add_prove_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         choices=["spec-decode", "prefix-caching", "async"],
         help="put this feature (prefix caching, spec decode or async scheduling) in the step "
-        "(proofs/features.py); repeatable",
+        "(proofs/runs/features.py); repeatable",
     )
     p.add_argument(
         "--out",

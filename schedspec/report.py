@@ -11,7 +11,7 @@ simulation take gigabytes.
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from .spec.trace import StepRecord, Trace
@@ -19,7 +19,7 @@ from .spec.workload import Workload
 from .steps import StepView, step_view
 
 MAX_LISTED = 4
-_COLUMNS = [
+_COLUMNS: list[tuple[str, JustifyMethod]] = [
     ("step", "right"),
     ("tokens", "right"),
     ("decodes", "right"),

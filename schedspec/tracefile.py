@@ -20,6 +20,7 @@ shifting every line is exact.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -107,7 +108,7 @@ def _write_open_object(out: IO[str], obj: dict[str, Any]) -> None:
     out.write(text[:-2])
 
 
-def _create_beside(target: Path, what: str) -> tuple[Path, IO[str]]:
+def _create_beside(target: Path, what: str) -> tuple[Path, io.TextIOWrapper]:
     """A new hidden file next to `target`, created with mode 0666 so that the umask, not mkstemp's 0600, decides."""
     while True:
         path = target.with_name(f".{target.name}.{what}.{secrets.token_hex(4)}")

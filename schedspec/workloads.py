@@ -13,7 +13,7 @@ import os
 import zlib
 from collections.abc import Callable
 
-from .spec.config import SchedulerConfig
+from .spec.config import Policy, SchedulerConfig
 from .spec.errors import SpecError
 from .spec.request import Request
 from .spec.workload import Workload, WorkloadRequest
@@ -53,12 +53,13 @@ def seed_long_prompt() -> Workload:
     )
     decodes = [_req(f"d{i}", 32, max_tokens=16, arrival_time=i) for i in range(200)]
     long = _req("long", 20_000, max_tokens=8, arrival_step=1, arrival_time=200)
+    assert seed_long_prompt.__doc__ is not None  # docstrings are kept: no `python -OO`
     return Workload(
         config, tuple(decodes + [long]), name="seed-long-prompt", description=seed_long_prompt.__doc__.split("\n")[0]
     )
 
 
-def _pressure(policy: str, priorities: list[int]) -> Workload:
+def _pressure(policy: Policy, priorities: list[int]) -> Workload:
     # vllm-0.33-on-cpu.md, scenario 2: 19 usable blocks, four 60-token prompts of 4 blocks each.
     config = SchedulerConfig(
         max_num_batched_tokens=1024,

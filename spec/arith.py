@@ -20,7 +20,7 @@ def is_symbolic(x: Any) -> bool:
     return type(x) not in _CONCRETE and type(x).__module__.startswith("z3")
 
 
-def _z3():
+def _z3() -> Any:  # the z3 module: it ships no stubs, so mypy sees it as Any
     import z3
 
     return z3

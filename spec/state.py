@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .config import SchedulerConfig
 from .request import Request, RequestStatus
@@ -162,7 +162,7 @@ class SchedulerState:
         return bool(self.running or self.waiting)
 
 
-def request_state_to_json(r: RequestState) -> dict:
+def request_state_to_json(r: RequestState) -> dict[str, Any]:
     q = r.request
     return {
         "request": {
@@ -192,7 +192,7 @@ def request_state_to_json(r: RequestState) -> dict:
     }
 
 
-def state_to_json(s: SchedulerState) -> dict:
+def state_to_json(s: SchedulerState) -> dict[str, Any]:
     """A full state, for counterexamples that start mid-run (the Z3 ones): lossless."""
     return {
         "config": s.config.to_dict(),
@@ -208,7 +208,7 @@ def state_to_json(s: SchedulerState) -> dict:
     }
 
 
-def state_from_json(d: dict, where: str = "state") -> SchedulerState:
+def state_from_json(d: dict[str, Any], where: str = "state") -> SchedulerState:
     from .errors import SpecError
 
     try:

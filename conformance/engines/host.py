@@ -15,6 +15,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ...spec.engine import EngineFactory
 from ...spec.errors import InfrastructureError
 from .snapshot import check_engine, encode
 
@@ -29,7 +30,7 @@ def _raised(e: BaseException) -> tuple[str, str]:
 def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
     from ..registry import in_process_factory
 
-    factory = None
+    factory: EngineFactory | None = None
     engine: Any = None
     while True:
         try:
@@ -44,6 +45,7 @@ def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
                 factory = in_process_factory(spec)
                 outbox.send(("ok", None))
             elif op == "make":
+                assert factory is not None  # the parent's first message is always "hello" (isolated._Host)
                 engine = check_engine(factory(message[1]), f"the factory {spec!r}")
                 outbox.send(("ok", str(getattr(engine, "name", spec))))
             elif op == "drop":
@@ -58,6 +60,7 @@ def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
                 if fn is None and method == "update_draft_token_ids":
                     outbox.send(("ok", None))  # optional in the protocol
                     continue
+                assert fn is not None  # check_engine found every method of the protocol; only that one is optional
                 outbox.send(("ok", encode(method, fn(*args))))
         except InfrastructureError as e:
             outbox.send((e.kind, e.where, e.why))

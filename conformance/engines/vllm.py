@@ -163,6 +163,7 @@ class VllmEngine:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        assert proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             proc.stdin.write('{"op": "close"}\n')
             proc.stdin.flush()
@@ -253,6 +254,7 @@ class VllmEngine:
     def _call(self, op: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
         if self._proc is None:
             raise InfrastructureError(self._where(op), None, "the engine is closed")
+        assert self._proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             try:
                 self._proc.stdin.write(json.dumps({"op": op, **payload}) + "\n")

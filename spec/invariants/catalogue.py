@@ -19,7 +19,7 @@ too, because the placeholders P count what is in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,11 +53,11 @@ def maybe_symbolic(r: Row) -> bool:
     return is_symbolic(r.pre_wait_pos) or is_symbolic(r.post_wait_pos) or is_symbolic(r.pre_waiting)
 
 
-def _all(xs) -> Any:
+def _all(xs: Sequence[Any]) -> Any:
     return and_(*xs) if xs else True
 
 
-def _sum(xs) -> Any:
+def _sum(xs: Iterable[Any]) -> Any:
     total: Any = 0
     for x in xs:
         total = total + x

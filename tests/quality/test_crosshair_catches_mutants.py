@@ -38,8 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from schedspec.mutants import MUTANTS
-from schedspec.proofs.contracts import FEATURE_OF
-from schedspec.proofs.crosshair_runner import CX, run_contract
+from schedspec.proofs.crosshair.contracts import FEATURE_OF
+from schedspec.proofs.crosshair.runner import CX, run_contract
 
 CPU_BUDGET_S = {"Z1-no-refund": 150.0}
 DEFAULT_CPU_BUDGET_S = 60.0

@@ -17,8 +17,8 @@ catch them.
 import pytest
 
 from schedspec.mutants import BY_NAME
-from schedspec.proofs.features import SYNC, Job, run_job
-from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
+from schedspec.proofs.runs.features import SYNC, Job, run_job
+from schedspec.proofs.runs.report import load_state_counterexample, replay_state, write_state_counterexample
 
 SPEC_RULE_MUTANTS = ["spec-tokens-off-by-one", "padding-ignores-L", "Z7-full-hit-lookup"]
 # Core-rule mutants still caught with drafts in the step: the stop verdict is applied at the first stop position.

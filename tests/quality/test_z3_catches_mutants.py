@@ -13,7 +13,7 @@ pins that Z3 proves the invariants despite them.
 import pytest
 
 from schedspec.mutants import BY_NAME
-from schedspec.proofs.prove import Job, run_job
+from schedspec.proofs.runs.prove import Job, run_job
 from schedspec.spec.invariants import INVARIANTS
 
 PINNED = {

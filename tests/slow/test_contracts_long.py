@@ -17,8 +17,8 @@ stating more than the catalogue.
 
 import pytest
 
-from schedspec.proofs.contracts import CONTRACTS
-from schedspec.proofs.crosshair_runner import NO_CX, UNKNOWN, run_contract, run_contracts
+from schedspec.proofs.crosshair.contracts import CONTRACTS
+from schedspec.proofs.crosshair.runner import NO_CX, UNKNOWN, run_contract, run_contracts
 
 
 @pytest.mark.parametrize(

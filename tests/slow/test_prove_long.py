@@ -1,6 +1,6 @@
 """Longer proof runs: every invariant for N up to 8 (the default run), and N = 12 where the structure reaches.
 
-At N = 12 the induction over the running pass (proofs/cuts.py) proves the
+At N = 12 the induction over the running pass (proofs/runs/cuts.py) proves the
 case that preempts for block and budget conservation and the PRIORITY
 victim rule, and, through the per-row loop invariant, for the per-request
 invariants; the cheap invariants (budget conservation among them, under FCFS) are
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from schedspec.proofs.cuts import LOOP_INVARIANTS
-from schedspec.proofs.prove import PRIORITY_ONLY, _by_cuts, _encoded, check
+from schedspec.proofs.runs.cuts import LOOP_INVARIANTS
+from schedspec.proofs.runs.prove import PRIORITY_ONLY, _by_cuts, _encoded, check
 from schedspec.spec.invariants import BY_NAME, INVARIANTS
 
 
@@ -55,7 +55,7 @@ def test_cheap_invariants_up_to_twelve_requests(name):
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_is_inductive_with_all_three_features_for_two_requests(fcfs):
     """Moved from tests/unit/test_prove_async.py, which keeps N = 1 of it."""
-    from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
+    from schedspec.proofs.runs.features import CONCRETE_ONLY, FEATURES, check as check_features
 
     for inv in INVARIANTS:
         verdict = check_features(inv, 2, fcfs, timeout_s=60, features=FEATURES).verdict
@@ -65,7 +65,7 @@ def test_every_invariant_is_inductive_with_all_three_features_for_two_requests(f
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_with_all_three_features_up_to_four_requests(fcfs):
     """The feature run's default bound, with async, spec decode and prefix caching in one step."""
-    from schedspec.proofs.features import CONCRETE_ONLY, FEATURES, check as check_features
+    from schedspec.proofs.runs.features import CONCRETE_ONLY, FEATURES, check as check_features
 
     verdicts = {
         (inv.name, n): check_features(inv, n, fcfs, timeout_s=300, features=FEATURES).verdict

@@ -13,7 +13,7 @@ import pytest
 from schedspec import mutants_cmd
 from schedspec.cli import main
 from schedspec.mutation import BUDGET_SPENT, Kill
-from schedspec.proofs import prove
+from schedspec.proofs.runs import prove
 from schedspec.spec.invariants import BY_NAME
 
 PROVE = ["prove", "--max-requests", "1", "--policy", "fcfs", "--invariant", "seqs-limit"]
@@ -172,7 +172,7 @@ def test_prove_exit_status(verdicts, allow, rc, says, tmp_path, capsys, monkeypa
     planted = iter(verdicts)
     monkeypatch.setattr(prove, "run_job", lambda job: prove.Result(job.invariant, job.n, "fcfs", next(planted), 0.0))
     argv = ["prove", "--max-requests", "2", "--policy", "fcfs", "--invariant", "seqs-limit", "--out", str(tmp_path)]
-    monkeypatch.setattr("schedspec.proofs.report.write_state_counterexample", lambda *a: open(a[0], "w").close())
+    monkeypatch.setattr("schedspec.proofs.runs.report.write_state_counterexample", lambda *a: open(a[0], "w").close())
     assert main([*argv, *(["--allow-unknown"] if allow else [])]) == rc
     err = capsys.readouterr().err
     assert "prove: fcfs N=2 finished" in err and "2/2 checks done" in err

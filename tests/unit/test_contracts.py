@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 
 from schedspec.cli import main
 from schedspec.mutants import BY_NAME as MUTANTS, applied
-from schedspec.proofs import bounded, crosshair_runner
-from schedspec.proofs.bounded import Ask, Draws, Knobs, decode, workload
-from schedspec.proofs.contracts import CONTRACTS, FEATURE_OF, HISTORY_CHECKS, contract, explain
-from schedspec.proofs.crosshair_runner import CX, NO_CX, UNCONFIRMED, UNKNOWN, classify, parse_args
+from schedspec.proofs.crosshair import bounded, runner
+from schedspec.proofs.crosshair.bounded import Ask, Draws, Knobs, decode, workload
+from schedspec.proofs.crosshair.contracts import CONTRACTS, FEATURE_OF, HISTORY_CHECKS, contract, explain
+from schedspec.proofs.crosshair.runner import CX, NO_CX, UNCONFIRMED, UNKNOWN, classify, parse_args
 from schedspec.spec.invariants import INVARIANTS
 
 ZERO = (Knobs(*[0] * 11), Ask(*[0] * 6), Ask(*[0] * 6), Ask(*[0] * 6), 0)
@@ -271,16 +271,16 @@ def test_a_counterexample_that_does_not_replay_is_unconfirmed(monkeypatch):
 
     def fake(argv, wall_limit):
         if "--replay" in argv:
-            return crosshair_runner._replay(argv[0], argv[argv.index("--replay") + 1], None)
+            return runner._replay(argv[0], argv[argv.index("--replay") + 1], None)
         return {"rc": 1, "seconds": 0.1, "cpu_seconds": 0.1, "lines": [line], "scenarios": 1}
 
-    monkeypatch.setattr(crosshair_runner, "_subprocess", fake)
-    r = crosshair_runner.run_contract(name, 1)
+    monkeypatch.setattr(runner, "_subprocess", fake)
+    r = runner.run_contract(name, 1)
     assert r.verdict == UNCONFIRMED and r.replay["holds"]
 
 
 def test_a_short_crosshair_run_finds_nothing_on_the_reference():
-    r = crosshair_runner.run_contract("check_one_place", timeout=2)
+    r = runner.run_contract("check_one_place", timeout=2)
     assert r.verdict == UNKNOWN and r.scenarios > 0  # time ran out: never reported as proved
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from schedspec.conformance.families import FAMILIES, generate
 from schedspec.conformance.strategies import workloads
 from schedspec.mutants import MUTANTS, applied
-from schedspec.proofs.drift import compare
+from schedspec.proofs.drift.core import compare
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import fake_model
 
@@ -92,8 +92,8 @@ def test_the_two_cases_of_the_step_cover_it_exactly():
     one case's assumptions hold, and that case computes the full step. This is what lets `prove` split."""
     from dataclasses import replace
 
-    from schedspec.proofs.drift import from_state
-    from schedspec.proofs.encoding import step
+    from schedspec.proofs.drift.core import from_state
+    from schedspec.proofs.encoding.step import step
 
     checked, seen = 0, set()
     for family in ("kv-pressure", "priority", "budget", "max-model-len", "aborts"):
@@ -134,7 +134,7 @@ def feature_workloads(family, count, seed=21):
 
 
 def test_no_drift_under_spec_decode_and_prefix_caching():
-    from schedspec.proofs.drift_features import compare_features, shared_refs, spec_steps
+    from schedspec.proofs.drift.features import compare_features, shared_refs, spec_steps
 
     checked, seen = (
         0,
@@ -173,7 +173,7 @@ FEATURE_SHARED = [
 
 @pytest.mark.parametrize("mutant", FEATURE_SHARED, ids=[m.name for m in FEATURE_SHARED])
 def test_a_mutant_of_a_rule_moves_the_feature_encoding_with_the_reference(mutant):
-    from schedspec.proofs.drift_features import compare_features, spec_steps
+    from schedspec.proofs.drift.features import compare_features, spec_steps
 
     with applied(mutant):
         for family in ("spec-decode", "prefix-caching"):
@@ -190,7 +190,7 @@ def test_a_mutant_of_a_rule_moves_the_feature_encoding_with_the_reference(mutant
 
 
 def test_no_drift_under_async_scheduling():
-    from schedspec.proofs.drift_async import async_steps, compare_async
+    from schedspec.proofs.drift.async_scheduling import async_steps, compare_async
 
     checked = 0
     seen = dict(
@@ -240,7 +240,7 @@ ASYNC_SHARED = [m for m in MUTANTS if m.target.startswith("reference_impl.rules:
 
 @pytest.mark.parametrize("mutant", ASYNC_SHARED, ids=[m.name for m in ASYNC_SHARED])
 def test_a_mutant_of_a_rule_moves_the_async_encoding_with_the_reference(mutant):
-    from schedspec.proofs.drift_async import async_steps, compare_async
+    from schedspec.proofs.drift.async_scheduling import async_steps, compare_async
 
     with applied(mutant):
         for index in range(10):
@@ -256,12 +256,12 @@ def test_the_feature_drift_checks_see_an_encoding_that_drifts(monkeypatch):
     """Each feature drift check, shown to catch a bug planted in the encoding alone (a shared rule's mutant moves
     both sides, so it could not show this): one placeholder too many under async, one computed token too many
     after a sync spec-decode update."""
-    from schedspec.proofs import encoding
-    from schedspec.proofs.drift_async import async_steps, compare_async
-    from schedspec.proofs.drift_features import compare_features, spec_steps
+    from schedspec.proofs.drift.async_scheduling import async_steps, compare_async
+    from schedspec.proofs.drift.features import compare_features, spec_steps
+    from schedspec.proofs.encoding import update
 
-    after_schedule, sample = encoding.after_schedule, encoding.sample
-    monkeypatch.setattr(encoding, "after_schedule", lambda *a: {**after_schedule(*a), "P": after_schedule(*a)["P"] + 1})
+    after_schedule, sample = update.after_schedule, update.sample
+    monkeypatch.setattr(update, "after_schedule", lambda *a: {**after_schedule(*a), "P": after_schedule(*a)["P"] + 1})
     found = {
         f.split(".")[-1]
         for i in range(5)
@@ -269,7 +269,7 @@ def test_the_feature_drift_checks_see_an_encoding_that_drifts(monkeypatch):
         for f, _, _ in compare_async(**s)
     }
     assert "num_output_placeholders" in found
-    monkeypatch.setattr(encoding, "sample", lambda *a: {**sample(*a), "C": sample(*a)["C"] + 1})
+    monkeypatch.setattr(update, "sample", lambda *a: {**sample(*a), "C": sample(*a)["C"] + 1})
     found = {
         f.split(".")[-1]
         for w in feature_workloads("spec-decode", 5)

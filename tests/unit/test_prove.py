@@ -5,9 +5,9 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.proofs import liveness
-from schedspec.proofs.prove import Job, check, run_job
-from schedspec.proofs.report import load_state_counterexample, replay_state, write_state_counterexample
+from schedspec.proofs.runs import liveness
+from schedspec.proofs.runs.prove import Job, check, run_job
+from schedspec.proofs.runs.report import load_state_counterexample, replay_state, write_state_counterexample
 from schedspec.spec.invariants import INVARIANTS
 
 
@@ -78,13 +78,13 @@ def test_prove_cli(tmp_path, capsys):
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_the_cut_proofs_go_through_without_falling_back(fcfs):
-    """Induction over the running pass (proofs/cuts.py): every lemma and every final query unsat, so the case that
+    """Induction over the running pass (proofs/runs/cuts.py): every lemma and every final query unsat, so the case that
     preempts is proved by the cut proof itself, not by the monolithic query it falls back to. That holds for the
     three invariants with a loop invariant of their own and, through the per-row one, for every other invariant."""
     import time
 
-    from schedspec.proofs.cuts import LOOP_INVARIANTS, ROWS, loop_invariant_of
-    from schedspec.proofs.prove import PRIORITY_ONLY, _by_cuts, _encoded
+    from schedspec.proofs.runs.cuts import LOOP_INVARIANTS, ROWS, loop_invariant_of
+    from schedspec.proofs.runs.prove import PRIORITY_ONLY, _by_cuts, _encoded
 
     pre, context, _ = _encoded(4, fcfs, True, reuse=False)
     proofs: dict = {}
@@ -102,7 +102,7 @@ def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
     import time
 
     from schedspec.mutants import BY_NAME as MUTANTS, applied
-    from schedspec.proofs.prove import _by_cuts, _encoded
+    from schedspec.proofs.runs.prove import _by_cuts, _encoded
     from schedspec.spec.invariants import BY_NAME
 
     with applied(MUTANTS["budget-off-by-one"]):

@@ -2,7 +2,7 @@
 
 The async step is the engine loop's (schedule, then absorb the older step in
 flight), with a per-request record of that step which the pre-state assumes
-and every check proves again of the post-state (`proofs/encoding_async.py`).
+and every check proves again of the post-state (`proofs/encoding/async_scheduling.py`).
 A proof over assumptions that rule out what async scheduling does would be
 vacuous, so each behaviour below must be satisfiable together with every
 assumption of the feature run.
@@ -14,7 +14,7 @@ import z3
 from helpers import possible
 
 from schedspec.cli import main
-from schedspec.proofs.features import CONCRETE_ONLY, _encoded, check
+from schedspec.proofs.runs.features import CONCRETE_ONLY, _encoded, check
 from schedspec.spec.invariants import INVARIANTS
 
 ASYNC = ("async",)
@@ -76,8 +76,8 @@ def test_the_assumptions_leave_every_async_behaviourpossible(preempts):
 def test_the_catalogue_alone_is_not_inductive_under_async():
     """Why the record is assumed (and proved again after every step): without it, a pre-state may hold
     placeholders that no step in flight accounts for, and the catalogue's async invariant does not carry over."""
-    from schedspec.proofs.prove import _goal
-    from schedspec.proofs.symbolic import in_flight_record
+    from schedspec.proofs.encoding.symbolic import in_flight_record
+    from schedspec.proofs.runs.prove import _goal
     from schedspec.spec.invariants import BY_NAME
 
     pre, context, post = _encoded(1, True, False, ASYNC)

@@ -1,11 +1,11 @@
-"""The per-request async lemma (proofs/async_request.py): proved, not vacuous, and needed in its per-step form."""
+"""The per-request async lemma (proofs/runs/async_request.py): proved, not vacuous, and needed in its per-step form."""
 
 from __future__ import annotations
 
 import z3
 
 from schedspec.mutants import BY_NAME as MUTANTS, applied
-from schedspec.proofs import async_request as lemma
+from schedspec.proofs.runs import async_request as lemma
 
 
 def test_the_strengthening_is_inductive_for_one_request_under_the_queue_of_two():

@@ -6,9 +6,9 @@ import z3
 from helpers import possible
 
 from schedspec.cli import main
-from schedspec.proofs.encoding import step
-from schedspec.proofs.features import CONCRETE_ONLY, _encoded, check
-from schedspec.proofs.symbolic import fresh
+from schedspec.proofs.encoding.step import step
+from schedspec.proofs.encoding.symbolic import fresh
+from schedspec.proofs.runs.features import CONCRETE_ONLY, _encoded, check
 from schedspec.spec.invariants import INVARIANTS
 
 

@@ -220,9 +220,9 @@ def test_gpu_impl_never_imports_the_reference():
 
 def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
     """A bug in the free order (blocks freed front to back) must fail the certificate, with a counterexample."""
-    from schedspec.gpu_impl import freequeue, update
+    from schedspec.gpu_impl import block_pool, update
 
-    real = freequeue.push_free
+    real = block_pool.push_free
 
     def forward_free(st, slots, mask):
         return real(st, slots.flip(1), mask.flip(1))

@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..reference_impl import api
-from ..spec.config import SchedulerConfig
-from ..spec.engine import steps
-from ..spec.invariants.build import view_from_states
-from ..spec.invariants.views import StepView
-from ..spec.output import ModelRunnerOutput, SchedulerOutput
-from ..spec.request import Request, RequestStatus
-from ..spec.state import SchedulerState
-from ..spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
-from ..spec.workload import Workload
+from ...reference_impl import api
+from ...spec.config import SchedulerConfig
+from ...spec.engine import steps
+from ...spec.invariants.build import view_from_states
+from ...spec.invariants.views import StepView
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.request import Request, RequestStatus
+from ...spec.state import SchedulerState
+from ...spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
+from ...spec.workload import Workload
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""The free-block queue as a ring buffer, and block allocation with exact ids.
+"""vLLM's `BlockPool` allocation with exact ids: `pop_alloc` and `push_free`, over a ring of free block ids.
+
+`pop_alloc` is `get_new_blocks` (and the block-table write of `allocate_slots`), `push_free` is
+`free_blocks`; without prefix caching anywhere in the batch the free queue they pop and push is a
+ring buffer (`ring`, `head`, `free` of `BatchState`), described here. With caching they use the LRU
+free queue of `lru_free_queue.py` instead.
 
 Block ids are observable (the model runner writes KV into them), so the order
 of vLLM's free queue is semantics, not detail (§9.A.16, T43-T45,
@@ -35,14 +40,14 @@ reads one scalar back from the device (one synchronisation).
 
 With prefix caching the queue also takes tail appends and removals from
 the middle, which a ring cannot do: a batch where any instance caches uses
-the keyed queue of `freelist.py` instead, behind the same two calls.
+the keyed LRU queue of `lru_free_queue.py` instead, behind the same two calls.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .freelist import keyed_free, keyed_pop
+from .lru_free_queue import keyed_free, keyed_pop
 from .state import BatchState
 
 Tensor = torch.Tensor
@@ -78,7 +83,7 @@ def pop_alloc(st: BatchState, slots: Tensor, asks: Tensor, also: Tensor | None =
     b = torch.div(owner, N, rounding_mode="floor")
     offset = (asks.cumsum(1) - asks).reshape(-1)[owner] + q
     slot = slots.reshape(-1)[owner]
-    if st.keyed:  # prefix caching somewhere in the batch: the keyed queue (freelist.py)
+    if st.keyed:  # prefix caching somewhere in the batch: the keyed queue (lru_free_queue.py)
         ids = keyed_pop(st, b, offset, most).to(st.table.dtype)
     else:
         ids = st.ring[b, (st.head[b] + offset) % st.capsafe[b]]

@@ -29,14 +29,14 @@ from typing import Any
 
 import z3
 
-from ..reference_impl import api, rules
-from ..spec.arith import and_, min_, or_
-from ..spec.invariants import INVARIANTS
-from ..spec.output import ModelRunnerOutput
+from ...reference_impl import api, rules
+from ...spec.arith import and_, min_, or_
+from ...spec.invariants import INVARIANTS
+from ...spec.output import ModelRunnerOutput
+from ..encoding.step import step
+from ..encoding.symbolic import fresh, state_view, well_formed
 from .concrete import to_state
-from .encoding import step
 from .prove import BLOCK_SIZE, Result, _minimise, _solver
-from .symbolic import fresh, state_view, well_formed
 
 PROPERTIES = ("no-livelock", "fits-alone-is-admitted")
 REPLAY_STEPS = 50

@@ -39,17 +39,22 @@ from typing import Any
 
 import z3
 
-from ..reference_impl import api
-from ..spec.block_hash import block_hashes
-from ..spec.config import SchedulerConfig
-from ..spec.invariants import Invariant
-from ..spec.invariants.build import view_from_states
-from ..spec.output import ModelRunnerOutput, SchedulerOutput
-from ..spec.request import Request, RequestStatus
-from ..spec.state import RequestState, SchedulerState
-from .encoding import Pre
+from ...reference_impl import api
+from ...spec.block_hash import block_hashes
+from ...spec.config import SchedulerConfig
+from ...spec.invariants import Invariant
+from ...spec.invariants.build import view_from_states
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.request import Request, RequestStatus
+from ...spec.state import RequestState, SchedulerState
+from ..encoding.state import Pre
 
 EOS, STOP, PLAIN, DRAFT = 2, 5, 7, 13
+
+
+# Per request id: the token it samples; under spec decode or async scheduling a dict, the tokens the model
+# returns and the drafter's proposal, or the step in flight (`to_state`).
+Sampled = dict[str, int | dict[str, Any]]
 
 
 def _val(model: z3.ModelRef, term: Any) -> Any:
@@ -59,8 +64,9 @@ def _val(model: z3.ModelRef, term: Any) -> Any:
     return z3.is_true(v) if z3.is_bool(v) else v.as_long()
 
 
-def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, int]]:
-    """The concrete pre-state, and the token each request samples if it completes its prefill."""
+def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, Sampled]:
+    """The concrete pre-state, and the token each request samples if it completes its prefill (a dict under spec
+    decode or async scheduling: the tokens the model returns, and the drafter's proposal or the step in flight)."""
     c = pre.config
     v = lambda t: _val(model, t)  # noqa: E731
     usable, wm = v(c.num_usable_blocks), v(c.watermark_blocks)
@@ -82,7 +88,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
     )
     num_running = v(pre.num_running)
     requests: dict[str, RequestState] = {}
-    sampled: dict[str, int] = {}
+    sampled: Sampled = {}
     order, next_block = [], 1
     for i, s in enumerate(pre.slots):
         rid = f"r{v(s.id_rank):02d}"
@@ -113,11 +119,12 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, dict[str, in
             num_output_placeholders=v(s.num_output_placeholders),
             num_in_flight_tokens=v(s.in_flight_num_scheduled) if v(s.in_flight) else 0,
         )
-        sampled[rid] = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
+        token = EOS if v(s.samples_eos) else STOP if v(s.samples_stop) else PLAIN
+        sampled[rid] = token
         if c.spec_decode or c.async_scheduling:
             tokens = [PLAIN] * (1 + v(s.num_accepted))
-            if sampled[rid] != PLAIN and 1 <= v(s.stop_at) <= len(tokens):
-                tokens[v(s.stop_at) - 1] = sampled[rid]
+            if token != PLAIN and 1 <= v(s.stop_at) <= len(tokens):
+                tokens[v(s.stop_at) - 1] = token
             sampled[rid] = {"tokens": tokens, "drafts": v(s.num_new_drafts)}
         if c.async_scheduling:  # what the step in flight scheduled; it returns tokens unless it was a prefill chunk
             flight = v(s.in_flight)

@@ -1,4 +1,7 @@
-"""The free-block queue under prefix caching: an order key per block, exact ids for pops, frees and touches.
+"""vLLM's LRU free-block queue (`FreeKVCacheBlockQueue`) under prefix caching, as an order key per block.
+
+The "keyed queue": exact ids for pops, frees and touches, and the blocks' ref counts. Without caching
+anywhere in the batch, `block_pool.py`'s ring serves instead.
 
 With caching on, vLLM's free queue (vllm/v1/core/block_pool.py:BlockPool, §3.4)
 is touched in three places, not one: freed blocks without a hash are

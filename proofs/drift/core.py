@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reference_impl import api
-from ..spec.output import ModelRunnerOutput
-from ..spec.request import RequestStatus
-from ..spec.state import SchedulerState
-from .encoding import Config, Pre, Slot, step
+from ...reference_impl import api
+from ...spec.output import ModelRunnerOutput
+from ...spec.request import RequestStatus
+from ...spec.state import SchedulerState
+from ..encoding.state import Config, Pre, Slot
+from ..encoding.step import step
 
 
 def from_state(state: SchedulerState, sampled: dict[str, int]) -> tuple[Pre, list[str]]:

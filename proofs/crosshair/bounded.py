@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from crosshair import NoTracing
 
-from ..spec.config import SchedulerConfig
-from ..spec.request import Request
-from ..spec.workload import Abort, Workload, WorkloadRequest
+from ...spec.config import SchedulerConfig
+from ...spec.request import Request
+from ...spec.workload import Abort, Workload, WorkloadRequest
 
 PROMPT_TOKEN, EOS, FILLER = 1, 2, 7
 # The bounds. Each is the largest value a pick can take; docs/crosshair.md states them in words.

@@ -1,6 +1,6 @@
 """Induction over the running pass: cut points with a loop invariant, for every invariant in the case that preempts.
 
-The running pass in the case that preempts (`encoding.step(pre, True)`) is
+The running pass in the case that preempts (`encoding/step.py:step(pre, True)`) is
 the hard part of a step for Z3: N slots, each with up to N preemption
 rounds, each choosing among N victims, all chained through `free`,
 `budget` and `pops`. Block and budget conservation, and the PRIORITY
@@ -10,7 +10,7 @@ chain computed.
 
 Here the pass is cut before every slot, before and after each of the slot's
 preemption rounds, and after the pass. At each cut
-the pass's state (`encoding.STATE`) is replaced by fresh symbolic values
+the pass's state (`encoding/state.py:STATE`) is replaced by fresh symbolic values
 constrained only by a loop invariant J_k. The proof is then one small
 query per segment between two cuts, each over one preemption round instead
 of the whole pass:
@@ -71,9 +71,10 @@ from typing import Any
 
 import z3
 
-from ..reference_impl import rules
-from ..spec.arith import and_, implies, ite, not_, or_
-from .encoding import STATE, Pre, _key_eq, _key_gt
+from ...reference_impl import rules
+from ...spec.arith import and_, implies, ite, not_, or_
+from ..encoding.order import key_eq, key_gt
+from ..encoding.state import STATE, Pre
 
 _ids = itertools.count()
 
@@ -198,7 +199,7 @@ class Rows:
 
 
 def key_ge(a, b) -> Any:
-    return or_(_key_gt(a, b), _key_eq(a, b))
+    return or_(key_gt(a, b), key_eq(a, b))
 
 
 def rank_lemma(pre: Pre, rank: list[Any]) -> Any:

@@ -1,7 +1,7 @@
 """Run `crosshair check` on each contract, in its own process, and report what it found, replayed.
 
 Each contract runs in a fresh subprocess (`python -m
-schedspec.proofs.crosshair_runner [--mutant NAME] CONTRACT`): the mutant is
+schedspec.proofs.crosshair.runner [--mutant NAME] CONTRACT`): the mutant is
 applied there before CrossHair starts, so a mutant never leaks into the
 caller, and contracts can run side by side. That process calls CrossHair's
 own `check` in-process with `--report_all`, so its output says, per
@@ -43,11 +43,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..spec.errors import SpecError
+from ...spec.errors import SpecError
 from .bounded import Ask, Draws, Knobs
 from .contracts import CONTRACTS
 
-MODULE = "schedspec.proofs.contracts"
+MODULE = "schedspec.proofs.crosshair.contracts"
 RESULT_MARK = "@@crosshair-runner "
 
 NO_CX = "no counterexample within bounds"
@@ -88,7 +88,7 @@ def check_names(names: Iterable[str] | None) -> list[str]:
 
 
 def check_mutant(name: str | None) -> None:
-    from ..mutants import BY_NAME
+    from ...mutants import BY_NAME
 
     if name is not None and name not in BY_NAME:
         raise SpecError("--mutant", name, f"is not a mutant; known: {', '.join(BY_NAME)}")
@@ -119,7 +119,12 @@ def parse_args(text: str) -> tuple[Any, ...]:
             name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
             if name not in types:
                 raise ValueError(f"unexpected call {ast.unparse(node)}")
-            return types[name](*map(value, node.args), **{kw.arg: value(kw.value) for kw in node.keywords})
+            kwargs: dict[str, Any] = {}
+            for kw in node.keywords:
+                if kw.arg is None:  # `**mapping`: CrossHair never prints one
+                    raise ValueError(f"unexpected ** in {ast.unparse(node)}")
+                kwargs[kw.arg] = value(kw.value)
+            return types[name](*map(value, node.args), **kwargs)
         if isinstance(node, ast.Tuple):  # Draws holds tuples of ints
             return tuple(value(e) for e in node.elts)
         v = ast.literal_eval(node)
@@ -137,7 +142,7 @@ def parse_args(text: str) -> tuple[Any, ...]:
 def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
     from crosshair.main import unwalled_main
 
-    from ..mutants import BY_NAME, applied
+    from ...mutants import BY_NAME, applied
     from . import contracts
 
     out = io.StringIO()
@@ -159,7 +164,7 @@ def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]
 
 
 def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
-    from ..mutants import BY_NAME, applied
+    from ...mutants import BY_NAME, applied
     from .contracts import explain
 
     values = parse_args(args)
@@ -169,7 +174,7 @@ def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
 
 def _subprocess(argv: list[str], wall_limit: float) -> dict[str, Any] | str:
     """Run this module in a fresh interpreter; its result, or why there is none."""
-    cmd = [sys.executable, "-m", "schedspec.proofs.crosshair_runner", *argv]
+    cmd = [sys.executable, "-m", "schedspec.proofs.crosshair.runner", *argv]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=wall_limit)
     except subprocess.TimeoutExpired:
@@ -246,7 +251,7 @@ def run_contracts(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m schedspec.proofs.crosshair_runner",
+        prog="python -m schedspec.proofs.crosshair.runner",
         description="crosshair check on one contract, a mutant applied (a worker of run_contract)",
     )
     ap.add_argument("contract", choices=list(CONTRACTS))

@@ -43,9 +43,9 @@ from typing import Any
 
 from crosshair import NoTracing, deep_realize
 
-from ..spec.invariants.catalogue import BY_NAME, INVARIANTS, Invariant
-from ..spec.invariants.monitor import check_trace
-from ..spec.workload import Workload
+from ...spec.invariants.catalogue import BY_NAME, INVARIANTS, Invariant
+from ...spec.invariants.monitor import check_trace
+from ...spec.workload import Workload
 from .bounded import Ask, Draws, Knobs, decode, workload
 from .bounded_run import run, trace_of
 
@@ -125,8 +125,8 @@ CONTRACTS: dict[str, str] = {contract_name(c): c for c in ["", *(i.name for i in
 FEATURE_OF: dict[str, str] = {contract_name(ALL, f): f for f in FEATURES}
 CONTRACTS.update({name: ALL for name in FEATURE_OF})
 
-# CrossHair finds each by name (`schedspec.proofs.contracts.check_token_bounds`); they share one code object,
-# so its messages give the same line for all of them, and the runner tells them apart by name.
+# CrossHair finds each by name (`schedspec.proofs.crosshair.contracts.check_token_bounds`); they share one code
+# object, so its messages give the same line for all of them, and the runner tells them apart by name.
 for _name, _check in CONTRACTS.items():
     globals()[_name] = _feature_contract(FEATURE_OF[_name]) if _name in FEATURE_OF else _contract(_check)
 

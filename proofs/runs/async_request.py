@@ -3,9 +3,9 @@
 This is a lemma: it proves that one request's async counters stay tied
 together, whatever the rest of the batch does, over an abstract step of that
 request alone. The feature run (`schedspec prove --feature async`) assumes
-the same record of every request (`encoding_async.record_holds`) and proves
-it again, with every invariant of the catalogue, over the encoding's whole
-step; this lemma is the short argument for why the record is the right one.
+the same record of every request
+(`encoding/async_scheduling.py:record_holds`) and proves it again, with
+every invariant of the catalogue, over the encoding's whole step; this lemma is the short argument for why the record is the right one.
 
 The catalogue's `placeholders-match-in-flight` sums over the steps in flight,
 and that sum is not inductive on its own: an oldest step with n = 2 that was a
@@ -46,11 +46,11 @@ from typing import Any
 
 import z3
 
-from ..reference_impl import rules
-from ..spec.arith import and_, implies, ite, not_, or_
-from ..spec.invariants import BY_NAME
-from ..spec.invariants.views import Row, StepView
-from ..spec.rules import num_owed_tokens, preempted_counters
+from ...reference_impl import rules
+from ...spec.arith import and_, implies, ite, not_, or_
+from ...spec.invariants import BY_NAME
+from ...spec.invariants.views import Row, StepView
+from ...spec.rules import num_owed_tokens, preempted_counters
 
 
 @dataclass

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reference_impl import rules
-from ..spec.arith import implies, ite
+from ...reference_impl import rules
+from ...spec.arith import implies, ite
 
 Int = Any
 

@@ -1,6 +1,6 @@
 """No drift under sync spec decode and prefix caching: the encoding takes the reference's step, drafts, hits and all.
 
-The core drift test (`drift.py`) plants one sampled token per request. With
+The core drift test (`core.py`) plants one sampled token per request. With
 drafts the model returns 1 + accepted tokens and the drafter a proposal
 after the update, and those are the encoding's free inputs. So this check
 runs the reference through `spec.engine.steps`, the engine loop every engine
@@ -20,17 +20,18 @@ counted from the block tables, and compared.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..reference_impl import ReferenceEngine
-from ..spec.engine import steps
-from ..spec.output import ModelRunnerOutput, SchedulerOutput
-from ..spec.state import SchedulerState
-from ..spec.trace import StepRecord
-from .drift import diff_through_abstraction, from_state
-from .encoding import Pre, step
+from ...reference_impl import ReferenceEngine
+from ...spec.engine import steps
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.state import SchedulerState
+from ...spec.trace import FinishedRequest, StepRecord
+from ..encoding.state import Pre
+from ..encoding.step import step
+from .core import diff_through_abstraction, from_state
 
 
 def model_inputs(
@@ -79,7 +80,8 @@ def probe_cache(engine: ReferenceEngine) -> dict[str, dict[str, int]]:
             )
         free(request)
 
-    kv.get_computed_blocks, kv.free = get_computed_blocks, free_request
+    # This instance's own methods, wrapped: a probe of one engine, never of the class.
+    kv.get_computed_blocks, kv.free = get_computed_blocks, free_request  # type: ignore[method-assign]
     return seen
 
 
@@ -131,9 +133,19 @@ def recorded_steps(
             yield pre, absorbed, record, engine.state(), {r: dict(v) for r, v in engine.probed.items()}
 
 
-def spec_steps(
-    workload, max_steps: int = 60, max_live: int = 10
-) -> Iterator[tuple[SchedulerState, Any, Any, SchedulerState, dict, dict, dict]]:
+# (pre, output, model output, post after the drafter, finished, proposals, probed cache inputs)
+SpecStep = tuple[
+    SchedulerState,
+    SchedulerOutput,
+    ModelRunnerOutput,
+    SchedulerState,
+    Mapping[str, FinishedRequest],
+    Mapping[str, tuple[int, ...]],
+    dict[str, dict[str, int]],
+]
+
+
+def spec_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[SpecStep]:
     """(pre, output, model output, post after the drafter, finished, proposals, probed cache inputs) per step."""
     for pre, _, record, post, probed in recorded_steps(workload, max_steps, max_live):
         yield pre, record.output, record.model_output, post, record.finished, record.draft_token_ids, probed

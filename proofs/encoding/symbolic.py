@@ -18,10 +18,11 @@ from typing import Any
 
 import z3
 
-from ..spec.arith import and_, implies, ite, not_
-from ..spec.invariants.views import Row, StepView
-from .encoding import Config, Post, Pre, Slot, heap_before
-from .encoding_async import record_holds
+from ...spec.arith import and_, implies, ite, not_
+from ...spec.invariants.views import Row, StepView
+from .async_scheduling import record_holds
+from .order import heap_before
+from .state import Config, Post, Pre, Slot
 
 
 def fresh(
@@ -50,20 +51,15 @@ def fresh(
     )
     slots = [
         Slot(
-            *(
-                I(f"{name}_{i}")
-                for name in (
-                    "prompt",
-                    "outputs",
-                    "computed",
-                    "blocks",
-                    "max_tokens",
-                    "min_tokens",
-                    "priority",
-                    "arrival",
-                    "id_rank",
-                )
-            ),
+            num_prompt_tokens=I(f"prompt_{i}"),
+            num_output_tokens=I(f"outputs_{i}"),
+            num_computed_tokens=I(f"computed_{i}"),
+            num_blocks=I(f"blocks_{i}"),
+            max_tokens=I(f"max_tokens_{i}"),
+            min_tokens=I(f"min_tokens_{i}"),
+            priority=I(f"priority_{i}"),
+            arrival=I(f"arrival_{i}"),
+            id_rank=I(f"id_rank_{i}"),
             preempted=B(f"preempted_{i}"),
             samples_eos=B(f"samples_eos_{i}"),
             samples_stop=B(f"samples_stop_{i}"),
@@ -76,7 +72,7 @@ def fresh(
             s.num_spec_tokens, s.is_prefill_chunk = I(f"spec_tokens_{i}"), B(f"is_prefill_chunk_{i}")
             s.num_accepted, s.stop_at, s.num_new_drafts = I(f"accepted_{i}"), I(f"stop_at_{i}"), I(f"new_drafts_{i}")
     pre = Pre(config, slots, I("num_running") if num_running is None else num_running, I("num_free_blocks"))
-    if prefix_caching:  # each slot's hit and sharing, and the shared table entries: free (encoding_caching.py)
+    if prefix_caching:  # each slot's hit and sharing, and the shared table entries: free (prefix_caching.py)
         config.prefix_caching, pre.num_shared_refs = True, I("num_shared_refs")
         for i, s in enumerate(slots):
             s.hit_blocks, s.evictable, s.shared_freed = (
@@ -84,7 +80,7 @@ def fresh(
                 I(f"evictable_{i}"),
                 I(f"shared_freed_{i}"),
             )
-    if async_scheduling:  # P and the one step in flight; what its model returned (encoding_async.py)
+    if async_scheduling:  # P and the one step in flight; what its model returned (async_scheduling.py)
         config.async_scheduling = True
         for i, s in enumerate(slots):
             s.num_output_placeholders, s.in_flight = I(f"placeholders_{i}"), B(f"in_flight_{i}")
@@ -134,7 +130,7 @@ def well_formed(pre: Pre) -> list[Any]:
         facts += [z3.And(s.num_spec_tokens >= 0, s.num_spec_tokens <= k) for s in slots]
     if c.prefix_caching:  # an extra table entry is an entry of some held block
         facts += [pre.num_shared_refs >= 0, pre.num_shared_refs <= sum(s.num_blocks for s in slots)]
-    if c.async_scheduling:  # assumed here, proved of the post-state with every invariant (features.py)
+    if c.async_scheduling:  # assumed here, proved of the post-state with every invariant (runs/features.py)
         facts += [in_flight_record(pre, i) for i in range(n)]
     return facts
 

@@ -27,12 +27,14 @@ from typing import Any
 
 import z3
 
-from ..spec.arith import and_, implies, not_
-from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
-from .concrete import replay, to_state
+from ...spec.arith import and_, implies, not_
+from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ..encoding.order import heap_before
+from ..encoding.state import Pre
+from ..encoding.step import step
+from ..encoding.symbolic import fresh, post_state_view, state_view, step_view, well_formed
+from .concrete import Sampled, replay, to_state
 from .cuts import CutProof, loop_invariant_of, obligations
-from .encoding import Pre, heap_before, step
-from .symbolic import fresh, post_state_view, state_view, step_view, well_formed
 
 PRIORITY_ONLY = ("priority-victim-is-least-important",)  # trivially true under FCFS: no cut proof needed
 BLOCK_SIZE = 4  # concrete: ceil(x / bs) with a symbolic bs is nonlinear; 4 makes partial blocks common
@@ -47,7 +49,7 @@ class Result:
     seconds: float
     counterexample: dict[str, Any] | None = None
     state: Any = None  # the concrete pre-state of a counterexample
-    sampled: dict[str, int] = field(default_factory=dict)
+    sampled: Sampled = field(default_factory=dict)
     cpu_seconds: float = 0.0  # this process's CPU time for the check: wall time is noisy on a shared machine
 
 
@@ -218,7 +220,7 @@ class Job:
 def run_job(job: Job) -> Result:
     if job.mutant is None:
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True)
-    from ..mutants import BY_NAME as MUTANTS, applied
+    from ...mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)

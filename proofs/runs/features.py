@@ -9,9 +9,9 @@ and the step's `inputs` (0 <= accepted <= drafts scheduled, the stop token
 among the appended ones, 0 <= proposal <= k) join the facts.
 
 `--feature async` makes the step the engine loop's with a batch queue of
-2: schedule, then absorb the older step in flight (encoding_async.py). The
-pre-state carries each request's record of that step, assumed
-(`symbolic.in_flight_record`) and proved again after the step together with
+2: schedule, then absorb the older step in flight
+(encoding/async_scheduling.py). The pre-state carries each request's record
+of that step, assumed (`symbolic.in_flight_record`) and proved again after the step together with
 every invariant (`_goal`), so the strengthening is discharged by the same
 checks. Without `--feature` nothing async is built; the default feature set
 is the synchronous loop's two (`SYNC`).
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import z3
 
-from ..spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ..encoding.step import step
+from ..encoding.symbolic import fresh, post_in_flight_record, state_view, well_formed
 from . import prove
-from .encoding import step
-from .symbolic import fresh, post_in_flight_record, state_view, well_formed
 
 FEATURES = ("spec-decode", "prefix-caching", "async")
 SYNC = FEATURES[:2]  # the default: the synchronous engine loop with both of its features
@@ -111,7 +111,7 @@ def check(
 
 
 def run_job(job: Job) -> prove.Result:
-    from ..mutants import BY_NAME as MUTANTS, applied
+    from ...mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]) if job.mutant else nullcontext():
         return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..spec.state import SchedulerState
-from .drift_features import encoding_pre, feature_diffs, recorded_steps
-from .encoding import step
-from .encoding_async import record_holds
+from ...spec.state import SchedulerState
+from ..encoding.async_scheduling import record_holds
+from ..encoding.step import step
+from .features import encoding_pre, feature_diffs, recorded_steps
 
 
 def async_steps(workload, max_steps: int = 60, max_live: int = 10) -> Iterator[dict[str, Any]]:

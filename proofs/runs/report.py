@@ -13,11 +13,11 @@ from typing import Any
 
 from rich.table import Table
 
-from ..spec.errors import SpecError
-from ..spec.invariants import BY_NAME
-from ..spec.jsonio import read_json, write_json_atomic
-from ..spec.state import SchedulerState, state_from_json, state_to_json
-from .concrete import replay
+from ...spec.errors import SpecError
+from ...spec.invariants import BY_NAME
+from ...spec.jsonio import read_json, write_json_atomic
+from ...spec.state import SchedulerState, state_from_json, state_to_json
+from .concrete import Sampled, replay
 
 STATE_KIND = "state"
 
@@ -28,7 +28,7 @@ def write_state_counterexample(
     n: int,
     policy: str,
     state: SchedulerState,
-    sampled: dict[str, int],
+    sampled: Sampled,
     mutant: str | None = None,
 ) -> None:
     write_json_atomic(
@@ -148,7 +148,7 @@ def replay_state(data: dict[str, Any]) -> tuple[bool, list[Any]]:
     """Step the reference from the stored state; whether the invariant breaks, and what to print."""
     invariant = BY_NAME[data["invariant"]]
     if data.get("mutant"):  # the counterexample was found with a planted bug: replay it with that bug
-        from ..mutants import BY_NAME as MUTANTS, applied
+        from ...mutants import BY_NAME as MUTANTS, applied
 
         if data["mutant"] not in MUTANTS:
             raise SpecError("counterexample.mutant", data["mutant"], "is not a known mutant")

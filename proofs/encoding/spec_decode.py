@@ -1,9 +1,10 @@
 """Sync speculative decoding in the step encoding: the update side of a request that sampled with drafts.
 
-`encoding.step` calls this for every slot when `Config.spec_decode` is set;
-the scheduling side (owed T + S - C, the draft count the clamps leave, the
-padded decode-like admission) is inline in `encoding.step`, each decision a
-call into `reference_impl.rules`, as everywhere else.
+The update (`update.py`) calls this for every slot when `Config.spec_decode`
+is set; the scheduling side (owed T + S - C, the draft count the clamps
+leave, the padded decode-like admission) is in the passes (`running.py`,
+`waiting.py`), each decision a call into `reference_impl.rules`, as
+everywhere else.
 
 What the model returns is free in the formula, constrained only as a real
 verifier and drafter are:
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reference_impl import rules
-from ..spec.arith import and_, ite, or_
+from ...reference_impl import rules
+from ...spec.arith import and_, ite, or_
 
 Int = Any
 

@@ -6,7 +6,7 @@ queue is full and it absorbs the older one in the same engine step. So the
 state carries, per request, that one step's record: whether it scheduled the
 request, with n tokens of which d drafts (or padding), and the c
 placeholders it added (0 for a prefill chunk, else 1 + d). The engine step
-is `schedule()` (in `encoding.step`: P in what a request is owed, the skip
+is `schedule()` (in the passes of `step.py`: P in what a request is owed, the skip
 rule `rules.async_max_tokens_reached`, P and the record's output turned
 stale on preemption, the stale skip in the waiting pass), then, per slot,
 `after_schedule` below: the AsyncScheduler increment and the absorption of
@@ -17,12 +17,12 @@ Why records and not the catalogue's sums: `placeholders-match-in-flight`
 over I, P and stale is not inductive over the update (an oldest step that
 was a prefill chunk of n = 2 gives I' = 0, P' = 1 from I = 2, P = 1;
 `async_request.aggregate_counterexample`). `record_holds` is the per-request
-`J` of `async_request.py` over the one record; the feature run assumes it of
+`J` of `runs/async_request.py` over the one record; the feature run assumes it of
 the pre-state and proves it of the post-state with every invariant, so the
 assumption is discharged, not trusted.
 
 What the older step's model returned is free, as in sync spec decode
-(`encoding_spec.py`): 0 <= accepted <= d drafts, and the stop token's
+(`spec_decode.py`): 0 <= accepted <= d drafts, and the stop token's
 position among the 1 + accepted tokens. The placeholder drafts `-1` never
 match in a real run, so accepted > 0 over-approximates; sound for proofs.
 """
@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reference_impl import rules
-from ..spec.arith import and_, implies, ite, not_, or_
-from .encoding_spec import first_stop, kind_at
-from .encoding_state import Bool, Int, Slot
+from ...reference_impl import rules
+from ...spec.arith import and_, implies, ite, not_, or_
+from .spec_decode import first_stop, kind_at
+from .state import Bool, Int, Slot
 
 
 def record_holds(running: Bool, C: Int, P: Int, f: Bool, n1: Int, d1: Int, c1: Int, k: Int) -> Bool:
