@@ -15,7 +15,7 @@ certificate, its Markdown and the JUnit XML do not change format:
   engine's own tensor version of `spec.engine.fake_model` (and the drafter's
   proposals from its tensor version of `spec.engine.Drafter`; async
   instances run their own batch queue), so the whole record must agree;
-* coverage is counted on the oracle's steps up to the first divergence;
+* coverage (and the coverage map's cells) is counted on the oracle's steps up to the first divergence;
 * the invariant monitors judge the torch trace up to the same point, with
   the same end label the lock-step path gives it;
 * workloads planned for a determinism check run in a second batch, and the
@@ -50,6 +50,7 @@ from .campaign import Task, WorkloadResult, run_task
 from .compare import compare_records
 from .counterexample import Counterexample
 from .coverage import coverage
+from .coverage_map import cells
 from .families import generate
 from .registry import engine_factory, engine_version
 
@@ -72,6 +73,7 @@ def _result(
     t0 = time.perf_counter()
     divergence, compared = compare_records(oracle.steps, torch_trace.steps, task.level)
     out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
+    out.cells = cells(workload, oracle.steps[:compared])
     complete = divergence is None and compared < workload.max_steps
     engine_trace = Trace(
         workload, tuple(torch_trace.steps[:compared]), task.engine, "drained" if complete else "max_steps"

@@ -1,6 +1,7 @@
 """The certificate as people and CI read it: Markdown with step tables, and JUnit XML.
 
-The Markdown leads with the verdict and the three outcomes, then gives each
+The Markdown leads with the verdict and the three outcomes, the behaviour
+counters and the coverage map (the cells never reached named), then gives each
 error with its cause and a fix (an error is the engine failing as a program,
 so the reader needs to know what to do, not a step table), and the first few
 shrunk counterexamples as step tables (`explain.py`), because a file name
@@ -17,6 +18,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from .campaign import WorkloadResult
+from .coverage_map import markdown_lines as coverage_map_lines
 from .explain import markdown_table
 
 TABLES_SHOWN = 3  # counterexamples drawn as step tables in the Markdown; the rest are listed
@@ -63,6 +65,8 @@ def markdown(cert: dict[str, Any]) -> str:
         f"Invariant monitors: {cert['invariants_checked']} invariants checked on every step of the engine's "
         f"traces; {len(cert['invariant_violations'])} violations.",
     ]
+    if cert.get("coverage_map"):
+        lines += [""] + coverage_map_lines(cert["coverage_map"])
     if cert["errors"] or cert["skipped"]:
         lines += [
             "",

@@ -22,7 +22,9 @@ verdict, and the exit status the CLI derives from it:
 Divergences are shrunk in a second phase, the first `--max-counterexamples`
 of them in plan order; the rest are listed with their unshrunk workloads.
 The certificate (JSON and Markdown, `certificate_text.py`) records what was
-checked and how much; JUnit XML gives CI one test case per workload.
+checked and how much, with the coverage map's cells the campaign reached and
+the possible ones it never did (`coverage_map.py`); JUnit XML gives CI one
+test case per workload.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec.errors import SpecError
-from ..spec.invariants import INVARIANTS
+from ..spec.invariants import MONITORED
 from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from .campaign import Task, WorkloadResult, run_task, shrink_result, skipped
 from .certificate_text import junit, markdown
 from .compare import LEVELS
 from .coverage import BEHAVIOURS
+from .coverage_map import summary as coverage_map_summary
 from .engines.vllm_source import vllm_source_info
 from .families import FAMILIES
 from .registry import engine_factory, engine_version, is_builtin, vllm_source_of
@@ -197,12 +200,14 @@ def certificate(
     t0 = tasks[0]
     per_family: dict[str, dict[str, int]] = {}
     covered: Counter[str] = Counter()
+    reached: Counter[str] = Counter()
     for r in results:
         c = per_family.setdefault(r.family, {"workloads": 0, "matched": 0, "diverged": 0, "error": 0, "steps": 0})
         c["workloads"] += 1
         c[r.outcome if r.outcome != "skipped" else "error"] += 1
         c["steps"] += r.steps_compared
         covered.update(r.coverage)
+        reached.update(r.cells)
     steps = sum(r.steps_compared for r in results)
     nondet = [{"workload": r.name, **r.nondeterministic} for r in results if r.nondeterministic]
     violations = [{"workload": r.name, "violation": v} for r in results for v in r.violations]
@@ -258,12 +263,13 @@ def certificate(
         "steps_per_second": round(steps / elapsed_s, 1) if elapsed_s > 0 else None,
         "per_family": per_family,
         "coverage": {b: covered.get(b, 0) for b in BEHAVIOURS},
+        "coverage_map": coverage_map_summary(reached),
         "determinism": {"checked": sum(t.check_determinism for t in tasks), "nondeterministic": nondet},
         "counterexamples": cxs,
         "errors": errors,
         "skipped": not_run,
         "invariant_violations": violations,
-        "invariants_checked": len(INVARIANTS) + 2,  # the catalogue, plus the two trace-level checks
+        "invariants_checked": len(MONITORED) + 2,  # the catalogue and the decisions, plus two trace-level checks
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 

@@ -25,6 +25,10 @@ The three features (prefix caching, spec decode, async scheduling), each counted
   drafts than the drafter proposed (budget, threshold or `max_model_len`, D4).
 * `stale_output`: under async scheduling, an absorbed output named a request
   that was preempted after that output was scheduled (§6).
+
+These are totals. The coverage map (`coverage_map.py`, events detected by
+`events.py`, which reuses `stop_kind` and `FeatureTracker` from here) says
+in which mode each pass-level event happened, and which never did.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ steps, and small workloads make small counterexamples.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
@@ -18,6 +19,7 @@ from typing import Protocol, TypeVar
 from ..spec.config import SchedulerConfig
 from ..spec.request import Request
 from ..spec.workload import Abort, Workload, WorkloadRequest
+from .families_mixed import MIXED_FAMILIES
 
 T = TypeVar("T")
 EOS = 2
@@ -63,17 +65,14 @@ def _requests(
     for i in range(n):
         prompt_len = d.int(1, max(1, min(L - 1, max_prompt)))
         mt = d.int(1, max_tokens)
-        # A probable bug, kept for now (a fix changes every workload max_model_len's family draws): this rebinds
-        # the flag `min_tokens` to the drawn count, which the next request then tests, so once a request has
-        # none, no later one draws any.
-        min_tokens = d.int(0, mt) if (stops or min_tokens) and d.bool() else 0  # type: ignore[assignment]
+        num_min_tokens = d.int(0, mt) if (stops or min_tokens) and d.bool() else 0
         vocab = (10, 20) if not stops else (2, 12)  # the stop family lands on EOS and stop tokens
         planted = tuple(d.int(*vocab) for _ in range(d.int(0, mt + 1)))
         request = Request(
             request_id=f"r{i}",
             prompt_token_ids=tuple(d.int(10, 13) for _ in range(prompt_len)),
             max_tokens=mt,
-            min_tokens=min_tokens,
+            min_tokens=num_min_tokens,
             eos_token_id=EOS if stops else None,
             ignore_eos=stops and d.bool(),
             stop_token_ids=STOP_TOKENS if stops and d.bool() else (),
@@ -82,6 +81,26 @@ def _requests(
         )
         out.append(WorkloadRequest(request, d.int(0, spread), planted))
     return tuple(out)
+
+
+def _runnable(w: Workload) -> Workload:
+    """Grow the pool to the largest prompt the workload must run (`spec.workload.check_runnable`).
+
+    A prompt that needs more blocks than the pool is never admitted (or, with
+    the full-sequence gate off, preempts itself forever), and at the head of
+    the queue it idles everything behind it until `max_steps`: 105 of 2400
+    workloads of six families did, which cost their coverage. A request the
+    workload aborts once it has arrived may stay too big, as `check_runnable`
+    allows. No draw is spent here, so every workload that fitted is as before.
+    """
+    c = w.config
+    aborted = {a.request_id for a in w.aborts if a.step >= w.request(a.request_id).arrival_step}
+    need = max(
+        (-(-r.request.num_prompt_tokens // c.block_size) for r in w.requests if r.request_id not in aborted), default=0
+    )
+    if need <= c.num_usable_blocks:
+        return w
+    return w.replace(config=dataclasses.replace(c, num_gpu_blocks=need + 1))
 
 
 def _config(d: Draw, *, budget: int, seqs: int, L: int, bs: int, blocks: int, **kw) -> SchedulerConfig:
@@ -144,7 +163,7 @@ def kv_pressure(d: Draw) -> Workload:
         watermark=d.choice([0.0, 0.0, 0.1, 0.3]),
         scheduler_reserve_full_isl=d.choice([True, True, False]),
     )
-    return Workload(cfg, _requests(d, d.int(2, 6), L, 24, 16, 6), max_steps=MAX_STEPS)
+    return _runnable(Workload(cfg, _requests(d, d.int(2, 6), L, 24, 16, 6), max_steps=MAX_STEPS))
 
 
 def priority(d: Draw) -> Workload:
@@ -160,7 +179,7 @@ def priority(d: Draw) -> Workload:
         policy="priority",
         long_prefill_token_threshold=d.choice([0, d.int(1, 16)]),
     )
-    return Workload(cfg, _requests(d, d.int(2, 6), L, 24, 12, 6, priority=True), max_steps=MAX_STEPS)
+    return _runnable(Workload(cfg, _requests(d, d.int(2, 6), L, 24, 12, 6, priority=True), max_steps=MAX_STEPS))
 
 
 def max_model_len(d: Draw) -> Workload:
@@ -184,7 +203,7 @@ def aborts(d: Draw) -> Workload:
     reqs = _requests(d, d.int(1, 6), L, 40, 10, 4, priority=cfg.policy == "priority")
     chosen = [r.request_id for r in reqs if d.bool()]
     abort_list = tuple(Abort(d.int(0, 12), rid) for rid in chosen)
-    return Workload(cfg, reqs, abort_list, max_steps=MAX_STEPS)
+    return _runnable(Workload(cfg, reqs, abort_list, max_steps=MAX_STEPS))
 
 
 def big_batch(d: Draw) -> Workload:
@@ -278,7 +297,7 @@ def prefix_caching(d: Draw) -> Workload:
         long_prefill_token_threshold=d.choice([0, 0, d.int(1, 16)]),
         enable_prefix_caching=True,
     )
-    return Workload(cfg, _feature_requests(d, cfg, d.int(2, 6), 8, 6), max_steps=FEATURE_MAX_STEPS)
+    return _runnable(Workload(cfg, _feature_requests(d, cfg, d.int(2, 6), 8, 6), max_steps=FEATURE_MAX_STEPS))
 
 
 def spec_decode(d: Draw) -> Workload:
@@ -296,9 +315,8 @@ def spec_decode(d: Draw) -> Workload:
         num_speculative_tokens=k,
         policy=d.choice(["fcfs", "fcfs", "priority"]),
     )
-    return Workload(
-        cfg, _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True), max_steps=FEATURE_MAX_STEPS
-    )
+    reqs = _feature_requests(d, cfg, d.int(1, 5), 12, 5, stops=d.bool(), proposals=True)
+    return _runnable(Workload(cfg, reqs, max_steps=FEATURE_MAX_STEPS))
 
 
 def async_scheduling(d: Draw) -> Workload:
@@ -319,7 +337,7 @@ def async_scheduling(d: Draw) -> Workload:
     )
     reqs = _feature_requests(d, cfg, d.int(2, 5), d.choice([1, 3, 6, 12]), 5, stops=d.bool())
     abort_list = tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0)
-    return Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS)
+    return _runnable(Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS))
 
 
 FAMILIES: dict[str, Callable[[Draw], Workload]] = {
@@ -335,11 +353,14 @@ FAMILIES: dict[str, Callable[[Draw], Workload]] = {
     "prefix-caching": prefix_caching,
     "spec-decode": spec_decode,
     "async": async_scheduling,
+    # Every knob at once (swarm testing), one family per policy and scheduling: the coverage map's other cells.
+    **MIXED_FAMILIES,
 }
 
 
 def generate(family: str, seed: int, index: int) -> Workload:
     """The `index`-th workload of `family` in the campaign seeded by `seed`: the same on every machine."""
-    rng = random.Random(f"{family}/{seed}/{index}")
-    workload = FAMILIES[family](RandomDraw(rng))
+    draw, mixed = RandomDraw(random.Random(f"{family}/{seed}/{index}")), MIXED_FAMILIES.get(family)
+    # A mixed family is stratified: spec decode and prefix caching take turns, by index.
+    workload = mixed(draw, index % mixed.strata) if mixed is not None else FAMILIES[family](draw)
     return workload.replace(name=f"{family}-{seed}-{index}", description=f"family {family}, seed {seed}, index {index}")

@@ -15,6 +15,18 @@ Two checkers live here, both driven by the seeded families:
 Each finding is shrunk with the same checker as predicate, so the reported
 workload is minimal for that checker and still shows the same problem.
 
+The search is bounded by a count, not by seconds (`search_budget.py`): the
+first `examples` workloads, families round-robin from a fixed seed, always
+in the same order. None found among them is a finished search that missed
+(`None`); a search stopped by the safety cap `budget_s` first raises
+`SearchCut`, which is unknown, never a miss. The shrink is bounded by a
+count of candidates, with a seconds cap that costs only size.
+
+What runs is a `Subject`: the reference with a catalogue mutant planted, or
+an engine of the user's derived from it (`schedspec mutants --from`). An
+engine that raises is caught: an `AssertionError` (vLLM's own asserts, in
+the reference) as "assertion", anything else as "crash".
+
 A mutant is hunted on the families that exercise it (`Mutant.families`),
 by default the nine of the core scope: a mutant of prefix caching is
 invisible on workloads that never cache, and the core mutants keep the
@@ -27,14 +39,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..mutants import Mutant, applied
+from ..mutants import Mutant
 from ..reference_impl import simulate
+from ..spec import engine as engine_loop
 from ..spec.invariants import check_trace
 from ..spec.trace import Trace
 from ..spec.workload import Workload
 from .compare import first_difference
 from .families import FAMILIES, generate
+from .search_budget import DEFAULT_EXAMPLES, SafetyCap
 from .shrink import shrink, size
+from .subject import Subject, subject as as_subject
 
 CORE_FAMILIES = (
     "budget",
@@ -47,36 +62,55 @@ CORE_FAMILIES = (
     "aborts",
     "big-batch",
 )
+SHRINK_CALLS = 2000  # candidates a shrink may try
+SHRINK_SAFETY_CAP_S = 600.0  # stops a shrink on a machine far slower than planned; costs size, never the verdict
+
+Problem = tuple[str, int]  # what caught it (an invariant, "assertion", "crash" or a field) and the step
 
 
 @dataclass(frozen=True)
 class Finding:
     mutant: str
     checker: str
-    what: str  # the invariant, "assertion", or the diverging field
+    what: str  # the invariant, "assertion", "crash", or the diverging field
     step: int
     workload: Workload  # shrunk
     original: str
     seconds_to_find: float
     size: tuple[int, ...]
+    examples: int = 0  # examples searched up to and including the one that failed
 
 
-def _monitor_problem(w: Workload) -> tuple[str, int] | None:
+def _run(s: Subject, w: Workload) -> Trace | Problem:
+    """The subject's trace of `w`, or the problem if its engine raised."""
     try:
-        trace = simulate(w)
-    except AssertionError as e:
-        return "assertion", -1 if not str(e) else -1
-    violations = check_trace(trace)
-    return (violations[0].invariant, violations[0].step) if violations else None
+        with s.running():
+            return engine_loop.run(s.factory(w.config), w)
+    except AssertionError:
+        return "assertion", -1
+    except Exception as e:  # noqa: BLE001 - an engine that raises has crashed: a finding about it
+        if s.mutant is not None:
+            raise  # the reference with a planted bug raises only through vLLM's asserts; anything else is ours
+        return f"crash ({type(e).__name__})", -1
 
 
-def _diff_problem(pristine: Callable[[Workload], Trace]) -> Callable[[Workload], tuple[str, int] | None]:
-    def problem(w: Workload) -> tuple[str, int] | None:
-        expected = pristine(w)
-        try:
-            got = simulate(w)
-        except AssertionError:
-            return "assertion", -1
+def _monitor_problem(s: Subject) -> Callable[[Workload], Problem | None]:
+    def problem(w: Workload) -> Problem | None:
+        trace = _run(s, w)
+        if not isinstance(trace, Trace):
+            return trace
+        violations = check_trace(trace)
+        return (violations[0].invariant, violations[0].step) if violations else None
+
+    return problem
+
+
+def _diff_problem(s: Subject, pristine: Callable[[Workload], Trace]) -> Callable[[Workload], Problem | None]:
+    def problem(w: Workload) -> Problem | None:
+        expected = pristine(w)  # the unmutated reference, outside the subject's context
+        got = _run(s, w)
+        if not isinstance(got, Trace):
+            return got
         for a, b in zip(expected.steps, got.steps):
             d = first_difference(a, b, "blocks")
             if d is not None:
@@ -89,15 +123,20 @@ def _diff_problem(pristine: Callable[[Workload], Trace]) -> Callable[[Workload],
 
 
 def hunt(
-    mutant: Mutant,
+    mutant: Mutant | Subject,
     checker: str = "monitors",
     seed: int = 0,
-    budget_s: float = 30.0,
+    examples: int = DEFAULT_EXAMPLES,
     families: list[str] | None = None,
-    shrink_budget_s: float = 30.0,
+    shrink_calls: int = SHRINK_CALLS,
+    budget_s: float | None = None,
 ) -> Finding | None:
-    """Search the families round-robin until the checker sees a problem; shrink it; None if the budget ran out."""
-    families = families or list(mutant.families or CORE_FAMILIES)
+    """Search the first `examples` workloads (families round-robin) until the checker sees a problem; shrink it.
+
+    None: none of them shows one. `SearchCut`: the safety cap `budget_s` stopped the search first.
+    """
+    s = as_subject(mutant)
+    families = families or list(s.families or CORE_FAMILIES)
     for f in families:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}")
@@ -110,34 +149,29 @@ def hunt(
         return pristine_cache[key]
 
     if checker == "diff":
-        # Traces of the unmutated reference are computed outside the mutant's context, on demand.
-        def problem(w: Workload):
-            pristine(w)
-            with applied(mutant):
-                return _diff_problem(lambda x: pristine_cache[repr(x.to_json())])(w)
+        problem = _diff_problem(s, pristine)
     elif checker == "monitors":
-
-        def problem(w: Workload):
-            with applied(mutant):
-                return _monitor_problem(w)
+        problem = _monitor_problem(s)
     else:
         raise ValueError(f"unknown checker {checker!r}")
 
-    t0 = time.perf_counter()
-    index = 0
-    while time.perf_counter() - t0 < budget_s:
-        for family in families:
-            w = generate(family, seed, index)
-            found = problem(w)
-            if found is not None:
-                elapsed = time.perf_counter() - t0
-                what = found[0]
-                small, _ = shrink(
-                    w,
-                    lambda c: (p := problem(c)) is not None and p[0] == what,  # noqa: B023 - shrink runs before the loop moves on
-                    time_budget_s=shrink_budget_s,
-                )
-                step = problem(small)[1]
-                return Finding(mutant.name, checker, what, step, small, w.name, elapsed, size(small))
-        index += 1
+    cap = SafetyCap(budget_s)
+    for k in range(examples):
+        if cap.spent():
+            raise cap.cut(k, examples)
+        w = generate(families[k % len(families)], seed, k // len(families))
+        found = problem(w)
+        if found is None:
+            continue
+        elapsed = time.perf_counter() - cap.started
+        what = found[0]
+        small, _ = shrink(
+            w,
+            lambda c: (p := problem(c)) is not None and p[0] == what,  # noqa: B023 - shrink runs before the loop moves on
+            time_budget_s=SHRINK_SAFETY_CAP_S,
+            max_calls=shrink_calls,
+        )
+        again = problem(small)
+        assert again is not None, "a shrunk workload fails by construction"
+        return Finding(s.name, checker, what, again[1], small, w.name, elapsed, size(small), k + 1)
     return None

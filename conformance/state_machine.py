@@ -80,8 +80,9 @@ class Counterexample(AssertionError):
 
 
 class OutOfTime(KeyboardInterrupt):
-    """Raised before any failure once the hunt's budget is spent. Hypothesis has no wall-clock limit, and an
-    interrupt is the one exception it passes through untouched (any other is a failure, or 'flaky')."""
+    """Raised before any failure once the hunt's safety cap is spent; the hunt then raises `SearchCut`.
+    Hypothesis has no wall-clock limit, and an interrupt is the one exception it passes through untouched
+    (any other is a failure, or 'flaky')."""
 
 
 @dataclass
@@ -110,13 +111,19 @@ class Run:
 
 @dataclass
 class RunLog:
-    """The side channel: the latest run, when the hunt started and first failed, its deadline and its filter."""
+    """The side channel: the latest run, when the hunt started and first failed, its safety cap and its filter."""
 
     current: Run = field(default_factory=Run)
     started: float = field(default_factory=time.perf_counter)
     first_failure: float | None = None
-    deadline: float | None = None
+    deadline: float | None = None  # the safety cap: past it, the search is cut short (unknown, never survived)
+    examples: int = 0  # machines built so far: the examples run, and after a failure the shrinker's tries
+    examples_to_failure: int = 0  # examples run up to and including the first failing one
     expect: frozenset[str] | None = None  # when set, other invariants are not failures (vLLM's asserts always are)
+
+    def note_failure(self) -> None:
+        if self.first_failure is None:
+            self.first_failure, self.examples_to_failure = time.perf_counter(), self.examples
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -128,6 +135,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         log = type(self).log
         if log.deadline is not None and log.first_failure is None and time.perf_counter() > log.deadline:
             raise OutOfTime()
+        log.examples += 1
         self.run = log.current = Run()
         self.state: SchedulerState  # set by `configure`, which Hypothesis runs before any rule
         self.view: StepView | None = None  # the last step's; None until a step, and again after an add or abort
@@ -148,7 +156,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def _fail(self, kind: str, detail: str, cause: BaseException | None = None) -> None:
         log = type(self).log
         if log.expect is None or kind in log.expect or cause is not None:
-            log.first_failure = log.first_failure or time.perf_counter()
+            log.note_failure()
             raise Counterexample.of(kind)(f"step {self.run.steps - 1}: {kind}: {detail}") from cause
 
     def _call(self, fn, *args):
@@ -158,7 +166,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         except AssertionError as e:
             self._fail("assertion", f"{fn.__name__}: {e}", e)
         except Exception:
-            type(self).log.first_failure = type(self).log.first_failure or time.perf_counter()
+            type(self).log.note_failure()
             raise
 
     @initialize(data=st.data(), initial=st.integers(0, 3))

@@ -6,8 +6,13 @@ Design notes
   what one example does and which checks run after each step. This one is
   how a search is run over it, and none of it is needed to define the
   machine: the settings (`FAST` for the unit tests' `TestCase`, `LONG` for
-  the slow runs), the wall-clock budget, and turning Hypothesis's shrunk
-  failure into a `Finding` the mutation hunt reports like any other.
+  the slow runs), the budget, and turning Hypothesis's shrunk failure into a
+  `Finding` the mutation hunt reports like any other.
+* The budget is a count: `max_examples`, derandomized from a fixed seed,
+  so the same examples run in the same order on any machine, however
+  loaded (`search_budget.py`). Seconds are only a safety cap: a search it
+  stops raises `SearchCut` (unknown), and "nothing found" always means
+  every example ran.
 * Each hunt gets its own subclass (`machine_for`) with its own `RunLog`, so
   two hunts in one process never read each other's runs, deadlines or
   filters.
@@ -39,7 +44,10 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from ..mutants import Mutant, applied
 from .hunt import Finding
+from .search_budget import DEFAULT_CAP_S, SearchCut
 from .state_machine import Bounds, Counterexample, OutOfTime, RunLog, SchedulerMachine
+
+HUNT_EXAMPLES = 3000  # a hunt's examples when the caller names none: every pinned mutant is found well within
 
 
 def machine_for(bounds: Bounds = Bounds()) -> type[SchedulerMachine]:
@@ -88,8 +96,8 @@ def _own_constants_only() -> Iterator[None]:
 
 def hunt_state_machine(
     mutant: Mutant | None,
-    budget_s: float = 60.0,
-    max_examples: int = 3000,
+    budget_s: float | None = DEFAULT_CAP_S,
+    max_examples: int = HUNT_EXAMPLES,
     step_count: int = 25,
     bounds: Bounds = Bounds(),
     seed: int = 0,
@@ -102,7 +110,10 @@ def hunt_state_machine(
     a program. `mutant=None` runs the pristine reference. With `expect`, only
     those checks (and vLLM's asserts) count: a mutant often breaks several
     rules, and Hypothesis shrinks towards whichever breaks in the smallest run.
-    The budget bounds the search, not the shrinking that follows a find.
+
+    None means all `max_examples` examples ran and none failed. `budget_s`
+    is a safety cap on the search (not the shrinking that follows a find):
+    past it the hunt raises `SearchCut`, an unknown verdict.
     """
     if mutant is not None and mutant.families and not bounds.features:
         bounds = dataclasses.replace(bounds, features=True)  # a feature's mutant needs the feature drawn
@@ -122,14 +133,14 @@ def hunt_state_machine(
     )
     log = machine.log
     log.started = time.perf_counter()
-    log.deadline = log.started + budget_s
+    log.deadline = None if budget_s is None else log.started + budget_s
     log.expect = frozenset(expect) if expect is not None else None
     with applied(mutant) if mutant is not None else nullcontext(), _own_constants_only():
         try:
             run_state_machine_as_test(machine, settings=cfg)
             return None
         except OutOfTime:
-            return None
+            raise SearchCut(log.examples, max_examples, budget_s or 0.0) from None
         except Exception as e:  # noqa: BLE001 - any failure of the reference is a finding
             failure = e
     run = log.current
@@ -143,4 +154,5 @@ def hunt_state_machine(
         "\n".join([*run.program, str(failure)]),
         (log.first_failure or time.perf_counter()) - log.started,
         (len(run.requests), run.steps),
+        log.examples_to_failure,
     )

@@ -56,6 +56,13 @@ def _threads(
     return wrapper
 
 
+def _widen(t: torch.Tensor, R: int, fill: int) -> torch.Tensor:
+    """A step's [B, R'] tensor padded to the state's R >= R' slots; the new slots were not scheduled."""
+    if t.shape[1] == R:
+        return t
+    return torch.cat([t, torch.full((t.shape[0], R - t.shape[1]), fill, dtype=t.dtype, device=t.device)], 1)
+
+
 class TorchEngine:
     name = ENGINE_NAME
 
@@ -142,9 +149,10 @@ class TorchEngine:
             s_, j_, x_ = (torch.tensor(c, dtype=torch.int64) for c in zip(*at))
             gen[0, s_, j_] = x_
             num_gen[0, torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
-        stopped = update_from_output(
-            self.st, out.n_sched, out.sched_key, out.n_spec, gen.to(self.device), num_gen.to(self.device)
-        )
+        # A request added while this step was in flight may have grown the slots since `schedule()`.
+        R = self.st.R
+        n_sched, sched_key, n_spec = _widen(out.n_sched, R, 0), _widen(out.sched_key, R, BIG), _widen(out.n_spec, R, 0)
+        stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen.to(self.device), num_gen.to(self.device))
         # The outputs each request kept: a stop trims what follows it.
         counts = self.st.num_out[0, torch.tensor([r[0] for r in rows], device=self.device)].tolist() if rows else []
         for (slot, t), count in zip(rows, counts):
@@ -154,7 +162,7 @@ class TorchEngine:
         count = int(stopped.sum())
         if count == 0:
             return {}
-        key = torch.where(stopped, out.sched_key, torch.full_like(out.sched_key, BIG))[0]
+        key = torch.where(stopped, sched_key, torch.full_like(sched_key, BIG))[0]
         order = key.argsort()[:count]  # num_scheduled_tokens order, as vLLM's loop finds them
         statuses = self.st.status[0, order].tolist()
         finished: dict[str, FinishedRequest] = {}

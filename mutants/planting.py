@@ -49,9 +49,9 @@ class Mutant:
     expect: tuple[str, ...]  # invariants (or checks) expected to trip
     # The workload families that exercise it; () for the core scope's nine (`hunt.CORE_FAMILIES`).
     families: tuple[str, ...] = ()
-    # A floor under the state machine's search budget, for a bug that only a deep search reaches:
-    # a run under `--budget` below it would report a survivor that is really a search too short.
-    min_search_s: float = 0.0
+    # A floor under the state machine's count of examples, for a bug that only a deep search reaches:
+    # a run with `--examples` below it would report a survivor that is really a search too short.
+    min_examples: int = 0
 
 
 class MutantDrift(RuntimeError):

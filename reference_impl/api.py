@@ -26,10 +26,24 @@ def initial_state(config: SchedulerConfig) -> SchedulerState:
     return SchedulerState.initial(config)
 
 
-def thaw(state: SchedulerState) -> Scheduler:
+def scheduler_class_for(config: SchedulerConfig, base: type[Scheduler] = Scheduler) -> type[Scheduler]:
+    """`base` for this config: under async scheduling, `base` with `AsyncScheduler`'s placeholders on top."""
+    if not config.async_scheduling or issubclass(base, AsyncScheduler):
+        return base
+    if base is Scheduler:
+        return AsyncScheduler
+    if base not in _ASYNC:  # AsyncScheduler's one override first, then everything `base` overrides
+        _ASYNC[base] = type(f"Async{base.__name__}", (AsyncScheduler, base), {"__module__": base.__module__})
+    return _ASYNC[base]
+
+
+_ASYNC: dict[type[Scheduler], type[Scheduler]] = {}  # a derived scheduler made async, built once
+
+
+def thaw(state: SchedulerState, scheduler_class: type[Scheduler] = Scheduler) -> Scheduler:
     bs = state.config.block_size
     requests = {rid: LiveRequest.thaw(r, bs) for rid, r in state.requests.items()}
-    scheduler_class = AsyncScheduler if state.config.async_scheduling else Scheduler
+    scheduler_class = scheduler_class_for(state.config, scheduler_class)
     return scheduler_class(
         config=state.config,
         requests=requests,

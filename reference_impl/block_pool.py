@@ -27,7 +27,7 @@ blocks, and a lookup returns the first (`get_one_block`).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 class BlockPool:
@@ -45,6 +45,9 @@ class BlockPool:
             h: list(bs) for h, bs in (cached_block_hash_to_block or {}).items()
         }
         self.block_hash: dict[int, int] = {b: h for h, bs in self.cached_block_hash_to_block.items() for b in bs}
+        # Where a released block goes: the scheduler's decision (`Scheduler.freed_block_to_front`), which a
+        # derived engine may override; this pool's own rule when no scheduler holds it.
+        self.to_front: Callable[[int], bool] | None = None
 
     def get_num_free_blocks(self) -> int:
         """Every block in the free queue, cached-but-unreferenced ones included
@@ -96,8 +99,14 @@ class BlockPool:
                 self.free_block_queue.remove(block)  # an eviction candidate is taken back
             self.ref_cnt[block] = self.ref_cnt.get(block, 0) + 1
 
+    def frees_to_front(self, block: int) -> bool:
+        """A released block with no hash, or any block with caching off, is reused first; a hashed one waits at
+        the tail, so the cache evicts least recently used first."""
+        return block not in self.block_hash or not self.enable_caching
+
     def free_blocks(self, ordered_blocks: Iterable[int]) -> None:
         """Drop one reference from each; the released go to the front (unhashed) or the tail (hashed)."""
+        to_front = self.to_front or self.frees_to_front
         evict_first, evict_last = [], []
         for block in ordered_blocks:
             self.ref_cnt[block] = self.ref_cnt.get(block, 0) - 1
@@ -106,7 +115,7 @@ class BlockPool:
             # sees it, instead of hiding it behind a negative count.
             if self.ref_cnt[block] <= 0:
                 del self.ref_cnt[block]
-                if block not in self.block_hash or not self.enable_caching:
+                if to_front(block):
                     evict_first.append(block)
                 else:
                     evict_last.append(block)

@@ -17,15 +17,17 @@ from ..spec.state import SchedulerState
 from ..spec.trace import FinishedRequest, RequestSummary, StateSummary, StepRecord, Trace
 from ..spec.workload import Workload
 from .api import freeze, thaw
+from .scheduler import Scheduler
 
 ENGINE_NAME = "reference"
 
 
 class ReferenceEngine:
     name = ENGINE_NAME
+    scheduler_class: type[Scheduler] = Scheduler  # a derived engine's own (`derived_engine`)
 
     def __init__(self, config: SchedulerConfig) -> None:
-        self.scheduler = thaw(SchedulerState.initial(config))
+        self.scheduler = thaw(SchedulerState.initial(config), self.scheduler_class)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)
@@ -58,6 +60,29 @@ class ReferenceEngine:
 
     def state(self) -> SchedulerState:
         return freeze(self.scheduler)
+
+
+def derived_engine(
+    scheduler_class: type[Scheduler], name: str | None = None, families: tuple[str, ...] = ()
+) -> type[ReferenceEngine]:
+    """An engine that is the reference except for the decisions `scheduler_class` overrides.
+
+    The result is an engine factory (a class taking a `SchedulerConfig`), for
+    `--engine module:NAME`, `schedspec hunt --engine` or a `--from` module's
+    `ENGINES`. `families` names the workload families that exercise the
+    change (`schedspec mutants` hunts on those; default the core scope's).
+    Under async scheduling the scheduler gets `AsyncScheduler`'s placeholders
+    on top of its own overrides (`api.scheduler_class_for`).
+    """
+    label = name or scheduler_class.__name__
+    attrs = {
+        "name": label,
+        "scheduler_class": scheduler_class,
+        "families": families,
+        "__doc__": scheduler_class.__doc__,
+        "__module__": scheduler_class.__module__,
+    }
+    return type(label, (ReferenceEngine,), attrs)
 
 
 def simulate(workload: Workload) -> Trace:

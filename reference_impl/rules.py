@@ -1,181 +1,54 @@
-"""The scheduler's arithmetic rules, each written once for ints and Z3 terms alike.
+"""The scheduler's rules, as the reference calls them: `rules.running_num_new_tokens(...)`, read beside vLLM's lines.
 
-These are the lines of vLLM 0.33.0 that turn "what a request is owed" into
-"what it gets" and "how many blocks that takes". The reference calls them on
-ints; `proofs/` calls the very same functions on Z3 terms, so a planted bug in
-a rule reaches the reference and the encoding at once. They use the helpers
-of `spec.arith` in place of `min` and `if` for that reason alone.
+Every rule is written once, in `spec/rules.py`: the monitors' decision
+invariants re-derive each decision of a step from the same rules, and they
+may import nothing outside `spec/`. This module only gives the reference
+(and `proofs/`, which calls the very same functions on Z3 terms) the short
+name `rules` it has always called them by, so the call sites keep reading
+like vLLM's. A mutant names a rule by its home (`spec.rules:stop_kind`);
+planting it rebinds the names here too (`mutants/planting.py`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from ..spec.rules import (
+    LENGTH_CAPPED,
+    NOT_STOPPED,
+    STOPPED,
+    allocation_fits,
+    async_max_tokens_reached,
+    clamp_to_threshold,
+    effective_threshold,
+    fcfs_victim_index,
+    max_prefix_hit_blocks,
+    num_blocks_to_allocate,
+    num_rejected_drafts,
+    num_scheduled_spec_tokens,
+    num_tokens_need_slot,
+    pads_spec_decode,
+    running_num_new_tokens,
+    stop_kind,
+    waiting_num_new_tokens,
+    waiting_pass_allowed,
+)
 
-from ..spec.arith import and_, cdiv, fdiv, ite, max_, min_, not_, or_
-
-Int = Any  # an int or a Z3 ArithRef
-
-
-def effective_threshold(threshold: Int, num_eligible_reqs: Int, adaptive: bool, input_budget: Int) -> Int:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769): a lone request (running + waiting <= 1) is never
-    capped."""
-    thr = ite(num_eligible_reqs > 1, threshold, 0)
-    if adaptive:  # T10: floored by the fair share of the batch
-        thr = ite(thr > 0, max_(thr, fdiv(input_budget, max_(num_eligible_reqs, 1))), thr)
-    return thr
-
-
-def clamp_to_threshold(num_new_tokens: Int, threshold: Int) -> Int:
-    """`if 0 < long_prefill_token_threshold < num_new_tokens`
-    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (844-845, 1332-1333))."""
-    return ite(and_(0 < threshold, threshold < num_new_tokens), threshold, num_new_tokens)
-
-
-def running_num_new_tokens(
-    num_owed: Int,
-    threshold: Int,
-    token_budget: Int,
-    max_model_len: Int,
-    num_computed_tokens: Int,
-    num_sampled_tokens_per_step: Int = 1,
-) -> Int:
-    """RUNNING pass, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857): owed, then the threshold, the
-    budget, the position bound."""
-    n = clamp_to_threshold(num_owed, threshold)
-    n = min_(n, token_budget)
-    return min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step)
-
-
-def waiting_num_new_tokens(
-    num_tokens: Int, num_computed_tokens: Int, threshold: Int, padded_num_tokens: Int = 0
-) -> Int:
-    """WAITING pass, before the chunked-prefill check: T, not the prompt, minus the hit.
-
-    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1306-1333).
-
-    `padded_num_tokens` (1 + k, or 0 for none) replaces the count of a padded
-    spec-decode admission; the threshold still clips it afterwards.
-    """
-    n = ite(padded_num_tokens > 0, padded_num_tokens, num_tokens - num_computed_tokens)
-    return clamp_to_threshold(n, threshold)
-
-
-def num_tokens_need_slot(
-    num_computed_tokens: Int, num_new_tokens: Int, num_lookahead_tokens: Int, max_model_len: Int
-) -> Int:
-    """vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (550-553): slots for what is computed plus what
-    is scheduled, capped at L.
-
-    No slot is reserved for the token about to be sampled (§9.A.2).
-    """
-    return min_(min_(num_computed_tokens, max_model_len) + num_new_tokens + num_lookahead_tokens, max_model_len)
-
-
-def num_blocks_to_allocate(num_tokens_need_slot: Int, num_held_blocks: Int, block_size: Int) -> Int:
-    """vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.get_num_blocks_to_allocate (230-236):
-    never negative; blocks are not shrunk after rejections."""
-    return max_(cdiv(num_tokens_need_slot, block_size) - num_held_blocks, 0)
-
-
-def allocation_fits(num_blocks_required: Int, watermark_blocks: Int, num_free_blocks: Int) -> Int:
-    """`required + watermark <= free`: vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (582-588),
-    and the full-sequence gate at vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (531-548)."""
-    return num_blocks_required + watermark_blocks <= num_free_blocks
-
-
-# ---- Decisions. Also rules, so that a planted bug reaches the Z3 encoding too. ----
-
-
-def waiting_pass_allowed(num_preempted: Int) -> Any:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050): a step that preempted admits nobody, even with
-    budget left (I-6, Z10)."""
-    return num_preempted == 0
-
-
-def fcfs_victim_index(num_running: Int) -> Int:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (938): FCFS preempts `running[-1]`, the most recent
-    admission (I-8)."""
-    return num_running - 1
-
-
-NOT_STOPPED, STOPPED, LENGTH_CAPPED = 0, 1, 2
-
-
-def stop_kind(
-    is_eos: Any,
-    is_stop_token: Any,
-    num_tokens: Int,
-    num_output_tokens: Int,
-    max_model_len: Int,
-    max_tokens: Int,
-    min_tokens: Int,
-) -> Int:
-    """`check_stop`'s verdict on the last appended token, in vLLM's order
-    (vllm/v1/core/sched/utils.py:check_stop).
-
-    EOS, then stop tokens, then the length caps; `min_tokens` only gates the
-    repetition check that follows, which is not configured here.
-    """
-    return ite(
-        or_(is_eos, is_stop_token),
-        STOPPED,
-        ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED),
-    )
-
-
-# ---- The three features: prefix caching, speculative decoding, async scheduling. ----
-
-
-def max_prefix_hit_blocks(num_tokens: Int, block_size: Int) -> Int:
-    """vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks (301-302): a hit never covers the last
-    token, which must be recomputed for logits."""
-    return fdiv(num_tokens - 1, block_size)
-
-
-def pads_spec_decode(
-    num_speculative_tokens: Int,
-    num_new_tokens: Int,
-    prefill_scheduled: Any,
-    any_running_scheduled: Any,
-    num_computed_tokens: Int,
-    max_model_len: Int,
-) -> Any:
-    """A decode-like admission is padded to 1 + k, if 1 + k + 1 positions fit under L.
-
-    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330).
-
-    "Decode-like": one token left, no prefill in the running pass, and either
-    a running request already scheduled or a prefix hit (C > 0). The caller
-    breaks the waiting pass if 1 + k exceeds the budget.
-    """
-    return and_(
-        num_speculative_tokens > 0,
-        num_new_tokens == 1,
-        not_(prefill_scheduled),
-        or_(any_running_scheduled, num_computed_tokens > 0),
-        num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len,
-    )
-
-
-def num_scheduled_spec_tokens(
-    num_new_tokens: Int, num_computed_tokens: Int, num_tokens: Int, num_output_placeholders: Int
-) -> Int:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025): what the clamps left of the drafts, i.e. the
-    scheduled tokens beyond T + P."""
-    return num_new_tokens + num_computed_tokens - num_tokens - num_output_placeholders
-
-
-def num_rejected_drafts(num_scheduled_drafts: Int, num_generated: Int, num_sampled_tokens_per_step: Int = 1) -> Int:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2355): every sampled token past the first
-    confirms one draft."""
-    return num_scheduled_drafts - max_(num_generated - num_sampled_tokens_per_step, 0)
-
-
-def async_max_tokens_reached(
-    num_output_placeholders: Int, num_computed_tokens: Int, num_prompt_tokens: Int, max_tokens: Int
-) -> Any:
-    """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async only): even if every in-flight draft is
-    rejected, the step in flight reaches max_tokens."""
-    return and_(
-        num_output_placeholders > 0, num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens
-    )
+__all__ = [
+    "LENGTH_CAPPED",
+    "NOT_STOPPED",
+    "STOPPED",
+    "allocation_fits",
+    "async_max_tokens_reached",
+    "clamp_to_threshold",
+    "effective_threshold",
+    "fcfs_victim_index",
+    "max_prefix_hit_blocks",
+    "num_blocks_to_allocate",
+    "num_rejected_drafts",
+    "num_scheduled_spec_tokens",
+    "num_tokens_need_slot",
+    "pads_spec_decode",
+    "running_num_new_tokens",
+    "stop_kind",
+    "waiting_num_new_tokens",
+    "waiting_pass_allowed",
+]

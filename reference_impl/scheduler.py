@@ -13,6 +13,18 @@ grants what the budget, the threshold, `max_model_len` and the free blocks
 allow (`rules.py`). The rules this file shares with the monitors and the
 torch engine (the PRIORITY victim key, what a preemption resets) live in
 `spec/rules.py`, the one layer all of them may import.
+
+Each decision of the step is also a method, a thin wrapper around its rule,
+so that an engine derived from the reference changes one rule by
+overriding one method instead of copying `schedule()`
+(`engine.derived_engine`, `examples/my_mutants.py`):
+
+* `grant`: how many tokens a RUNNING request gets at its turn;
+* `victim_index`: which running request is preempted when an allocation fails;
+* `admission_allowed`: whether the WAITING pass runs at all this step;
+* `check_stop` (in `update.py`): whether a request stops after a token;
+* `freed_block_to_front`: whether a released block is reused first or waits
+  at the tail of the free queue.
 """
 
 from __future__ import annotations
@@ -53,6 +65,7 @@ class Scheduler(SchedulerUpdates):
         self.waiting = waiting
         self.block_pool = block_pool
         self.kv_cache_manager = KVCacheManager(config, block_pool)
+        block_pool.to_front = self.freed_block_to_front  # where a released block goes is this scheduler's call
         self.finished_req_ids = finished_req_ids
         self.current_step = current_step
         self.max_model_len = config.max_model_len
@@ -104,13 +117,8 @@ class Scheduler(SchedulerUpdates):
                 req_index += 1
                 continue
 
-            num_new_tokens = rules.running_num_new_tokens(
-                request.num_owed_tokens,
-                long_prefill_token_threshold,
-                min(token_budget, input_budget - draft_slots),
-                self.max_model_len,
-                request.num_computed_tokens,
-                NUM_SAMPLED_TOKENS_PER_STEP,
+            num_new_tokens = self.grant(
+                request, long_prefill_token_threshold, min(token_budget, input_budget - draft_slots)
             )
             if num_new_tokens == 0:
                 # `continue`, not `break`: deliberately not strict FCFS
@@ -125,10 +133,10 @@ class Scheduler(SchedulerUpdates):
                 if new_blocks is not None:
                     break
                 # No room: preempt by recompute until it fits or `request` itself is the victim.
+                # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (930-970): pick the victim, then take it out.
+                victim_index = self.victim_index()
+                preempted_req = self.running.pop(victim_index)
                 if config.policy == "priority":
-                    preempted_req = max(self.running, key=lambda r: victim_key(r.priority, r.arrival_time))
-                    victim_index = self.running.index(preempted_req)
-                    del self.running[victim_index]
                     if victim_index < req_index:
                         req_index -= 1
                     if preempted_req in scheduled_running_reqs:
@@ -139,8 +147,6 @@ class Scheduler(SchedulerUpdates):
                         input_budget += restored + draft_slots
                         req_to_new_blocks.pop(preempted_req.request_id)
                         scheduled_spec_decode_tokens.pop(preempted_req.request_id, None)
-                else:
-                    preempted_req = self.running.pop(rules.fcfs_victim_index(len(self.running)))
                 self._preempt_request(preempted_req)
                 preempted_reqs.append(preempted_req)
                 if preempted_req is request:
@@ -170,7 +176,7 @@ class Scheduler(SchedulerUpdates):
 
         # ---- Next, schedule the WAITING requests, unless this step preempted. ----
         # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616)
-        if rules.waiting_pass_allowed(len(preempted_reqs)):
+        if self.admission_allowed(len(preempted_reqs)):
             step_skipped_waiting: deque[LiveRequest] = deque()
             while token_budget > 0:
                 if not self.waiting or input_budget <= draft_slots:
@@ -271,6 +277,41 @@ class Scheduler(SchedulerUpdates):
         )
         self._update_after_schedule(output)
         return output
+
+    # ---- The step's decisions, one method each: override one to derive an engine that changes one rule. ----
+
+    def grant(self, request: LiveRequest, long_prefill_token_threshold: int, token_budget: int) -> int:
+        """The tokens a RUNNING request gets at its turn: what it is owed, then the threshold, the budget and the
+        position bound (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857)); 0 skips it this step."""
+        num_new_tokens: int = rules.running_num_new_tokens(
+            request.num_owed_tokens,
+            long_prefill_token_threshold,
+            token_budget,
+            self.max_model_len,
+            request.num_computed_tokens,
+            NUM_SAMPLED_TOKENS_PER_STEP,
+        )
+        return num_new_tokens
+
+    def victim_index(self) -> int:
+        """Where in `running` the request to preempt sits: the least important one under PRIORITY, the newest
+        (the tail) under FCFS (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (930-938))."""
+        if self.config.policy == "priority":
+            preempted_req = max(self.running, key=lambda r: victim_key(r.priority, r.arrival_time))
+            return self.running.index(preempted_req)
+        victim_index: int = rules.fcfs_victim_index(len(self.running))
+        return victim_index
+
+    def admission_allowed(self, num_preempted: int) -> bool:
+        """Whether the WAITING pass runs: not in a step that preempted
+        (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050))."""
+        allowed: bool = rules.waiting_pass_allowed(num_preempted)
+        return allowed
+
+    def freed_block_to_front(self, block: int) -> bool:
+        """Whether a block whose last holder released it is reused first (the front of the free queue) rather
+        than kept for the prefix cache at the tail (vllm/v1/core/block_pool.py:BlockPool.free_blocks)."""
+        return self.block_pool.frees_to_front(block)
 
     def _preempt_request(self, request: LiveRequest) -> None:
         """Preemption by recompute (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request); the caller has

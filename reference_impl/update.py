@@ -106,7 +106,7 @@ class SchedulerUpdates:
         stopped = False
         for num_new, output_token_id in enumerate(new_token_ids, 1):
             request.output_token_ids.append(output_token_id)
-            stopped = check_stop(request, self.max_model_len)
+            stopped = self.check_stop(request)
             if stopped:
                 if not is_stale:
                     request.num_computed_tokens -= len(new_token_ids) - num_new
@@ -117,6 +117,11 @@ class SchedulerUpdates:
             request.num_output_placeholders -= num_new_tokens
             assert request.num_output_placeholders >= 0
         return new_token_ids, stopped
+
+    def check_stop(self, request: LiveRequest) -> bool:
+        """Whether `request` stops after the token just appended, and how (sets its status): the decision a derived
+        engine overrides to change stopping (vllm/v1/core/sched/utils.py:check_stop)."""
+        return check_stop(request, self.max_model_len)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Sync spec decode: the drafter's proposals, set after update_from_output

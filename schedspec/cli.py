@@ -117,11 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .proof_cmds import add_parsers as add_proof_parsers
 
     add_proof_parsers(sub)
+    from .hunt_cmd import add_hunt_parser
     from .mutants_cmd import add_mutants_parser
     from .prove_cmd import add_prove_parser
 
     add_prove_parser(sub)
     add_mutants_parser(sub)
+    add_hunt_parser(sub)
     return parser
 
 

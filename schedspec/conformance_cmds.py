@@ -375,7 +375,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     each as its own rows of the table, and either kind of violation fails.
     Both run in one pass over the steps as the file is read (`onepass.check_all`): memory is one step's, not the run's.
     """
-    from .spec.invariants import INVARIANTS
+    from .spec.invariants import MONITORED
     from .spec.invariants.consistency import RULES
     from .spec.invariants.onepass import check_all
     from .spec.trace_stream import KeysAfterSteps, open_trace
@@ -387,7 +387,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         trace = Trace.load(args.trace)
         checked = check_all(trace, on_step=_check_progress(trace))
     inconsistent, violations, total = checked.inconsistent, checked.violations, checked.num_steps
-    names = [name for name, _ in RULES] + [i.name for i in INVARIANTS] + ["finished-reported-once", "stop-is-final"]
+    names = [name for name, _ in RULES] + [i.name for i in MONITORED] + ["finished-reported-once", "stop-is-final"]
     table = Table(
         title=f"{args.trace}: {total} steps of engine {trace.engine!r}, {len(RULES)} consistency rules, "
         f"{len(names) - len(RULES)} invariants"

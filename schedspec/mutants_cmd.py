@@ -7,11 +7,18 @@ tables without `--force` (checked before the first cell runs).
 
 A mutant that no checker killed is reported in one of three ways, because
 they call for different fixes: "survived every checker" when each checker
-finished and missed it (a hole in the checkers); "not killed, budget spent"
-when a cell's search was cut short by `--budget` or a solver timeout
-(`Kill.verdict` "unknown": a larger budget may kill it); "a checker
-failed" when one crashed. None of them passes, and none is drawn as a
-survivor in the tables: "—" marks only a checker that finished.
+used up its count (`--examples`, Z3's `--rlimit`) and missed it (a hole in
+the checkers, or a count too small); "not killed, budget spent" when a
+cell was cut short by the `--budget` safety cap or a Z3 query hit its
+resource limit (`Kill.verdict` "unknown"); "a checker failed" when one
+crashed. None of them passes, and none is drawn as a survivor in the
+tables: "—" marks only a checker that used up its count. Counts, not
+seconds, decide every verdict (`mutation.Budget`), so the table is the
+same on a quiet machine and a loaded one (`benchmarks/RESULTS.md`).
+
+`--from MODULE` scores your own mutants instead of the catalogue's: the
+engines a module lists in `ENGINES` (`conformance/user_mutants.py`), by the
+checkers that take an engine (monitors, diff, hypothesis).
 """
 
 from __future__ import annotations
@@ -20,19 +27,44 @@ import argparse
 import difflib
 import io
 import statistics
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
 from .cli import Subcommands
+from .conformance.search_budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT
 from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source, resolve, rewrite
-from .mutation import BUDGET_SPENT, CHECKERS, Kill, run_cell
+from .mutation import BUDGET_SPENT, CHECKERS, ENGINE_CHECKERS, Budget, Cell, Kill, run_cell
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic, write_json_atomic
 
 OUTPUTS = ("mutants.json", "mutants.md", "mutants.png")
+MAX_EXAMPLES = 10_000_000
+MAX_RLIMIT = 2**62  # Z3 reads an unsigned 64-bit count
+
+
+@dataclass(frozen=True)
+class Roster:
+    """What is scored: the catalogue's mutants, or a `--from` module's engines, with their origins and arguments."""
+
+    names: list[str]  # in table order
+    origin: dict[str, str]
+    equivalent: dict[str, str]
+    source: str | None = None  # the `--from` module
+
+
+def catalogue_roster() -> Roster:
+    return Roster([m.name for m in MUTANTS], {m.name: m.origin for m in MUTANTS}, dict(EQUIVALENT))
+
+
+def module_roster(module: str) -> Roster:
+    from .conformance.user_mutants import load
+
+    found = load(module)
+    return Roster(list(found.subjects), dict.fromkeys(found.subjects, module), found.equivalent, module)
 
 
 def _missed(k: Kill) -> str:
@@ -42,13 +74,14 @@ def _missed(k: Kill) -> str:
     return {"error": "checker error", "survived": "—"}[k.verdict]
 
 
-def markdown_table(kills: list[Kill], checkers: list[str]) -> str:
+def markdown_table(kills: list[Kill], checkers: list[str], roster: Roster | None = None) -> str:
+    roster = roster or catalogue_roster()
     by = {(k.mutant, k.checker): k for k in kills}
     lines = ["| mutant | origin | " + " | ".join(checkers) + " |", "|---|---|" + "---|" * len(checkers)]
-    for m in MUTANTS:
+    for name in roster.names:
         cells = []
         for c in checkers:
-            k = by.get((m.name, c))
+            k = by.get((name, c))
             if k is None:
                 cells.append("")
             elif k.killed:
@@ -56,26 +89,27 @@ def markdown_table(kills: list[Kill], checkers: list[str]) -> str:
                 cells.append(f"killed {k.seconds:.1f}s ({k.what}{size})")
             else:
                 cells.append(_missed(k))
-        lines.append(f"| `{m.name}` | {m.origin} | " + " | ".join(cells) + " |")
+        lines.append(f"| `{name}` | {roster.origin[name]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
+def heatmap_png(kills: list[Kill], checkers: list[str], names: list[str] | None = None) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    names = names if names is not None else [m.name for m in MUTANTS]
     by = {(k.mutant, k.checker): k for k in kills}
     shade = {"killed": 1.0, "unknown": 0.5, "error": 0.5, "survived": 0.0}
-    grid = [[shade[by[(m.name, c)].verdict] if (m.name, c) in by else float("nan") for c in checkers] for m in MUTANTS]
-    fig, ax = plt.subplots(figsize=(1.6 * len(checkers) + 3, 0.4 * len(MUTANTS) + 1.5))
+    grid = [[shade[by[(n, c)].verdict] if (n, c) in by else float("nan") for c in checkers] for n in names]
+    fig, ax = plt.subplots(figsize=(1.6 * len(checkers) + 3, 0.4 * len(names) + 1.5))
     ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(checkers)), checkers)
-    ax.set_yticks(range(len(MUTANTS)), [m.name for m in MUTANTS], fontsize=8)
-    for i, m in enumerate(MUTANTS):
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    for i, n in enumerate(names):
         for j, c in enumerate(checkers):
-            k = by.get((m.name, c))
+            k = by.get((n, c))
             if k is not None:
                 label = f"{k.seconds:.1f}s" if k.killed else _missed(k).replace("—", "survived")
                 ax.text(j, i, label, ha="center", va="center", fontsize=7)
@@ -87,22 +121,32 @@ def heatmap_png(kills: list[Kill], checkers: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def _check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    checkers = args.checker or list(CHECKERS)
+def _check_args(args: argparse.Namespace) -> tuple[list[str], list[str], Roster, Budget]:
+    check_seconds("--budget", args.budget)
+    check_jobs(args.jobs)
+    if not 1 <= args.examples <= MAX_EXAMPLES:
+        raise SpecError("--examples", args.examples, f"must be from 1 to {MAX_EXAMPLES}")
+    if not 1 <= args.rlimit <= MAX_RLIMIT:
+        raise SpecError("--rlimit", args.rlimit, f"must be from 1 to {MAX_RLIMIT} (Z3 work units per query)")
+    roster = module_roster(args.source) if args.source else catalogue_roster()
+    allowed = ENGINE_CHECKERS if args.source else CHECKERS
+    checkers = args.checker or list(allowed)
     for c in checkers:
         if c not in CHECKERS:
             raise SpecError("--checker", c, f"must be one of {', '.join(CHECKERS)}")
-    names = args.mutant or [m.name for m in MUTANTS]
-    known = {m.name for m in MUTANTS}
+        if c not in allowed:
+            raise SpecError(
+                "--checker", c, f"cannot take an engine; a --from mutant is scored by {', '.join(ENGINE_CHECKERS)}"
+            )
+    names = args.mutant or roster.names
     for name in names:
-        if name not in known:
-            raise SpecError("--mutant", name, f"is not a mutant of the catalogue ({', '.join(sorted(known))})")
-    check_seconds("--budget", args.budget)
-    check_jobs(args.jobs)
-    return checkers, names
+        if name not in roster.names:
+            where = f"in {args.source}.ENGINES" if args.source else "of the catalogue"
+            raise SpecError("--mutant", name, f"is not a mutant {where} ({', '.join(sorted(roster.names))})")
+    return checkers, names, roster, Budget(args.examples, args.rlimit, args.budget)
 
 
-def _run(cells: list[tuple[str, str, float]], jobs: int) -> list[Kill]:
+def _run(cells: list[Cell], jobs: int) -> list[Kill]:
     """Every cell, with a progress line as each lands; the kills in the cells' order."""
     kills: list[Kill] = []
     with worker_pool(jobs) as pool:
@@ -117,7 +161,7 @@ def _run(cells: list[tuple[str, str, float]], jobs: int) -> list[Kill]:
                 + (f", {tally['error']} checker errors" if tally["error"] else "")
                 + f" ({k.mutant} x {k.checker}: {how})",
             )
-    order = {(name, c): i for i, (name, c, _) in enumerate(cells)}
+    order = {(name, c): i for i, (name, c, _, _) in enumerate(cells)}
     return sorted(kills, key=lambda k: order[(k.mutant, k.checker)])
 
 
@@ -147,12 +191,15 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         text, ok = show(args.show)
         print(text, end="")
         return 0 if ok else 1
-    checkers, names = _check_args(args)
+    checkers, names, roster, budget = _check_args(args)
     out = OutDir(args.out, args.force, "--out", "mutants")
     out.prepare(OUTPUTS)  # now, not after an hour of cells
-    kills = _run([(name, c, args.budget) for name in names for c in checkers], args.jobs)
+    kills = _run([(name, c, budget, roster.source) for name in names for c in checkers], args.jobs)
 
-    table = Table(title=f"mutants x checkers (budget {args.budget:g} s per cell)")
+    table = Table(
+        title=f"mutants x checkers ({budget.examples} examples, Z3 rlimit {budget.rlimit} per query; "
+        f"safety cap {budget.cap_s:g} s per cell)"
+    )
     table.add_column("mutant")
     for c in checkers:
         table.add_column(c)
@@ -183,19 +230,26 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         )
     written = [out.file(n) for n in OUTPUTS]
     write_json_atomic(written[0], [{**k.__dict__, "verdict": k.verdict} for k in kills])
-    write_bytes_atomic(written[1], markdown_table(kills, checkers).encode())
-    write_bytes_atomic(written[2], heatmap_png(kills, checkers))
+    write_bytes_atomic(written[1], markdown_table(kills, checkers, roster).encode())
+    write_bytes_atomic(written[2], heatmap_png(kills, checkers, [n for n in roster.names if n in names]))
     out.record(written)
     console.print(f"written: {written[0]}, {OUTPUTS[1]}, {OUTPUTS[2]}")
-    return _verdict(names, by, checkers, console)
+    return _verdict(names, by, checkers, console, roster.equivalent)
 
 
-def _verdict(names: list[str], by: dict[tuple[str, str], Kill], checkers: list[str], console: Console) -> int:
-    """1 if a mutant outside EQUIVALENT escaped every checker, with the line that says how it escaped."""
+def _verdict(
+    names: list[str],
+    by: dict[tuple[str, str], Kill],
+    checkers: list[str],
+    console: Console,
+    equivalent: dict[str, str] | None = None,
+) -> int:
+    """1 if a mutant not argued equivalent escaped every checker, with the line that says how it escaped."""
+    equivalent = EQUIVALENT if equivalent is None else equivalent
     escaped: dict[str, list[str]] = {"survived": [], "unknown": [], "error": []}
     for name in names:
         row = [by[(name, c)] for c in checkers]
-        if any(k.killed for k in row) or name in EQUIVALENT:
+        if any(k.killed for k in row) or name in equivalent:
             continue
         verdicts = {k.verdict for k in row}
         how = "unknown" if "unknown" in verdicts else "error" if "error" in verdicts else "survived"
@@ -214,7 +268,7 @@ def _verdict(names: list[str], by: dict[tuple[str, str], Kill], checkers: list[s
     if escaped["unknown"]:
         why.append(
             f"{len(escaped['unknown'])} not killed before the budget was spent "
-            f"({', '.join(escaped['unknown'])}); a larger --budget may kill them"
+            f"({', '.join(escaped['unknown'])}); a larger --budget or --rlimit may decide them"
         )
     if escaped["error"]:
         why.append(f"{len(escaped['error'])} not killed because a checker failed ({', '.join(escaped['error'])})")
@@ -227,13 +281,35 @@ def add_mutants_parser(sub: Subcommands) -> None:
     p = sub.add_parser("mutants", help="run each bug-zoo mutant through each checker and print the kill table")
     p.add_argument("--checker", action="append", help=f"one of {', '.join(CHECKERS)} (repeatable; default: all)")
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="MODULE",
+        help="score the engines MODULE lists in ENGINES (your own mutants) instead of the catalogue's",
+    )
     p.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=DEFAULT_EXAMPLES,
+        metavar="N",
+        help="per cell: workloads searched (monitors, diff), state-machine examples (hypothesis), CrossHair "
+        f"iterations, all from a fixed seed; decides the verdicts (default {DEFAULT_EXAMPLES})",
+    )
+    p.add_argument(
+        "--rlimit",
+        type=int,
+        default=DEFAULT_Z3_RLIMIT,
+        metavar="R",
+        help=f"Z3 work units per query, deterministic on any machine (default {DEFAULT_Z3_RLIMIT})",
+    )
     p.add_argument(
         "--budget",
         type=float,
-        default=30.0,
+        default=DEFAULT_CAP_S,
         metavar="S",
-        help=f"seconds per mutant and checker, {MIN_SECONDS:g} to {MAX_SECONDS:.0f} (default 30)",
+        help=f"safety cap in seconds per cell, {MIN_SECONDS:g} to {MAX_SECONDS:.0f}: a cell cut short by it is "
+        f"unknown, never survived (default {DEFAULT_CAP_S:g})",
     )
     p.add_argument(
         "--out", default="mutant-scores", metavar="DIR", help="folder for mutants.json, mutants.md and mutants.png"

@@ -13,8 +13,9 @@ shorter than `max_model_len` (a generate prompt of exactly L is rejected), and
 `Workload.load`, which reads a workload a user is about to run, also refuses
 one that could only idle (`check_runnable`). Workloads embedded in traces and
 counterexamples are records of runs and are not judged again: the shrinker
-cuts `max_steps` below late arrivals, and some campaign families draw
-prompts larger than their small pools (the engines must agree there too).
+cuts `max_steps` below late arrivals (the engines must agree there too). The
+campaign families draw only workloads this rule accepts
+(`conformance/families.py:_runnable` grows a pool to the largest prompt).
 """
 
 from __future__ import annotations

@@ -22,7 +22,11 @@ Only if the replay breaks too is the verdict "counterexample"; otherwise it
 is "unconfirmed".
 
 `--timeout` is CrossHair's `--per_condition_timeout`: CPU seconds of the
-worker, not wall-clock time. The time reported for a counterexample is the
+worker, not wall-clock time. `--max-iterations N` (`run_contract(...,
+max_iterations=N)`, what `schedspec mutants` budgets by) caps the search at
+N of CrossHair's iterations instead, its `max_iterations` option, and bounds
+each Z3 query by work units (`CROSSHAIR_SMT_RLIMIT`) rather than wall-clock
+time; the timeout is then only a safety cap. The time reported for a counterexample is the
 wall-clock and CPU time from CrossHair's start to its first counterexample
 (CrossHair stops a contract at its first).
 """
@@ -139,7 +143,23 @@ def parse_args(text: str) -> tuple[Any, ...]:
 # ---- the worker and the replayer (run in subprocesses) -------------------------------------------
 
 
-def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]:
+SMT_RLIMIT = 20_000_000  # Z3 work units per query of a counted run (CrossHair's CROSSHAIR_SMT_RLIMIT)
+
+
+def _check_counted(argv: list[str], max_iterations: int) -> int:
+    """`crosshair check` capped at `max_iterations` iterations: CrossHair's option, which its command line lacks."""
+    from crosshair.main import check, command_line_parser
+    from crosshair.options import option_set_from_dict
+    from crosshair.pure_importer import prefer_pure_python_imports
+
+    args = command_line_parser().parse_args(argv)
+    options = option_set_from_dict(args.__dict__)
+    options.max_iterations = max_iterations
+    with prefer_pure_python_imports():
+        return check(args, options, sys.stdout, sys.stderr)
+
+
+def _worker(contract: str, timeout: float, mutant: str | None, max_iterations: int | None = None) -> dict[str, Any]:
     from crosshair.main import unwalled_main
 
     from ...mutants import BY_NAME, applied
@@ -147,12 +167,11 @@ def _worker(contract: str, timeout: float, mutant: str | None) -> dict[str, Any]
 
     out = io.StringIO()
     ctx = applied(BY_NAME[mutant]) if mutant else contextlib.nullcontext()
+    argv = ["check", f"{MODULE}.{contract}", "--report_all", "--per_condition_timeout", str(timeout)]
     with ctx:
         t0, c0 = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(out):
-            rc = unwalled_main(
-                ["check", f"{MODULE}.{contract}", "--report_all", "--per_condition_timeout", str(timeout)]
-            )
+            rc = unwalled_main(argv) if max_iterations is None else _check_counted(argv, max_iterations)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "rc": rc,
@@ -172,11 +191,11 @@ def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
         return asdict(explain(contract, *values))
 
 
-def _subprocess(argv: list[str], wall_limit: float) -> dict[str, Any] | str:
+def _subprocess(argv: list[str], wall_limit: float, env: dict[str, str] | None = None) -> dict[str, Any] | str:
     """Run this module in a fresh interpreter; its result, or why there is none."""
     cmd = [sys.executable, "-m", "schedspec.proofs.crosshair.runner", *argv]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=wall_limit)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=wall_limit, env=env)
     except subprocess.TimeoutExpired:
         return f"killed after {wall_limit:.0f} s of wall-clock time"
     for line in reversed(p.stdout.splitlines()):
@@ -202,11 +221,21 @@ def classify(lines: list[str], contract: str) -> tuple[str, str, str]:
     return UNKNOWN, "; ".join(other) or "time ran out before every path was explored", ""
 
 
-def run_contract(contract: str, timeout: float = 30.0, mutant: str | None = None) -> ContractResult:
+def run_contract(
+    contract: str, timeout: float = 30.0, mutant: str | None = None, max_iterations: int | None = None
+) -> ContractResult:
     """One `crosshair check` on one contract, its output classified, its counterexample replayed."""
+    import os
+
     check = CONTRACTS[contract]
     tail = ["--mutant", mutant] if mutant else []
-    got = _subprocess([contract, "--timeout", str(timeout), *tail], wall_limit=3 * timeout + 120)
+    counted, env = [], None
+    if max_iterations is not None:
+        counted, env = (
+            ["--max-iterations", str(max_iterations)],
+            {**os.environ, "CROSSHAIR_SMT_RLIMIT": str(SMT_RLIMIT)},
+        )
+    got = _subprocess([contract, "--timeout", str(timeout), *counted, *tail], wall_limit=3 * timeout + 120, env=env)
     if isinstance(got, str):  # the CPU-time budget is CrossHair's; the wall limit only catches a hung worker
         return ContractResult(contract, check, mutant, UNKNOWN, 0.0, 0.0, 0, got)
     base = dict(
@@ -258,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0, help="CrossHair's per-condition timeout, CPU seconds")
     ap.add_argument("--mutant", help="a mutant name (schedspec.mutants), applied before CrossHair starts")
     ap.add_argument("--replay", metavar="ARGS", help="replay these arguments concretely instead of running CrossHair")
+    ap.add_argument("--max-iterations", type=int, help="CrossHair's iteration cap (the timeout is then a safety cap)")
     a = ap.parse_args(argv)
     check_mutant(a.mutant)
     result = (
-        _replay(a.contract, a.replay, a.mutant) if a.replay is not None else _worker(a.contract, a.timeout, a.mutant)
+        _replay(a.contract, a.replay, a.mutant)
+        if a.replay is not None
+        else _worker(a.contract, a.timeout, a.mutant, a.max_iterations)
     )
     print(RESULT_MARK + json.dumps(result))
     return 0

@@ -1,6 +1,9 @@
 """Runtime monitors: every invariant, at every step of any engine's trace.
 
-Step invariants come from the catalogue. A few properties span the whole
+Step invariants come from the catalogue (`catalogue.INVARIANTS`: the bounds,
+dual-use with Z3) and from the decision invariants (`decisions.DECISIONS`:
+each decision is the one the rules make at its turn, monitor-only); the
+monitors run both, `decisions.MONITORED`. A few properties span the whole
 trace and are checked here on the step records themselves:
 
 * `finished-reported-once`: every finished request's id appears in exactly
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 from ..request import Request, RequestStatus
 from ..trace import StepRecord, Trace
 from ..workload import Workload
-from .catalogue import INVARIANTS, Invariant, budget_detail
+from .catalogue import Invariant, budget_detail
+from .decisions import DECISION_NAMES, MONITORED, decision_detail
 from .replay import TraceReplay
 from .views import StepView
 
@@ -35,7 +39,7 @@ class Violation:
 
 
 def _names(invariants: Iterable[Invariant] | None) -> tuple[Invariant, ...]:
-    return tuple(invariants) if invariants is not None else INVARIANTS
+    return tuple(invariants) if invariants is not None else MONITORED
 
 
 def check_trace(
@@ -94,6 +98,8 @@ def problem_detail(name: str, view: StepView) -> str:
     """The concrete problem behind a violated id-level or budget invariant, which says more than its sentence."""
     if name == "budget-conservation":
         return budget_detail(view)
+    if name in DECISION_NAMES:
+        return decision_detail(name, view)
     problems = {
         "block-conservation": view.ids_problem,
         "refcounts-match-tables": view.refs_problem,

@@ -32,14 +32,23 @@ from the records alone, never from an engine:
 The state after an async step is the state after this step's schedule()
 and an update with an older step's output (`updated_step`), so the tokens
 that step sampled, not this step's, are what may have stopped a request.
+
+Beside the view, the replay walks every step's decisions in vLLM's order
+(`decisions.decide`) against the block pool and prefix cache it rebuilds
+from the same records (`pool_shadow.PoolShadow`), and puts the first wrong
+decision of each decision invariant in the view (`decision_problems`).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..request import RequestStatus
 from ..rules import heap_key
 from ..trace import StateSummary, StepRecord, Trace
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
+from .decisions import decide
+from .pool_shadow import PoolShadow
 from .views import StepView
 
 
@@ -60,6 +69,9 @@ class TraceReplay:
         self.counters: dict[str, tuple[int, int, int]] = {}  # (P, in flight, stale) after the last step
         self.records: dict[int, StepRecord] = {}
         self.last_preempted: dict[str, int] = {}
+        # The decision walk's own state: the pool and cache, and is_prefill_chunk per live request.
+        self.shadow = PoolShadow(self.config, self.requests)
+        self.prefill_chunk: dict[str, bool] = {}
 
     def _holders(self) -> dict[int, int]:
         holders: dict[int, int] = {}
@@ -131,6 +143,24 @@ class TraceReplay:
             rec.finished,
             self.ranks,
         )
+        in_flight: dict[str, int] = {}
+        for s in rec.in_flight:
+            old = self.records.get(s)
+            for rid, n in old.output.num_scheduled_tokens.items() if old is not None else ():
+                in_flight[rid] = in_flight.get(rid, 0) + n
+        problems = decide(
+            config,
+            self.requests,
+            self.shadow,
+            view,
+            rec,
+            pre_queues,
+            self.prefill_chunk,
+            absorbed,
+            in_flight,
+            self.last_preempted,
+        )
+        view = dataclasses.replace(view, decision_problems=tuple(problems.items()))
         self.last = rec.state
         self._forget(rec)
         return view

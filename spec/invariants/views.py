@@ -110,3 +110,6 @@ class StepView:
     refs_problem: str = ""
     cache_consistent: Bool = True
     cache_problem: str = ""
+    # Concrete-only: the first wrong decision of each decision invariant (`decisions.py`), as the trace replay
+    # walked the step; None where nothing walked it (views from states, or Z3 terms): they hold there.
+    decision_problems: tuple[tuple[str, str], ...] | None = None

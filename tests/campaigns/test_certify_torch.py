@@ -1,9 +1,11 @@
-"""A bounded campaign of the torch engine against the reference, at level `blocks`, on the CPU.
+"""The README's main job: the torch engine against the reference on the default campaign, on the CPU.
 
-450 workloads across every family run as one batch of instances (the
-batched fast path of `certify`); the certificate must pass with every
-invariant monitor silent and every behaviour covered. A few workloads also
-run in lock-step mode, so both paths stay certified.
+900 workloads across every family (`schedspec certify --engine torch
+--workloads 900`) run as one batch of instances (the batched fast path of
+`certify`); the certificate must pass with every invariant monitor silent,
+every behaviour counted, and every possible cell of the coverage map reached
+(`conformance/coverage_map.py`). A few workloads also run in lock-step mode,
+so both paths stay certified.
 """
 
 import json
@@ -12,32 +14,22 @@ from schedspec.cli import main
 from schedspec.conformance import batched
 
 
-def test_torch_campaign_passes_at_level_blocks(tmp_path, monkeypatch):
+def test_the_main_job_passes_and_reaches_every_possible_cell(tmp_path, monkeypatch):
     monkeypatch.setenv("SCHEDSPEC_TORCH_DEVICE", "cpu")
     out = tmp_path / "cert"
-    assert (
-        main(
-            [
-                "certify",
-                "--engine",
-                "torch",
-                "--level",
-                "blocks",
-                "--workloads",
-                "450",
-                "--seed",
-                "3",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(["certify", "--engine", "torch", "--workloads", "900", "--out", str(out)]) == 0
     cert = json.loads((out / "certificate.json").read_text())
-    assert cert["passed"] and cert["workloads_run"] == 450 and not cert["invariant_violations"]
-    assert cert["determinism"]["checked"] == 45 and not cert["determinism"]["nondeterministic"]
+    assert cert["passed"] and cert["workloads_run"] == 900 and not cert["invariant_violations"]
+    assert cert["level"] == "blocks" and cert["campaign"]["seed"] == 0
+    assert cert["determinism"]["checked"] == 90 and not cert["determinism"]["nondeterministic"]
     assert all(c["matched"] == c["workloads"] for c in cert["per_family"].values())
     assert all(n > 0 for n in cert["coverage"].values()), cert["coverage"]
+    cmap = cert["coverage_map"]
+    assert cmap["never_reached"] == [] and cmap["cells_reached"] == cmap["cells_possible"] == 288, cmap
+    assert (
+        f"{cmap['cells_possible']} of {cmap['cells_possible']} possible cells reached"
+        in (out / "certificate.md").read_text()
+    )
 
 
 def test_torch_lock_step_campaign_passes(tmp_path, monkeypatch):

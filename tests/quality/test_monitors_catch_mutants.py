@@ -1,22 +1,28 @@
 """The invariant monitors catch every core-scope mutant of the reference, and shrink it to this.
 
-For each mutant, the seeded families are searched in order until the
-monitors flag the mutated reference's trace; the workload is then shrunk
-with the same monitor as predicate. The table pins what is found (the
+For each mutant, the seeded families are searched in order (the first
+1000 workloads, round-robin: a count, never seconds) until the monitors flag
+the mutated reference's trace; the workload is then shrunk with the same
+monitor as predicate. The table pins what is found (the
 invariant, or one of vLLM's own end-of-step assertions, which the reference
 keeps) and the size of the shrunk workload: (requests, aborts, prompt
 tokens, max_tokens, arrival steps, max_steps).
 
-`priority-self-preempt-breaks` is the control: it changes a decision without
-breaking any stated invariant, so only the differential checker sees it.
+`priority-self-preempt-breaks` was the control: it changes a decision without
+breaking any bound of the catalogue, and only the differential checker saw
+it. The decision invariants (spec/invariants/decisions.py) now see it, on the
+very workload the differ shrinks to, and so they see `hashed-freed-to-front`
+(which block is reused) and `cache-wrong-hash` (which prefix a block is
+cached under): tests/quality/test_decision_invariants_catch_mutants.py pins
+each decision invariant with the bugs only it catches. `threshold-off-by-one`
+mutates a rule the decision invariants read; the hunt judges the trace with
+the rule restored, so `grant-exact` sees the extra token at step 0, before
+`chunk-bounds` would.
 
 The mutants of prefix caching, spec decode and async scheduling are hunted
-on their own families (`Mutant.families`). Three of them the monitors
-cannot see: `hashed-freed-to-front` and `cache-wrong-hash` change only which
-blocks are reused or hit (block hashes are not in a trace), so the
-differential checker catches them; `Z5-skipped-reversed` needs a deeper
-pipeline than the engine loop's (mutants.EQUIVALENT["Z5"]), and only the
-state machine reaches it.
+on their own families (`Mutant.families`). `Z5-skipped-reversed` needs a
+deeper pipeline than the engine loop's (mutants.EQUIVALENT["Z5"]): neither
+the monitors nor the differ reach it, only the state machine does.
 """
 
 import pytest
@@ -25,17 +31,17 @@ from schedspec.conformance.hunt import hunt
 from schedspec.mutants import BY_NAME
 
 PINNED = {
-    "Z1-no-refund": ("assertion", (2, 0, 22, 10, 1, 7)),
+    "Z1-no-refund": ("assertion", (2, 0, 13, 11, 9, 10)),
     "Z4-min-tokens-first": ("token-bounds", (1, 0, 1, 31, 0, 30)),
-    "Z10-admit-after-preemption": ("no-admission-after-preemption", (2, 0, 8, 12, 6, 11)),
+    "Z10-admit-after-preemption": ("no-admission-after-preemption", (4, 0, 44, 16, 5, 12)),
     "Z12-leak-on-preempt": ("block-conservation", (2, 0, 15, 17, 7, 12)),
     "Z13-length-before-stop": ("stop-token-finishes", (1, 0, 1, 1, 0, 1)),
     "Z14-double-free": ("block-conservation", (1, 0, 1, 1, 0, 1)),
     "stop-at-L-off-by-one": ("token-bounds", (1, 0, 1, 31, 0, 30)),
-    "threshold-off-by-one": ("chunk-bounds", (2, 0, 17, 2, 6, 4)),
+    "threshold-off-by-one": ("grant-exact", (2, 0, 22, 2, 0, 1)),
     "budget-off-by-one": ("assertion", (1, 0, 45, 1, 0, 2)),
     "blocks-off-by-one": ("blocks-match-tokens", (1, 0, 1, 2, 0, 1)),
-    "wrong-victim": ("fcfs-victim-is-latest", (3, 0, 13, 63, 6, 23)),
+    "wrong-victim": ("fcfs-victim-is-latest", (3, 0, 11, 69, 6, 25)),
     "append-not-prepend": ("no-starvation-after-prepend", (2, 0, 14, 10, 4, 9)),
     "missing-free": ("block-conservation", (2, 0, 15, 17, 7, 12)),
     # The three features: prefix caching, spec decode, async scheduling.
@@ -49,19 +55,30 @@ PINNED = {
     "spec-tokens-off-by-one": ("drafts-within-held", (1, 0, 5, 10, 0, 8)),
     "padding-ignores-L": ("chunk-bounds", (2, 0, 33, 2, 0, 1)),
     "rejection-ignores-placeholder-guard": ("assertion", (1, 0, 1, 4, 0, 4)),
-    "placeholders-kept-on-preempt": ("computed-behind-known-tokens", (2, 0, 14, 6, 2, 6)),
+    "placeholders-kept-on-preempt": ("grant-exact", (2, 0, 13, 7, 2, 6)),
 }
 
-DIFF_ONLY = {
-    "hashed-freed-to-front": ("output.scheduled_new_reqs", (3, 0, 15, 6, 6, 5)),
-    "cache-wrong-hash": ("output.num_scheduled_tokens", (2, 0, 9, 2, 0, 1)),
+# Once the differ's alone: (the differ's field and size, the monitors' invariant and size).
+DECISIONS_ONLY = {
+    "priority-self-preempt-breaks": (
+        ("output.num_scheduled_tokens", (2, 0, 15, 18, 8, 13)),
+        ("running-work-conserving", (2, 0, 15, 18, 8, 13)),
+    ),
+    "hashed-freed-to-front": (
+        ("output.scheduled_new_reqs", (3, 0, 15, 6, 6, 5)),
+        ("block-choice-exact", (2, 0, 10, 9, 0, 5)),
+    ),
+    "cache-wrong-hash": (
+        ("output.num_scheduled_tokens", (2, 0, 9, 2, 0, 1)),
+        ("prefix-hit-exact", (2, 0, 9, 2, 0, 1)),
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(PINNED))
 def test_monitors_catch_and_shrink(name):
     mutant = BY_NAME[name]
-    finding = hunt(mutant, "monitors", budget_s=120, shrink_budget_s=600)
+    finding = hunt(mutant, "monitors")
     assert finding is not None, f"{name} survived the monitors"
     what, shrunk = PINNED[name]
     assert finding.what == what
@@ -69,23 +86,17 @@ def test_monitors_catch_and_shrink(name):
     assert finding.size == shrunk
 
 
-def test_monitors_miss_a_legal_but_wrong_decision_that_diff_catches():
-    mutant = BY_NAME["priority-self-preempt-breaks"]
-    assert hunt(mutant, "monitors", budget_s=3) is None
-    finding = hunt(mutant, "diff", budget_s=60, shrink_budget_s=600)
-    assert finding is not None and finding.what == "output.num_scheduled_tokens"
-    assert finding.size == (2, 0, 15, 18, 8, 13)
-
-
-@pytest.mark.parametrize("name", list(DIFF_ONLY))
-def test_block_reuse_mutants_escape_the_monitors_but_not_the_differ(name):
-    """Which block is reused or hit is invisible in a trace's numbers; the block ids are not."""
+@pytest.mark.parametrize("name", list(DECISIONS_ONLY))
+def test_a_decision_the_differ_sees_the_monitors_see_too(name):
+    """A decision changed within every bound: the differ sees it, and so do the decision invariants."""
     mutant = BY_NAME[name]
-    assert hunt(mutant, "monitors", budget_s=5) is None
-    finding = hunt(mutant, "diff", budget_s=60, shrink_budget_s=600)
-    assert finding is not None
-    assert (finding.what, finding.size) == DIFF_ONLY[name]
+    (field, diff_size), (invariant, size) = DECISIONS_ONLY[name]
+    finding = hunt(mutant, "diff")
+    assert finding is not None and (finding.what, finding.size) == (field, diff_size)
+    finding = hunt(mutant, "monitors")
+    assert finding is not None and (finding.what, finding.size) == (invariant, size)
+    assert finding.what in mutant.expect
 
 
 def test_z5_needs_a_deeper_pipeline_than_the_engine_loop():
-    assert hunt(BY_NAME["Z5-skipped-reversed"], "diff", budget_s=5) is None
+    assert hunt(BY_NAME["Z5-skipped-reversed"], "diff", examples=200) is None

@@ -12,9 +12,19 @@ pins that Z3 proves the invariants despite them.
 
 import pytest
 
+from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME
 from schedspec.proofs.runs.prove import Job, run_job
 from schedspec.spec.invariants import INVARIANTS
+
+
+@pytest.fixture(autouse=True)
+def _counted():
+    """Every query gets a fixed count of Z3 work units (`rlimit`), not seconds: the pins hold on a loaded machine.
+    The 600 s job timeouts are only a safety cap; a query at either limit is `unknown`, which fails the pin."""
+    with z3_rlimit(DEFAULT_Z3_RLIMIT):
+        yield
+
 
 PINNED = {
     "Z4-min-tokens-first": ("token-bounds", 1, "fcfs"),
@@ -33,7 +43,7 @@ def first_violation(mutant: str):
     for n in (1, 2, 3):
         for fcfs in (True, False):
             for inv in INVARIANTS:
-                r = run_job(Job(inv.name, n, fcfs, 60, mutant))
+                r = run_job(Job(inv.name, n, fcfs, 600, mutant))
                 if r.verdict != "proved":
                     return r
     return None
@@ -50,4 +60,4 @@ def test_z3_finds_a_confirmed_counterexample(mutant):
 def test_bookkeeping_mutants_are_out_of_the_encodings_reach(mutant):
     assert BY_NAME[mutant].target.startswith(("reference_impl.scheduler:", "reference_impl.kv_cache_manager:"))
     for inv in INVARIANTS:
-        assert run_job(Job(inv.name, 2, True, 60, mutant)).verdict == "proved"
+        assert run_job(Job(inv.name, 2, True, 600, mutant)).verdict == "proved"

@@ -269,7 +269,7 @@ def test_a_counterexample_that_does_not_replay_is_unconfirmed(monkeypatch):
     name, text, _, _ = GOLDEN["Z14-double-free"]
     line = f"/x/contracts.py:76: error: false when calling {name}({text}) (which returns False)"
 
-    def fake(argv, wall_limit):
+    def fake(argv, wall_limit, env=None):
         if "--replay" in argv:
             return runner._replay(argv[0], argv[argv.index("--replay") + 1], None)
         return {"rc": 1, "seconds": 0.1, "cpu_seconds": 0.1, "lines": [line], "scenarios": 1}

@@ -89,17 +89,18 @@ def test_every_mutant_plants_and_changes_its_target(m):
     assert getattr(owner, attr) is function  # restored
 
 
-def test_a_crash_in_a_mutant_points_at_the_reference_file_and_line():
+def test_a_crash_in_a_mutant_points_at_the_rules_file_and_line():
     import inspect
     import traceback
 
-    from schedspec.reference_impl import rules
+    from schedspec.reference_impl import rules as reference_rules
+    from schedspec.spec import rules
 
     m = Mutant(
         "m",
         "classic",
         "test",
-        "reference_impl.rules:waiting_pass_allowed",
+        "spec.rules:waiting_pass_allowed",
         "return num_preempted == 0",
         "raise RuntimeError('planted')",
         (),
@@ -107,7 +108,7 @@ def test_a_crash_in_a_mutant_points_at_the_reference_file_and_line():
     lines, first = inspect.getsourcelines(rules.waiting_pass_allowed)
     line = first + next(i for i, text in enumerate(lines) if "return num_preempted == 0" in text)
     with applied(m), pytest.raises(RuntimeError) as info:
-        rules.waiting_pass_allowed(0)
+        reference_rules.waiting_pass_allowed(0)  # the reference's handle on the rule is rebound too
     frame = traceback.extract_tb(info.value.__traceback__)[-1]
     assert (frame.filename, frame.lineno) == (inspect.getsourcefile(rules), line)
     assert frame.line.strip() == "return num_preempted == 0"  # the file's text: the mutant replaced this line

@@ -182,6 +182,16 @@ def test_capacity_grows_beyond_the_initial_slots_and_table_width():
     assert engine.st.R >= 201 and engine.st.W >= 1250
 
 
+def test_slots_grow_while_an_async_step_is_in_flight():
+    # The 17th arrival doubles the 16 slots between a schedule() and the update that absorbs it.
+    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=32, num_gpu_blocks=200, async_scheduling=True)
+    reqs = tuple(WorkloadRequest(Request(f"r{i}", (1,), max_tokens=2), arrival_step=i) for i in range(17))
+    w = Workload(config, reqs)
+    engine = cpu_engine(config)
+    assert_same(simulate(w), run(engine, w))
+    assert engine.st.R == 32
+
+
 def test_device_choice(monkeypatch):
     monkeypatch.setenv(device_mod.ENV, "cpu")
     assert TorchEngine(SchedulerConfig()).device == torch.device("cpu")

@@ -1,0 +1,233 @@
+"""The decision invariants: every decision of a step is the one vLLM 0.33.0's rules make at its turn.
+
+The catalogue (`catalogue.py`) states bounds: the budget is not overdrawn, a
+chunk is at most the threshold, a victim's key is at least the others'. An
+engine with one decision changed passes every bound while departing from
+vLLM: a PRIORITY self-preemption that `break`s the pass, a grant cut by a
+threshold that should not apply, a victim picked on the wrong tie, an
+admission test that skips a head instead of stopping. These invariants
+state the decisions themselves, over the state `schedule()` started from and
+the step's record, so a monitor checks them on any engine's trace:
+
+* `grant-exact`: each scheduled request gets exactly what the rules give it
+  at its turn;
+* `victims-exact`: the victims are exactly those the policy's rule picks,
+  no more than it takes for the allocation to fit;
+* `running-work-conserving`: a running request owed tokens and not
+  scheduled is left out for a named reason;
+* `admission-exact`: the admissions are the queue's prefix that passes the
+  whole admission test, up to the first head that fails it;
+* `prefix-hit-exact`: a hit is the longest run of cached blocks along the
+  request's hashes, and each hit block is cached under its prefix's hash;
+* `block-choice-exact`: every allocated block is the free queue's front;
+* `stop-exact`: the update finishes a request exactly at check_stop's first
+  verdict, with that status, and nothing else finishes but by an abort;
+* `rollback-exact`: C after the step is the grant's less the drafts the
+  update rejected, and T grew by every returned token.
+
+How: `decide` walks the step in vLLM's order (`step_walk.py`,
+`decide_running.py`, `decide_waiting.py`, `decide_update.py`) against the
+block pool and prefix cache rebuilt from the trace (`pool_shadow.py`),
+using the rules of `spec/rules.py`, and keeps the first problem of each
+invariant. `replay.TraceReplay` runs it at every step and puts the problems
+in the view (`StepView.decision_problems`).
+
+All eight are monitor-only. A decision is a walk over a step's turns, with a
+block pool and a cache of hashes; the Z3 encoding (`proofs/`) abstracts the
+pool to counts and the order of turns to one symbolic pass, so they are not
+dual-use, and `catalogue.INVARIANTS` (what `schedspec prove` and the
+CrossHair contracts take) does not list them. A view built from states or
+from Z3 terms has no problems (`decision_problems` is None), and every one
+of them holds there. `MONITORED` is what the monitors run: the catalogue,
+then these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..config import SchedulerConfig
+from ..request import Request
+from ..trace import StepRecord
+from .catalogue import INVARIANTS, Invariant
+from .decide_running import walk_running_pass
+from .decide_update import walk_update
+from .decide_waiting import walk_waiting_pass
+from .pool_shadow import PoolShadow
+from .step_walk import ADMISSION, BLOCK_CHOICE, GRANT, PREFIX_HIT, ROLLBACK, STOP, VICTIMS, WORK, StepWalk
+from .views import StepView
+
+
+def decide(
+    config: SchedulerConfig,
+    requests: Mapping[str, Request],
+    shadow: PoolShadow,
+    view: StepView,
+    rec: StepRecord,
+    queues: tuple[tuple[str, ...], tuple[str, ...]],
+    prefill_chunk: dict[str, bool],
+    absorbed: StepRecord | None,
+    in_flight: Mapping[str, int],
+    last_preempted: Mapping[str, int],
+) -> dict[str, str]:
+    """Walk one step (aborts, schedule(), update) through `shadow`; the first problem of each decision invariant.
+
+    `queues` are running and waiting as schedule() found them, `prefill_chunk` is each request's
+    `is_prefill_chunk` before it (updated here for the scheduled ones), `absorbed` the record whose output the
+    update took, `in_flight` the tokens still in flight after it, `last_preempted` the step of each request's
+    last preemption (this step's included).
+    """
+    for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
+        shadow.forget(rid)
+        prefill_chunk.pop(rid, None)
+    w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk)
+    if rec.scheduled:
+        walk_running_pass(w)
+        walk_waiting_pass(w)
+        for rid, n in rec.output.num_scheduled_tokens.items():  # Scheduler._update_after_schedule
+            r = w.rows.get(rid)
+            if r is not None:
+                base = r.num_hit_tokens if r.admitted else r.pre_num_computed_tokens
+                prefill_chunk[rid] = base + n < r.pre_num_tokens + r.pre_num_output_placeholders
+    walk_update(w, absorbed, in_flight, last_preempted)
+    for rid in rec.finished:
+        prefill_chunk.pop(rid, None)
+    return w.problems
+
+
+def _problem(v: StepView, name: str) -> str:
+    return dict(v.decision_problems or ()).get(name, "")
+
+
+def decision_detail(name: str, v: StepView) -> str:
+    """The walk's account of the first wrong decision, for a violation's detail."""
+    return _problem(v, name)
+
+
+def grant_exact(v: StepView) -> bool:
+    """Monitor-only (a walk over the step's turns). Running: `running_num_new_tokens` of the owed tokens with the
+    step's threshold, the budget left at its turn and the position bound, and the drafts the clamps leave.
+    Admitted: `waiting_num_new_tokens` (or the padding), cut to the budget left."""
+    return not _problem(v, GRANT)
+
+
+def victims_exact(v: StepView) -> bool:
+    """Monitor-only. The victims, turn by turn: FCFS the tail, PRIORITY the first maximum of (priority, arrival),
+    each only while the allocation at that turn does not fit."""
+    return not _problem(v, VICTIMS)
+
+
+def running_work_conserving(v: StepView) -> bool:
+    """Monitor-only. Every running request the pass reaches, owed tokens and given blocks, is scheduled or a victim."""
+    return not _problem(v, WORK)
+
+
+def admission_exact(v: StepView) -> bool:
+    """Monitor-only. Admissions are the queue's prefix that passes the whole test, up to the first head that fails."""
+    return not _problem(v, ADMISSION)
+
+
+def prefix_hit_exact(v: StepView) -> bool:
+    """Monitor-only (reads the prefix cache rebuilt from the trace). The hit is the longest cached run of the
+    request's block hashes, capped at (T - 1) // bs blocks, and each hit block is cached under its own hash."""
+    return not _problem(v, PREFIX_HIT)
+
+
+def block_choice_exact(v: StepView) -> bool:
+    """Monitor-only (reads the free queue rebuilt from the trace). New blocks come off the free queue's front,
+    and a hit takes the first block cached under each hash."""
+    return not _problem(v, BLOCK_CHOICE)
+
+
+def rollback_exact(v: StepView) -> bool:
+    """Monitor-only. C after the step is the schedule's (the hit or 0 on admission or preemption, plus the grant) less
+    the drafts the absorbed output rejected, and T grew by every returned token."""
+    return not _problem(v, ROLLBACK)
+
+
+def stop_exact(v: StepView) -> bool:
+    """Monitor-only. A request finishes in the update exactly at check_stop's first verdict on its returned tokens,
+    with that status and the tokens after it trimmed; nothing else finishes but by an abort."""
+    return not _problem(v, STOP)
+
+
+S = "vllm/v1/core/sched/scheduler.py:Scheduler.schedule"
+DECISIONS: tuple[Invariant, ...] = (
+    Invariant(
+        VICTIMS,
+        "The victims are exactly those the policy's rule picks at the turns whose allocation does not fit (FCFS the "
+        "tail of running, PRIORITY the first maximum of (priority, arrival)), one at a time until it fits.",
+        f"{S} (910-980)",
+        ("§4", "§9.A.7", "§9.A.8", "VICTIM", "DECISION"),
+        victims_exact,
+    ),
+    Invariant(
+        WORK,
+        "A running request the pass reaches with tokens owed and blocks to give is scheduled or preempted, in "
+        "every step, including steps that preempted: it is left out only when the budget ran out, the async skip "
+        "rule or a zero grant passes it over, or the pass ended at a self-preemption.",
+        f"{S} (793-1037)",
+        ("§3.1", "§9.B", "PROGRESS", "DECISION"),
+        running_work_conserving,
+    ),
+    Invariant(
+        GRANT,
+        "Each scheduled request gets exactly what the rules give it at its turn: its owed tokens, clamped by the "
+        "step's threshold, the budget left in pass order and the position bound (running), or T minus the hit "
+        "(or the spec padding), clamped by the threshold and the budget left (admitted); with the drafts the "
+        "clamps leave.",
+        f"{S} (754-769, 839-857, 1010-1025, 1306-1346)",
+        ("§3.1", "§3.2", "§9.A.4", "DECISION"),
+        grant_exact,
+    ),
+    Invariant(
+        ADMISSION,
+        "The admissions are exactly the waiting queue's prefix that passes the whole admission test at its turn "
+        "(budget, max_num_active_seqs, spec padding, chunked prefill, the full-sequence gate, the blocks and the "
+        "watermark), less the requests with stale output in flight; the pass stops at the first head that fails.",
+        f"{S} (1049-1616); vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (518-588)",
+        ("§3.2", "§9.A.5", "§9.A.17", "DECISION"),
+        admission_exact,
+    ),
+    Invariant(
+        PREFIX_HIT,
+        "An admission's prefix hit is the longest run of its block hashes cached at its turn, at most (T - 1) // bs "
+        "blocks, and each hit block is cached under its own prefix's hash.",
+        "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks; "
+        "vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks",
+        ("§3.4", "§9.A.3", "PREFIX", "DECISION"),
+        prefix_hit_exact,
+    ),
+    Invariant(
+        BLOCK_CHOICE,
+        "Every newly allocated block is the front of the free queue, where freed blocks go tail first, unhashed to "
+        "the front and hashed to the back; a hit takes the first block cached under each hash.",
+        "vllm/v1/core/block_pool.py:BlockPool.get_new_blocks; vllm/v1/core/block_pool.py:BlockPool.free_blocks; "
+        "vllm/v1/core/kv_cache_manager.py:KVCacheManager.free",
+        ("§3.4", "§9.A.16", "DECISION"),
+        block_choice_exact,
+    ),
+    Invariant(
+        STOP,
+        "The update finishes a request exactly at check_stop's first verdict on its returned tokens, with that "
+        "status (EOS or stop token: stopped; a length cap: length-capped) and the tokens after it trimmed; a request "
+        "no verdict stops stays live, and nothing finishes but by a verdict or an abort.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._update_request_with_output; vllm/v1/core/sched/utils.py:check_stop",
+        ("§5", "§9.A.11", "§9.A.12", "STOP", "DECISION"),
+        stop_exact,
+    ),
+    Invariant(
+        ROLLBACK,
+        "After the step a live request's num_computed_tokens is where schedule() left it (its C, 0 after a "
+        "preemption or its prefix hit on admission, plus its grant) less the drafts the absorbed output rejected "
+        "(none when the output is stale, the row empty or C is 0), and its num_tokens grew by every returned token.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2349-2364); "
+        "vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule (1855-1859)",
+        ("§5", "§9.A.13", "SPEC", "DECISION"),
+        rollback_exact,
+    ),
+)
+
+MONITORED: tuple[Invariant, ...] = INVARIANTS + DECISIONS
+MONITORED_BY_NAME = {inv.name: inv for inv in MONITORED}
+DECISION_NAMES = frozenset(inv.name for inv in DECISIONS)

@@ -1,0 +1,171 @@
+"""vLLM's block pool and prefix cache, rebuilt from a trace's block ids: what the decision walk decides against.
+
+A trace shows every block an engine hands out (`scheduled_new_reqs[].block_ids`,
+`scheduled_cached_reqs[].new_block_ids`), every preemption and every finish.
+Replayed in the order vLLM 0.33.0 takes them, those events fix the whole pool
+(`vllm/v1/core/block_pool.py:BlockPool`):
+
+* the free queue: blocks 1..N-1 at the start (block 0 is the null block).
+  An allocation pops from the front; a freed request gives its blocks back
+  tail first, the unhashed ones to the front (reused first, in that order)
+  and, under prefix caching, the hashed ones to the back (evicted last);
+  a prefix hit on a block nobody holds takes it out of the queue (`touch`);
+* ref counts: the number of block tables holding a block;
+* the prefix cache: a block is registered under the hash of its holder's
+  tokens once `cache_blocks` counts it full (at allocation, up to
+  `min(C + n, T)` tokens; under async scheduling or spec decode also after an
+  update, up to `C - in_flight`), and it forgets that hash when it is popped
+  again. A lookup walks the request's block hashes and takes the first block
+  cached under each, stopping at the first miss and at `(T - 1) // bs` blocks.
+
+The shadow is monitor-only and concrete: it is how the decision invariants
+(`decisions.py`) know, at each request's turn, how many blocks are free,
+which blocks a hit returns, and which block an allocation must take. It
+never reads an engine's state, only the trace's events, so it holds the
+engine to the rules, not to itself.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from ..block_hash import block_hashes
+from ..config import SchedulerConfig
+from ..request import Request
+from ..rules import max_prefix_hit_blocks
+
+
+class PoolShadow:
+    def __init__(self, config: SchedulerConfig, requests: Mapping[str, Request]) -> None:
+        self.block_size = config.block_size
+        self.caching = config.enable_prefix_caching
+        self.requests = requests
+        self.queue: deque[int] = deque(range(1, config.num_gpu_blocks))
+        self.refs: dict[int, int] = {}
+        self.tables: dict[str, list[int]] = {}
+        self.hash_of: dict[int, int] = {}  # block -> the hash it is cached under
+        self.cached: dict[int, list[int]] = {}  # hash -> its blocks, first registered first
+        self.num_cached: dict[str, int] = {}  # leading blocks of a table already registered
+        self.outputs: dict[str, list[int]] = {}  # prefix caching only: each live request's output tokens
+        self._hashes: dict[str, tuple[int, ...]] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.queue)
+
+    def held(self, rid: str) -> list[int]:
+        return self.tables.get(rid, [])
+
+    # ---- tokens and the prefix cache ----
+
+    def append_outputs(self, rid: str, tokens: Sequence[int]) -> None:
+        if self.caching and tokens:
+            self.outputs.setdefault(rid, []).extend(tokens)
+
+    def hashes(self, rid: str) -> tuple[int, ...]:
+        """The hashes of every full block of the request's tokens, extended as outputs arrive."""
+        known = self._hashes.get(rid, ())
+        outputs = self.outputs.get(rid, [])
+        prompt = self.requests[rid].prompt_token_ids
+        if (len(known) + 1) * self.block_size <= len(prompt) + len(outputs):
+            known = block_hashes(prompt + tuple(outputs), self.block_size, known)
+            self._hashes[rid] = known
+        return known
+
+    def lookup(self, rid: str, num_tokens: int) -> list[int]:
+        """The blocks a prefix-cache lookup returns for a request with C = 0
+        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks)."""
+        if not self.caching:
+            return []
+        hits = []
+        for h in self.hashes(rid)[: max_prefix_hit_blocks(num_tokens, self.block_size)]:
+            blocks = self.cached.get(h)
+            if not blocks:
+                break
+            hits.append(blocks[0])
+        return hits
+
+    def register(self, rid: str, num_tokens: int) -> None:
+        """`cache_blocks`: the full blocks among the first `num_tokens` tokens join the cache under their hashes
+        (vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks)."""
+        if not self.caching:
+            return
+        hashes = self.hashes(rid)
+        table = self.tables.get(rid, [])
+        num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
+        num_full = min(num_full, len(table))
+        start = self.num_cached.get(rid, 0)
+        if start >= num_full:
+            return
+        for i in range(start, num_full):
+            block, h = table[i], hashes[i]
+            if self.hash_of.get(block) == h:
+                continue
+            self._evict(block)
+            self.hash_of[block] = h
+            self.cached.setdefault(h, []).append(block)
+        self.num_cached[rid] = num_full
+
+    def _evict(self, block: int) -> None:
+        h = self.hash_of.pop(block, None)
+        if h is None:
+            return
+        blocks = self.cached[h]
+        blocks.remove(block)
+        if not blocks:
+            del self.cached[h]
+
+    # ---- the free queue and the ref counts ----
+
+    def num_evictable(self, blocks: Sequence[int]) -> int:
+        """Hit blocks nobody holds sit in the free queue: taking them costs free blocks too."""
+        return sum(1 for b in blocks if self.refs.get(b, 0) == 0)
+
+    def take(self, rid: str, hit: Sequence[int], new: Sequence[int]) -> str:
+        """allocate_slots' effects: touch the hit blocks, pop the new ones. The first new block that is not the
+        queue's front, as a problem ("" if none)."""
+        problem = ""
+        for b in hit:
+            if self.refs.get(b, 0) == 0 and b in self.queue:
+                self.queue.remove(b)
+            self.refs[b] = self.refs.get(b, 0) + 1
+        table = self.tables.setdefault(rid, [])
+        table.extend(hit)
+        if hit:
+            self.num_cached[rid] = len(table)  # add_local_computed_blocks: the hit joins as already cached
+        for b in new:
+            front = self.queue[0] if self.queue else None
+            if b != front and not problem:
+                problem = f"{rid} is given block {b}, but the free queue's front is {front}"
+            if b == front:
+                self.queue.popleft()
+            elif b in self.queue:
+                self.queue.remove(b)
+            self._evict(b)
+            self.refs[b] = self.refs.get(b, 0) + 1
+        table.extend(new)
+        return problem
+
+    def take_front(self, rid: str, num_blocks: int) -> None:
+        """An allocation the trace does not show (a PRIORITY victim whose grant was withdrawn): the rule's blocks."""
+        self.take(rid, [], list(self.queue)[: min(num_blocks, len(self.queue))])
+
+    def free(self, rid: str) -> None:
+        """vllm/v1/core/block_pool.py:BlockPool.free_blocks over the table reversed, tail block first."""
+        front: list[int] = []
+        back: list[int] = []
+        for b in reversed(self.tables.pop(rid, [])):
+            self.refs[b] = self.refs.get(b, 0) - 1
+            if self.refs[b] <= 0:
+                del self.refs[b]
+                (back if self.caching and b in self.hash_of else front).append(b)
+        self.queue.extendleft(reversed(front))
+        self.queue.extend(back)
+        self.num_cached.pop(rid, None)
+
+    def forget(self, rid: str) -> None:
+        """A finished request: its blocks back to the pool, its tokens gone."""
+        self.free(rid)
+        self.outputs.pop(rid, None)
+        self._hashes.pop(rid, None)

@@ -1,0 +1,83 @@
+"""Each decision invariant catches a planted decision that every bound of the catalogue lets through.
+
+The catalogue (`spec/invariants/catalogue.py`) states bounds; the decision
+invariants (`spec/invariants/decisions.py`) state the decisions themselves,
+turn by turn. For each decision invariant, a mutant that changes one
+decision and stays within every bound: the monitors hunt it on its families
+(a fixed seed, at most `EXAMPLES` workloads, round-robin) and flag it as
+that invariant at the pinned example; the workload is shrunk with the same
+predicate (at most `SHRINK_CALLS` candidates) to the pinned size
+(requests, aborts, prompt tokens, max_tokens, arrival steps, max_steps); and
+on the shrunk workload the catalogue alone, with the trace-level checks,
+sees nothing. Counts, never seconds: the same search finds the same
+workload on any machine.
+
+Block choice. `hashed-freed-to-front` and `free-not-reversed` change only
+which block ids are handed out (and so, under prefix caching, which
+prefixes stay cached): every count, grant and queue is legal. They were the
+differ's alone; `block-choice-exact`, which rebuilds the free queue from the
+trace's own block ids, now catches both, so no mutant the differ kills is
+excepted from the monitors. What remains out of the monitors' reach is what
+the differ misses too: `Z5-skipped-reversed`, live only with a deeper
+pipeline than the engine loop's (`mutants.EQUIVALENT["Z5"]`).
+
+Three of the pins take 10-12 s each and run in the slow tier (`-m slow`);
+every decision invariant keeps a pin in the default tier.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.hunt import hunt
+from schedspec.mutants import BY_NAME, applied
+from schedspec.reference_impl import simulate
+from schedspec.spec.invariants import DECISIONS, INVARIANTS, check_trace
+
+EXAMPLES = 400
+SHRINK_CALLS = 300
+
+# mutant: (the decision invariant that catches it, examples searched, shrunk size)
+PINNED = {
+    "priority-victim-tie-last": ("victims-exact", 55, (2, 0, 20, 2, 4, 60)),
+    "priority-self-preempt-breaks": ("running-work-conserving", 5, (2, 0, 15, 18, 8, 13)),
+    "async-skip-breaks": ("running-work-conserving", 5, (2, 0, 2, 6, 9, 8)),
+    # PRIORITY preempts a request the pass has already passed, and the pass must step back (an escaped bug's shape).
+    "victim-index-not-adjusted": ("running-work-conserving", 45, (3, 0, 23, 8, 5, 6)),
+    "running-threshold-when-alone": ("grant-exact", 1, (1, 0, 43, 1, 0, 2)),
+    "watermark-ignored": ("admission-exact", 4, (3, 0, 30, 4, 14, 6)),
+    "no-chunking-chunks": ("admission-exact", 2, (2, 0, 103, 2, 0, 1)),
+    "cache-wrong-hash": ("prefix-hit-exact", 3, (2, 0, 9, 2, 0, 1)),
+    "hashed-freed-to-front": ("block-choice-exact", 1, (2, 0, 10, 9, 0, 5)),
+    "free-not-reversed": ("block-choice-exact", 4, (2, 0, 2, 4, 3, 4)),
+    "length-cap-one-early": ("stop-exact", 1, (1, 0, 1, 2, 0, 1)),
+    "rollback-one-too-many": ("rollback-exact", 2, (1, 0, 1, 3, 0, 2)),
+}
+SLOW = {"watermark-ignored", "async-skip-breaks", "victim-index-not-adjusted"}
+
+
+def test_every_decision_invariant_has_a_planted_bug_in_the_default_tier():
+    assert {inv for name, (inv, _, _) in PINNED.items() if name not in SLOW} == {i.name for i in DECISIONS}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in PINNED])
+def test_a_decision_invariant_catches_what_the_bounds_let_through(name):
+    invariant, examples, shrunk = PINNED[name]
+    mutant = BY_NAME[name]
+    assert invariant in mutant.expect
+    finding = hunt(mutant, "monitors", examples=EXAMPLES, shrink_calls=SHRINK_CALLS)
+    assert finding is not None, f"{name} survived the monitors"
+    assert (finding.what, finding.examples, finding.size) == (invariant, examples, shrunk), finding.original
+    with applied(mutant):
+        trace = simulate(finding.workload)
+    assert check_trace(trace, INVARIANTS) == [], "a bound of the catalogue sees it: not a decision-only mutant"
+    assert check_trace(trace)[0].invariant == invariant
+
+
+def test_the_reference_takes_every_decision_the_rules_make():
+    """The control: the unmutated reference, a few workloads of every family, breaks no decision invariant."""
+    for family in FAMILIES:
+        for i in range(6):
+            w = generate(family, 7, i)
+            assert check_trace(simulate(w), DECISIONS) == [], w.name
