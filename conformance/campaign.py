@@ -44,8 +44,8 @@ from .coverage import coverage
 from .coverage_map import cells
 from .differ import DiffResult, Divergence, diff
 from .explain import step_table
-from .families import generate
-from .registry import engine_factory, engine_version
+from .families import at_release, generate
+from .registry import engine_factory, engine_version, vllm_release_of
 from .shrink import shrink
 
 SHRINK_SAFETY_CAP_S = 600.0  # stops a shrink on a machine far slower than planned; never decides a verdict
@@ -80,6 +80,7 @@ class WorkloadResult:
     shrunk_size: dict[str, int] | None = None
     nondeterministic: dict[str, Any] | None = None
     violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
+    known_violations: list[str] = field(default_factory=list)  # ... that the release is known to break
     steps_table: dict[str, Any] | None = None  # explain.step_table of the shrunk counterexample
     error: dict[str, Any] | None = None  # differ.EngineError.to_json(): the third outcome
     crash: bool = False  # the divergence is an engine raising
@@ -107,14 +108,27 @@ def _diff(task: Task, workload: Workload, a: str | None, b: str, level: str, kee
     return diff(workload, make_a, make_b, level, task.step_timeout_s, keep_records, task.start_timeout_s, (a or b, b))
 
 
+def task_workload(task: Task) -> Workload:
+    """The task's workload, at the vLLM release its engines name (`vllm==V`): the oracle and monitors follow it.
+
+    The engine's release is applied last, so it is the one the config keeps when both sides are vLLM.
+    """
+    workload = generate(task.family, task.seed, task.index)
+    for spec in (task.against, task.engine):
+        release = vllm_release_of(spec)
+        if release is not None:
+            workload = at_release(workload, release)
+    return workload
+
+
 def skipped(task: Task, why: str) -> WorkloadResult:
     """A workload the run did not reach: too many errors before it."""
-    return WorkloadResult(generate(task.family, task.seed, task.index).name, task.family, 0, 0.0, skipped=why)
+    return WorkloadResult(task_workload(task).name, task.family, 0, 0.0, skipped=why)
 
 
 def run_task(task: Task) -> WorkloadResult:
     t0 = time.perf_counter()
-    workload = generate(task.family, task.seed, task.index)
+    workload = task_workload(task)
     result = _diff(task, workload, task.against, task.engine, task.level, keep_records=True)
     out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0, coverage(workload, result.records_a))
     out.cells = cells(workload, result.records_a)
@@ -155,6 +169,8 @@ def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out:
             records_b, complete = solo.records_b, solo.steps_compared < workload.max_steps
     engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
     violations = check_trace(engine_trace)
+    out.known_violations = [str(v) for v in violations if v.known]  # the release breaks it: reported, not failed
+    violations = [v for v in violations if not v.known]
     if result.divergence is not None:
         # The decision invariants restate vLLM 0.33.0's decisions from the trace alone. Beside an oracle, a wrong
         # decision is a departure, which the differ reports (and `--allow-divergence` allows); the bounds of the
@@ -186,7 +202,7 @@ def _write(task: Task, small: Workload, original: Workload, d: Divergence, out: 
 def shrink_result(job: tuple[Task, WorkloadResult]) -> WorkloadResult:
     """Shrink one diverged workload and rewrite its counterexample; the finding itself stays as found."""
     task, out = job
-    workload = generate(task.family, task.seed, task.index)
+    workload = task_workload(task)
     first = diff_divergence(task, workload)
     if first is None:  # it reproduced a moment ago; if it does not now, say so rather than shrink a ghost
         out.shrink_note = "did not reproduce when shrinking began: left unshrunk"

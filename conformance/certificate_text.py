@@ -92,6 +92,10 @@ def markdown(cert: dict[str, Any]) -> str:
         lines += ["", "## Invariant violations", ""] + [
             f"- {v['workload']}: {v['violation']}" for v in cert["invariant_violations"]
         ]
+    if cert.get("known_violations"):
+        lines += ["", "## Known violations of this release (fixed in a later vLLM; not failures)", ""] + [
+            f"- {v['workload']}: {v['violation']}" for v in cert["known_violations"]
+        ]
     if cert["counterexamples"]:
         title = "Departures from the oracle (allowed)" if cert.get("allow_divergence") else "Counterexamples"
         lines += ["", f"## {title}", "", "| workload | step | field | shrunk size | file |", "|---|---:|---|---|---|"]

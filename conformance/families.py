@@ -364,3 +364,44 @@ def generate(family: str, seed: int, index: int) -> Workload:
     # A mixed family is stratified: spec decode and prefix caching take turns, by index.
     workload = mixed(draw, index % mixed.strata) if mixed is not None else FAMILIES[family](draw)
     return workload.replace(name=f"{family}-{seed}-{index}", description=f"family {family}, seed {seed}, index {index}")
+
+
+def at_release(workload: Workload, version: str) -> Workload:
+    """`workload` as vLLM `version` can run it: its config's `vllm_version` set, and what that release refuses mapped.
+
+    The families draw configs for the newest release (`spec.versions.DEFAULT_RELEASE`). A campaign against an
+    older release (`certify --engine vllm==V`) runs the same plan, so that the same seed means the same
+    workloads; a config V refuses (`spec/config.py:_validate_release`) is mapped to the nearest one it accepts,
+    never skipped, and the change is appended to the description, so a counterexample says what was dropped:
+
+    * `max_num_active_seqs` and `long_prefill_token_threshold_adaptive` do not exist before 0.31.0
+      (vllm/config/scheduler.py:SchedulerConfig): set to their defaults (None, False), which is what the
+      older releases do;
+    * async scheduling with an ngram drafter is refused before 0.33.0 (vllm/config/vllm.py:
+      VllmConfig.__post_init__): async is turned off and spec decode kept, which is what those releases
+      run by default for an ngram drafter (`async_scheduling=None` resolves to False there).
+
+    Raises `SpecError` for a `version` outside `spec.versions.RELEASES`.
+    """
+    from ..spec.errors import SpecError
+    from ..spec.versions import RELEASES, holds
+
+    if version not in RELEASES:
+        raise SpecError("vllm_version", version, f"must be one of {', '.join(RELEASES)}")
+    c = workload.config
+    changes: dict[str, object] = {}
+    if not holds("active-seqs-and-adaptive-threshold", version):
+        if c.max_num_active_seqs is not None:
+            changes["max_num_active_seqs"] = None
+        if c.long_prefill_token_threshold_adaptive:
+            changes["long_prefill_token_threshold_adaptive"] = False
+    if not holds("async-with-ngram-spec-decode", version) and c.async_scheduling and c.num_speculative_tokens > 0:
+        changes["async_scheduling"] = False
+    if c.vllm_version == version and not changes:
+        return workload
+    config = dataclasses.replace(c, vllm_version=version, **changes)  # type: ignore[arg-type]
+    description = workload.description
+    if changes:
+        dropped = ", ".join(f"{k}={getattr(c, k)!r} -> {v!r}" for k, v in changes.items())
+        description = f"{description}; mapped to vLLM {version}: {dropped}".lstrip("; ")
+    return workload.replace(config=config, description=description)

@@ -108,6 +108,7 @@ def replay_running_pass(
             len(running) + num_waiting,
             config.long_prefill_token_threshold_adaptive,
             config.max_num_batched_tokens,
+            config.vllm_version,
         )
     )
     queue = list(running)
@@ -164,7 +165,7 @@ def replay_running_pass(
                 served_preempted = True
                 break
         if served_preempted:
-            if priority:
+            if rules.self_preemption_continues(config.policy, config.vllm_version):
                 continue  # it removed itself; i already points at the next one
             break  # FCFS: it was the tail; the pass ends
         log.granted[r.request_id] = n

@@ -1,4 +1,7 @@
-"""The torch engine: vLLM 0.33.0's V1 scheduler as batched tensor programs, exact down to block ids.
+"""The torch engine: vLLM's V1 scheduler (0.28.0 to 0.33.0) as batched tensor programs, exact down to block ids.
+
+Each instance follows its config's `vllm_version` (`spec/versions.py`): the
+state keeps one bool column per release variant, so one batch mixes releases.
 
 B independent scheduler instances share one padded state (`state.py`), and
 one step advances all of them with tensor programs over every request of

@@ -2,9 +2,10 @@
 
 Python glue, run when requests are added, never per step. It turns each
 `Request` into the columns the step reads: prompt length, `max_tokens`,
-the effective EOS (None under `ignore_eos`, `spec/request.py`), the stop tokens,
-priority and arrival time, and, for the batched runner, the arrival step and
-the fake model's planted tokens. Everything is built on the host and moved
+`min_tokens` (read only before 0.29.0), the effective EOS (None under
+`ignore_eos`, `spec/request.py`), the stop tokens, priority and arrival
+time, and, for the batched runner, the arrival step and the fake model's
+planted tokens. Everything is built on the host and moved
 to the device in one copy per column.
 """
 
@@ -52,6 +53,7 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     reqs = [e.request for e in entries]
     put(st.prompt_len, [q.num_prompt_tokens for q in reqs])
     put(st.max_tokens, [q.max_tokens for q in reqs])
+    put(st.min_tokens, [q.min_tokens for q in reqs])
     put(st.prio, [q.priority for q in reqs])
     put(st.arrival, [q.arrival_time for q in reqs], torch.float64)
     eos = [q.effective_eos_token_id for q in reqs]
@@ -89,7 +91,8 @@ def _load_hashes(st: BatchState, entries: Sequence[Entry]) -> None:
         return
     dev = st.device
     X = max(e.request.num_prompt_tokens for e in mine)
-    # T never passes L, so a table of L // bs hashes holds every full block a request will have.
+    # L // bs hashes hold every full block a request will have; T passes L only before 0.29.0 (min_tokens holds
+    # back the cap), and then `prefix_cache.append_token` grows the table.
     width = max(L[e.instance] // bs[e.instance] for e in mine)
     st.grow_wide("bhash", width)
     tokens = torch.tensor(

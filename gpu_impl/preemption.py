@@ -19,7 +19,8 @@ a search over the cumulative blocks the victims free:
   and their freshly allocated blocks are freed with the rest) and ones
   skipped earlier; removing a victim before j shifts `req_index`, which
   here is implicit because positions are fixed keys, not list indices.
-  After self-preemption the pass continues with the next request.
+  After self-preemption the pass continues with the next request from
+  0.33.0; before, it ends as under FCFS (`rules.self_preemption_continues`).
 
 Under prefix caching a shared block is freed only by its last holder, so
 the cumulative freed count is counted per block (`shared_freed`).
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import rules
 from .block_pool import _expand, pop_alloc, push_free
 from .prefix_cache import register
 from .state import PREEMPTED, BatchState
@@ -190,6 +192,7 @@ def resolve_failures(p: RunningPass, failing: Tensor, jf: Tensor, n: Tensor, k: 
     p.grant = p.grant.scatter_add(1, j, torch.where(survived, n_j, 0)[:, None])
     p.budget = p.budget - torch.where(survived, n_j, 0)
     p.cursor = torch.where(failing, jf + 1, p.cursor)
-    # FCFS self-preemption ends the pass (`break`); PRIORITY continues (`continue`,
-    # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (982-994)).
-    p.done = p.done | (failing & self_preempted & ~st.prio_policy)
+    # FCFS self-preemption ends the pass (`break`); PRIORITY continues (`continue`) from 0.33.0 and breaks before
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (982-994)).
+    goes_on = rules.self_preemption_continues(st.prio_policy, st.priority_self_preemption_continues)
+    p.done = p.done | (failing & self_preempted & ~goes_on)

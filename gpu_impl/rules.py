@@ -1,13 +1,18 @@
 """The scheduler's arithmetic rules as elementwise tensor functions: the tensor twins of the rules.
 
-These are the same lines of vLLM 0.33.0 that `reference_impl/rules.py` and
-`spec/rules.py` write for ints and Z3 terms, rewritten for tensors, because
-this engine must not borrow the oracle's code (an engine that reuses the
-oracle certifies nothing). A twin has its rule's name, or says in its first
-line which rule it twins. `tests/unit/test_rule_twins.py` checks each twin
-against its rule on random inputs, and `docs/architecture.md` maps them.
-Every function broadcasts: per-instance knobs come in as `[B, 1]` columns,
-per-request values as `[B, R]`.
+These are the same lines of vLLM (0.28.0 to 0.33.0) that `reference_impl/rules.py`
+and `spec/rules.py` write for ints and Z3 terms, rewritten for tensors,
+because this engine must not borrow the oracle's code (an engine that
+reuses the oracle certifies nothing). A twin has its rule's name, or says
+in its first line which rule it twins. `tests/unit/test_rule_twins.py`
+checks each twin against its rule on random inputs, at random releases, and
+`docs/architecture.md` maps them. Every function broadcasts: per-instance
+knobs come in as `[B, 1]` columns, per-request values as `[B, R]`.
+
+Where a rule takes a `release`, its twin takes instead the bool column of
+each variant the rule asks about (`BatchState`'s release columns, True where
+`spec.versions.holds(variant, vllm_version)`), so instances of different
+releases share one tensor call.
 """
 
 from __future__ import annotations
@@ -22,18 +27,22 @@ def cdiv(a: Tensor, b: Tensor) -> Tensor:
     return torch.div(a + b - 1, b, rounding_mode="floor")
 
 
-def effective_threshold(threshold: Tensor, num_eligible: Tensor, adaptive: Tensor, input_budget: Tensor) -> Tensor:
+def effective_threshold(
+    threshold: Tensor, num_eligible: Tensor, adaptive: Tensor, input_budget: Tensor, lone_request_threshold_off: Tensor
+) -> Tensor:
     """Tensor twin of `reference_impl.rules.effective_threshold`.
 
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769), §9.A.4: fixed once per step.
 
     A lone request (running + waiting <= 1) is never capped; the adaptive
     variant floors a positive threshold by the fair share of the batch,
-    `max_num_batched_tokens // count` (T10).
+    `max_num_batched_tokens // count` (T10). Before 0.31.0
+    (`lone_request_threshold_off` False) the threshold caps every chunk, unchanged.
     """
-    thr = torch.where(num_eligible > 1, threshold, torch.zeros_like(threshold))
+    off = lone_request_threshold_off
+    thr = torch.where((num_eligible > 1) | ~off, threshold, torch.zeros_like(threshold))
     fair = torch.div(input_budget, num_eligible.clamp(min=1), rounding_mode="floor")
-    return torch.where(adaptive & (thr > 0), torch.maximum(thr, fair), thr)
+    return torch.where(adaptive & off & (thr > 0), torch.maximum(thr, fair), thr)
 
 
 def clamp_to_threshold(n: Tensor, threshold: Tensor) -> Tensor:
@@ -98,19 +107,35 @@ def pads_spec_decode(
     any_running_scheduled: Tensor,
     num_computed_tokens: Tensor,
     max_model_len: Tensor,
+    padding_after_prefix_hit: Tensor,
+    padding_needs_room_to_sample: Tensor,
 ) -> Tensor:
     """Tensor twin of `reference_impl.rules.pads_spec_decode`.
 
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330): a decode-like admission (one token left, no
     prefill chunk in the running pass, and a running request already scheduled or a prefix hit) is padded
-    to 1 + k tokens when 1 + k + 1 positions fit under L."""
-    return (
-        (k > 0)
-        & (num_new_tokens == 1)
-        & ~prefill_scheduled
-        & (any_running_scheduled | (num_computed_tokens > 0))
-        & (num_computed_tokens + 1 + k + 1 <= max_model_len)
-    )
+    to 1 + k tokens when 1 + k + 1 positions fit under L. Before 0.30.0 a prefix hit alone does not count
+    (`padding_after_prefix_hit` False); before 0.29.0 there is no room test (`padding_needs_room_to_sample`
+    False), `padded_admission_breaks` decides instead."""
+    hit = padding_after_prefix_hit & (num_computed_tokens > 0)
+    room = ~padding_needs_room_to_sample | (num_computed_tokens + 1 + k + 1 <= max_model_len)
+    return (k > 0) & (num_new_tokens == 1) & ~prefill_scheduled & (any_running_scheduled | hit) & room
+
+
+def padded_admission_breaks(
+    pad: Tensor,
+    k: Tensor,
+    request_token_budget: Tensor,
+    num_computed_tokens: Tensor,
+    max_model_len: Tensor,
+    padding_needs_room_to_sample: Tensor,
+) -> Tensor:
+    """Tensor twin of `reference_impl.rules.padded_admission_breaks`: a padded admission that does not fit ends
+    the waiting pass, "prefer to not schedule than schedule un-padded"
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1322)). Before 0.29.0 a padding past L breaks too."""
+    over = 1 + k > request_token_budget
+    past_L = ~padding_needs_room_to_sample & (num_computed_tokens + 1 + k > max_model_len)
+    return pad & (over | past_L)
 
 
 def num_scheduled_spec_tokens(
@@ -138,3 +163,20 @@ def async_max_tokens_reached(P: Tensor, C: Tensor, num_prompt_tokens: Tensor, ma
     vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814) (async): even if every in-flight draft is
     rejected, the step in flight reaches max_tokens, so no further step is scheduled."""
     return (P > 0) & (C + 2 - P >= num_prompt_tokens + max_tokens)
+
+
+# ---- Decisions that changed between releases (spec/versions.py). ----
+
+
+def self_preemption_continues(prio_policy: Tensor, priority_self_preemption_continues: Tensor) -> Tensor:
+    """Tensor twin of `reference_impl.rules.self_preemption_continues`: after a running request preempted itself,
+    the pass goes on only under PRIORITY from 0.33.0 (`continue`); FCFS, and PRIORITY before, `break`
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (982-994))."""
+    return prio_policy & priority_self_preemption_continues
+
+
+def caches_on_update(had_output_placeholders: Tensor, k: Tensor, sync_spec_decode_caches_on_update: Tensor) -> Tensor:
+    """Tensor twin of `reference_impl.rules.caches_on_update`: whether `update_from_output` registers a running
+    request's processed full blocks (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415)):
+    with output in flight (async), or with spec decode from 0.33.0."""
+    return had_output_placeholders | (sync_spec_decode_caches_on_update & (k > 0))

@@ -3,7 +3,8 @@
 vLLM walks `running` in order. Each request asks
 `min(clamp_thr(T + S + P - C), L - C - 1)` tokens (S drafts, P async
 placeholders; 0 under the async max-tokens skip rule) (the threshold clamp, then the
-max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1) and
+max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1, floored at 0:
+a request past L - 1, which a min_tokens request reaches before 0.29.0, asks 0) and
 gets `min(ask, budget left)`; an ask of 0 is skipped with `continue`, not
 `break` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (891-909)); the pass stops when the budget is spent. With
 non-negative asks the grants are prefix sums:

@@ -4,9 +4,11 @@ Layout (§2): every instance has R request *slots*; a slot
 holds one request for its whole life (it is never reused), so a request is
 addressed by `(instance, slot)` and its id lives only in the Python glue.
 
-* per instance `[B]`: the config knobs the step reads, the free-block queue
-  as a ring buffer (`ring`, `head`, `free`; see `block_pool.py`), and the
-  counters that give queue positions (`run_ctr`, `wait_tail`, `wait_head`).
+* per instance `[B]`: the config knobs the step reads, the release columns
+  (one bool per variant of `spec/versions.py`, from `vllm_version`, so one
+  batch mixes releases), the free-block queue as a ring buffer (`ring`,
+  `head`, `free`; see `block_pool.py`), and the counters that give queue
+  positions (`run_ctr`, `wait_tail`, `wait_head`).
 * per slot `[B, R]`: status (vLLM's `RequestStatus` values; 0 = no request
   yet), prompt length, outputs, computed tokens (C), held blocks, the
   position keys of both queues, priority and arrival time, the stop data,
@@ -44,6 +46,7 @@ import torch
 
 from ..spec.config import SchedulerConfig
 from ..spec.request import RequestStatus
+from ..spec.versions import VARIANTS, holds
 from .rules import num_owed_tokens
 
 EMPTY = 0
@@ -119,6 +122,20 @@ class BatchState:
     async_: Tensor  # bool: async_scheduling
     caching: Tensor  # bool: enable_prefix_caching
 
+    # ---- per instance [B], bool: the release (`vllm_version`, spec/versions.py), one column per variant --
+    # True where the instance's release has the variant's newer behaviour (`holds(name, vllm_version)`),
+    # computed once here; the column is the variant's name with `_` for `-` (`release_column`). The twins
+    # take them in place of the rules' `release` argument, so one batch mixes releases.
+    older: frozenset[str]  # the variants some instance lacks: the step skips a variant's work where none does
+    min_tokens_gates_every_stop: Tensor  # EOS, stop tokens and caps apply below min_tokens (0.29.0)
+    padding_needs_room_to_sample: Tensor  # padding needs C + 1 + k + 1 <= L, else unpadded (0.29.0)
+    padding_after_prefix_hit: Tensor  # a prefix hit makes an admission decode-like (0.30.0)
+    lone_request_threshold_off: Tensor  # no threshold with at most one request eligible (0.31.0)
+    active_seqs_and_adaptive_threshold: Tensor  # config-only (0.31.0): the config refuses the knobs before
+    priority_self_preemption_continues: Tensor  # PRIORITY self-preemption continues the pass (0.33.0)
+    sync_spec_decode_caches_on_update: Tensor  # sync spec decode caches in update_from_output (0.33.0)
+    async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
+
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
     ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
     head: Tensor  # [B] the ring index of the queue's front
@@ -143,6 +160,7 @@ class BatchState:
     C: Annotated[Tensor, Slot(I64, 0)]  # num_computed_tokens
     held: Annotated[Tensor, Slot(I64, 0)]  # blocks held: the leading entries of `table`
     max_tokens: Annotated[Tensor, Slot(I64, 0)]
+    min_tokens: Annotated[Tensor, Slot(I64, 0)]  # before 0.29.0 it holds back every stop (`update.py`)
     run_pos: Annotated[Tensor, Slot(I64, 0)]  # position key in `running` (read where RUNNING)
     wait_pos: Annotated[Tensor, Slot(I64, 0)]  # position key in the FCFS `waiting` deque
     prio_rank: Annotated[Tensor, Slot(I64, 0)]  # rank by Request.__lt__: the PRIORITY heap's pop order
@@ -221,6 +239,10 @@ class BatchState:
         self.k = col(x.num_speculative_tokens for x in c)
         self.async_ = col((x.async_scheduling for x in c), BOOL)
         self.caching = col((x.enable_prefix_caching for x in c), BOOL)
+        for v in VARIANTS:  # once per batch: a step reads the columns, never the version strings
+            sides = [holds(v.name, x.vllm_version) for x in c]
+            setattr(self, release_column(v.name), col(sides, BOOL))
+        self.older = frozenset(v.name for v in VARIANTS if not all(holds(v.name, x.vllm_version) for x in c))
         self.kmax = max((x.num_speculative_tokens for x in c), default=0)
         self.any_spec = self.kmax > 0
         self.any_async = any(x.async_scheduling for x in c)
@@ -352,6 +374,11 @@ class BatchState:
         self.status = torch.where(mask, torch.full_like(self.status, WAITING), self.status)
 
 
+def release_column(variant: str) -> str:
+    """The `BatchState` column of a variant of `spec/versions.py`: its name, with `_` for `-`."""
+    return variant.replace("-", "_")
+
+
 def _field_tables() -> tuple[
     dict[str, tuple[torch.dtype, float | int | bool]],
     dict[WideField, tuple[torch.dtype, float | int | bool]],
@@ -376,6 +403,9 @@ def _field_tables() -> tuple[
                 slots[name] = (mark.dtype, mark.fresh)
     if set(wide) != set(get_args(WideField)):
         raise TypeError(f"WideField {get_args(WideField)} does not name the Wide fields {tuple(wide)}")
+    missing = [v.name for v in VARIANTS if release_column(v.name) not in batch]
+    if missing:  # a variant added to spec/versions.py needs its column (and its use in the step)
+        raise TypeError(f"BatchState has no release column for {missing}")
     return slots, wide, tuple(batch) + tuple(slots) + tuple(wide), tuple(keyed)
 
 

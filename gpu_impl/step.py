@@ -4,7 +4,8 @@ The order is vLLM's (vllm/v1/core/sched/scheduler.py:Scheduler.schedule, then
 `Scheduler._update_after_schedule`): the finished ids collected since the last
 step are handed out and forgotten (I-18); the long-prefill threshold is fixed
 once from `len(running) + len(waiting)`
-(vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769)); the RUNNING pass; the
+(vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769); before 0.31.0 with no lone-request
+exception, per instance); the RUNNING pass; the
 WAITING pass only where nothing was preempted; then C advances by the grants
 (vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule; C counts scheduled
 tokens, not finished ones).
@@ -60,7 +61,9 @@ def schedule(st: BatchState) -> StepOut:
     num_running = running.long().sum(1)
     num_eligible = num_running + waiting.long().sum(1)
     threshold = (
-        rules.effective_threshold(st.thr0, num_eligible, st.adaptive, st.input_budget0) if st.any_threshold else st.thr0
+        rules.effective_threshold(st.thr0, num_eligible, st.adaptive, st.input_budget0, st.lone_request_threshold_off)
+        if st.any_threshold
+        else st.thr0
     )  # all zero: no instance caps long prefills
     # One read-back decides which passes have any work: a pass over empty queues does nothing.
     any_running, any_waiting = torch.stack([running.any(), waiting.any()]).tolist()

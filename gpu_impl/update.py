@@ -10,6 +10,11 @@ order (§9.A.11):
 4. `min_tokens` only gates repetition detection, which is not configured,
    so it never decides anything here (T32, T33).
 
+Before 0.29.0 `min_tokens` came first: below it no stop applied, not EOS,
+not a stop token, not the length caps (`min-tokens-gates-every-stop`,
+`spec.rules.stop_kind`), per instance by its release column; a batch
+whose every instance is 0.29.0 or later skips the gate.
+
 EOS and stop tokens finish as FINISHED_STOPPED, the caps as
 FINISHED_LENGTH_CAPPED. The stopped are freed in `num_scheduled_tokens`
 order (the order of the loop at
@@ -27,8 +32,9 @@ token is appended and checked in turn (a loop over token positions, at most
 1 + k), and a stop trims the rest and keeps C one short of T. Output of a
 request preempted while it was in flight is stale: it is appended, touches
 neither C nor P, and may finish the PREEMPTED request. Under async or spec
-decode the full blocks among the processed tokens (C - in flight) are
-registered in the prefix cache before a stopped request is freed.
+decode (before 0.33.0, async only: `rules.caches_on_update`) the full
+blocks among the processed tokens (C - in flight) are registered in the
+prefix cache before a stopped request is freed.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ def update_from_output(
     stopped = torch.zeros_like(sched)
     stop_kind = torch.zeros_like(sched)  # True: EOS or stop token; False: a length cap
     G = gen.shape[2]
+    gated = "min-tokens-gates-every-stop" in st.older  # some instance's release holds back every stop
     for j in range(G):
         act = (j < g) & ~stopped if j else g > 0
         if j > 0 and not bool(act.any()):
@@ -80,6 +87,9 @@ def update_from_output(
         # With no stop tokens anywhere only EOS can stop a request early, so `stop` may alias `eos`.
         stop = act & ((st.stop_tok == token[..., None]) & st.stop_valid).any(-1) if st.stop_tok.shape[2] else eos
         length = act & ((st.num_tokens() >= st.L[:, None]) | (st.num_out >= st.max_tokens))
+        if gated:  # before 0.29.0, below min_tokens no stop applies, EOS, stop tokens and caps alike
+            held = (st.num_out < st.min_tokens) & ~st.min_tokens_gates_every_stop[:, None]
+            eos, stop, length = eos & ~held, stop & ~held, length & ~held
         now = eos | stop | length
         if G > 1:  # computed covers all but the last kept token
             st.C = torch.where(now & fresh, st.C - (g - 1 - j), st.C)
@@ -88,7 +98,10 @@ def update_from_output(
     if st.any_async:
         st.P = torch.where(fresh & (st.P > 0), st.P - g, st.P)  # every returned token, trimmed ones too
     if st.keyed:
-        cache = fresh & was_running & (g > 0) & (had_placeholders | (st.k[:, None] > 0))
+        on_update = rules.caches_on_update(
+            had_placeholders, st.k[:, None], st.sync_spec_decode_caches_on_update[:, None]
+        )
+        cache = fresh & was_running & (g > 0) & on_update
         order = torch.where(sched, sched_key, torch.full_like(sched_key, BIG)).sort(dim=1).indices
         register(st, order, (st.C - st.inflight).gather(1, order), cache.gather(1, order))
     if bool(stopped.any()):  # one read-back; most decode steps finish nobody

@@ -17,7 +17,7 @@ caching it does not: `waiting_cached.py`):
   a waiting request asks `clamp_thr(T)`: T, not the prompt, because a
   resumed request recomputes its outputs too, and C = 0 (no prefix cache);
   a one-token ask under spec decode is padded to 1 + k (and breaks the
-  pass if 1 + k exceeds the budget left);
+  pass if 1 + k exceeds the budget left, or before 0.29.0 if 1 + k > L);
 * chunked prefill off and the ask above the budget left: break
   (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1337-1344));
 * the full-sequence gate `cdiv(min(T, L), bs)` when
@@ -85,8 +85,18 @@ def waiting_pass(
     skip = (st.stale.gather(1, order) > 0) & valid if st.any_async else torch.zeros_like(valid)
     take = valid & ~skip
     k = st.k[:, None]
+    room = st.padding_needs_room_to_sample[:, None]
     pad = (
-        rules.pads_spec_decode(k, T, prefill_scheduled[:, None], any_running_scheduled[:, None], zeros, L)
+        rules.pads_spec_decode(
+            k,
+            T,
+            prefill_scheduled[:, None],
+            any_running_scheduled[:, None],
+            zeros,
+            L,
+            st.padding_after_prefix_hit[:, None],
+            room,
+        )
         if st.any_spec
         else torch.zeros_like(valid)
     )
@@ -106,7 +116,7 @@ def waiting_pass(
             skip
             | (
                 (left > 0)
-                & ~(pad & (1 + k > left))  # "prefer to not schedule than schedule un-padded"
+                & ~rules.padded_admission_breaks(pad, k, left, zeros, L, room)  # "prefer to not schedule ..."
                 & (st.chunked[:, None] | (ask <= left))
                 & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before)
             )

@@ -14,8 +14,9 @@ over the batch, exactly as vLLM's loop would take it
 2. `len(running) >= max_num_active_reqs`, or no budget: break;
 3. the hit (`get_computed_blocks`, C = 0 for every waiting request): the
    longest run of cached blocks along its hash chain, at most (T-1)//bs;
-4. n = T - hit, the spec-decode padding to 1 + k, the threshold, the
-   chunked-prefill break, the budget;
+4. n = T - hit, the spec-decode padding to 1 + k (its conditions and its
+   break per release: `rules.pads_spec_decode`, `rules.padded_admission_breaks`),
+   the threshold, the chunked-prefill break, the budget;
 5. the full-sequence gate and the slot check, each counting the hit
    blocks with ref count 0 (they leave the free queue) and the watermark;
    a failure breaks the pass;
@@ -64,6 +65,7 @@ def cached_waiting_pass(
     nrun = num_running.clone()
     rows = torch.arange(B, device=dev)
     L, bs, k, thr = st.L, st.bs, st.k, threshold
+    after_hit, room = st.padding_after_prefix_hit, st.padding_needs_room_to_sample  # the release's padding
     for j in range(depth):
         s = order[:, j]
         here = valid[:, j] & alive
@@ -78,8 +80,8 @@ def cached_waiting_pass(
         blocks, h = lookup(st, st.bhash[rows, s], limit)
         hit = h * bs
         n = T - hit
-        pad = rules.pads_spec_decode(k, n, prefill_scheduled, any_running_scheduled, hit, L)
-        brk |= cand & pad & (1 + k > bud)
+        pad = rules.pads_spec_decode(k, n, prefill_scheduled, any_running_scheduled, hit, L, after_hit, room)
+        brk |= cand & rules.padded_admission_breaks(pad, k, bud, hit, L, room)
         n = rules.clamp_to_threshold(torch.where(pad, 1 + k, n), thr)
         brk |= cand & ~st.chunked & (n > bud)
         n = torch.minimum(n, bud)

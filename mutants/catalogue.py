@@ -53,9 +53,9 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
         "Z13",
         "check the length caps before EOS and stop tokens",
         "spec.rules:stop_kind",
-        "return ite(or_(is_eos, is_stop_token), STOPPED,"
+        "verdict = ite(or_(is_eos, is_stop_token), STOPPED,"
         " ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED))",
-        "return ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,"
+        "verdict = ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED,"
         " ite(or_(is_eos, is_stop_token), STOPPED, NOT_STOPPED))",
         ("stop-token-finishes",),
     ),
@@ -136,8 +136,8 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
         "classic",
         "`continue` swapped for `break` after a PRIORITY self-preemption",
         "reference_impl.scheduler:Scheduler.schedule",
-        "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    continue",
-        "if config.policy == 'priority' and request.status == RequestStatus.PREEMPTED:\n    break",
+        "if request.status == RequestStatus.PREEMPTED and rules.self_preemption_continues(config.policy, config.vllm_version):\n    continue",
+        "if request.status == RequestStatus.PREEMPTED and rules.self_preemption_continues(config.policy, config.vllm_version):\n    break",
         ("running-work-conserving",),
     ),
     # Decisions changed within every bound: the catalogue's bound invariants pass them all, the decision

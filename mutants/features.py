@@ -167,7 +167,7 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         "reference_impl.update:SchedulerUpdates.update_from_output",
         "request.num_computed_tokens -= num_rejected",
         "pass",
-        ("computed-behind-known-tokens",),
+        ("computed-behind-known-tokens", "owed-nonnegative"),
         SPEC,
     ),
     Mutant(
@@ -195,8 +195,8 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         "classic",
         "spec-decode padding of an admission ignores the max_model_len guard",
         "spec.rules:pads_spec_decode",
-        ", num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len)",
-        ")",
+        "room = num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len if",
+        "room = True if",
         ("chunk-bounds",),
         SPEC,
     ),
@@ -207,7 +207,7 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         "reference_impl.update:SchedulerUpdates.update_from_output",
         "if request.num_output_placeholders > 0:\n    request.num_output_placeholders -= num_rejected",
         "request.num_output_placeholders -= num_rejected",
-        ("placeholder-counters",),
+        ("placeholder-counters", "running-served-while-budget-lasts"),
         SPEC,
     ),
     Mutant(

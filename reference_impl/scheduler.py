@@ -99,6 +99,7 @@ class Scheduler(SchedulerUpdates):
             len(self.running) + len(self.waiting),
             config.long_prefill_token_threshold_adaptive,
             input_budget,
+            config.vllm_version,
         )
 
         # ---- First, schedule the RUNNING requests. ----
@@ -153,7 +154,9 @@ class Scheduler(SchedulerUpdates):
                     break
 
             if new_blocks is None:
-                if config.policy == "priority" and request.status == RequestStatus.PREEMPTED:
+                if request.status == RequestStatus.PREEMPTED and rules.self_preemption_continues(
+                    config.policy, config.vllm_version
+                ):
                     continue  # it removed itself; req_index already points at the next one
                 break  # FCFS: it preempted itself, so it was the tail; the pass ends
 
@@ -203,9 +206,17 @@ class Scheduler(SchedulerUpdates):
                     bool(scheduled_running_reqs),
                     num_computed_tokens,
                     self.max_model_len,
+                    config.vllm_version,
                 )
                 # A decode-like admission is padded to 1 + k for CUDA-graph uniformity (T40).
-                if pad_spec_decode and 1 + self.num_spec_tokens > request_token_budget:
+                if rules.padded_admission_breaks(
+                    pad_spec_decode,
+                    self.num_spec_tokens,
+                    request_token_budget,
+                    num_computed_tokens,
+                    self.max_model_len,
+                    config.vllm_version,
+                ):
                     break  # "prefer to not schedule than schedule un-padded"
                 # The threshold comes after the padding: the bug of exp1, refused by the config.
                 num_new_tokens = rules.waiting_num_new_tokens(

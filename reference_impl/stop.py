@@ -8,18 +8,20 @@ The order is the semantics (bug-zoo Z4 and Z13 are both about it):
 4. `min_tokens` gates only what follows (repetition detection, not modelled).
 
 So EOS and stop tokens finish a request even below `min_tokens` (T32), and
-the length caps apply below it too (T33, PR #51299). The verdict itself is
+the length caps apply below it too (T33, PR #51299); before 0.29.0 `min_tokens`
+came first and held back every stop (`spec/versions.py`). The verdict itself is
 `rules.stop_kind`, shared with the Z3 encoding; this function applies it.
 """
 
 from __future__ import annotations
 
 from ..spec.request import RequestStatus
+from ..spec.versions import DEFAULT_RELEASE
 from . import rules
 from .live_request import LiveRequest
 
 
-def check_stop(request: LiveRequest, max_model_len: int) -> bool:
+def check_stop(request: LiveRequest, max_model_len: int, release: str = DEFAULT_RELEASE) -> bool:
     q = request.request
     last_token_id = request.output_token_ids[-1]
     is_stop_token = last_token_id in q.stop_token_ids
@@ -31,6 +33,7 @@ def check_stop(request: LiveRequest, max_model_len: int) -> bool:
         max_model_len,
         request.max_tokens,
         q.min_tokens,
+        release,
     )
     if kind == rules.STOPPED:
         request.status = RequestStatus.FINISHED_STOPPED

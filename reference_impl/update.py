@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import FinishedRequest
@@ -31,6 +32,7 @@ class SchedulerUpdates:
     finished_req_ids: set[str]
     max_model_len: int
     num_spec_tokens: int
+    config: SchedulerConfig
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -74,7 +76,7 @@ class SchedulerUpdates:
                 if (
                     not output_is_stale
                     and status_before_stop == RequestStatus.RUNNING
-                    and (had_output_placeholders or self.num_spec_tokens > 0)
+                    and rules.caches_on_update(had_output_placeholders, self.num_spec_tokens, self.config.vllm_version)
                 ):
                     # Async or spec: register only what is processed, not what is in flight
                     # (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415)).
@@ -121,7 +123,7 @@ class SchedulerUpdates:
     def check_stop(self, request: LiveRequest) -> bool:
         """Whether `request` stops after the token just appended, and how (sets its status): the decision a derived
         engine overrides to change stopping (vllm/v1/core/sched/utils.py:check_stop)."""
-        return check_stop(request, self.max_model_len)
+        return check_stop(request, self.max_model_len, self.config.vllm_version)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Sync spec decode: the drafter's proposals, set after update_from_output

@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_prove_parser(sub)
     add_mutants_parser(sub)
     add_hunt_parser(sub)
+    from .venvs_cmd import add_venvs_parser
+
+    add_venvs_parser(sub)
+    from .changelog_cmd import add_changelog_parser
+
+    add_changelog_parser(sub)
     return parser
 
 

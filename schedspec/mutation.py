@@ -148,7 +148,7 @@ def _z3(s: Subject, budget: Budget) -> Kill:
                     if left <= 0:
                         return Kill(m.name, "z3", False, BUDGET_SPENT, time.perf_counter() - t0, None)
                     r = (
-                        feature_mode.run_job(feature_mode.Job(inv.name, n, fcfs, left, m.name, features))
+                        feature_mode.run_job(feature_mode.Job(inv.name, n, fcfs, left, m.name, features=features))
                         if features
                         else prove.run_job(prove.Job(inv.name, n, fcfs, left, m.name))
                     )

@@ -40,6 +40,7 @@ MARK = {
     "violated": "[red]VIOLATED",
     "unknown": "[yellow]unknown",
     "unconfirmed": "[magenta]unconfirmed",
+    "known": "[yellow]known",  # violated, replayed, and a known violation of this release (spec/versions.py)
     "n/a": "[dim]n/a",
 }
 FAILS = ("violated", "unconfirmed")  # unconfirmed: the encoding drifted from the reference, a bug in the proof
@@ -60,6 +61,12 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         raise SpecError("--max-requests", args.max_requests, "must be >= 1")
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
+    from .spec.versions import DEFAULT_RELEASE, RELEASES
+
+    if args.vllm_version not in RELEASES:
+        raise SpecError("--vllm-version", args.vllm_version, f"must be one of {', '.join(RELEASES)}")
+    if args.feature and args.vllm_version != DEFAULT_RELEASE:
+        raise SpecError("--vllm-version", args.vllm_version, f"the feature run proves {DEFAULT_RELEASE} only")
     return names
 
 
@@ -105,7 +112,11 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
             n, invariants, policies, timeout_s, mutant, features=tuple(dict.fromkeys(args.feature))
         )
     else:
-        from .proofs.runs.prove import jobs, run_job
+        from .proofs.runs.prove import jobs as core_jobs, run_job
+
+        jobs = lambda n, invariants, policies, timeout_s, mutant: core_jobs(  # noqa: E731
+            n, invariants, policies, timeout_s, mutant, release=args.vllm_version
+        )
     if args.max_requests is None:
         args.max_requests = 4 if args.feature else 8
     names = _check_args(args)
@@ -121,6 +132,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     for policy in dict.fromkeys(r.policy for r in results):
         table = Table(
             title=f"{policy.upper()}: each invariant inductive for N live requests"
+            + (f" at vLLM {args.vllm_version}" if args.vllm_version != "0.33.0" else "")
             + (f" with {', '.join(args.feature)}" if args.feature else "")
             + (f" (mutant {args.mutant})" if args.mutant else "")
         )
@@ -200,6 +212,12 @@ def add_prove_parser(sub: Subcommands) -> None:
         "--allow-unknown",
         action="store_true",
         help="exit 0 even if some checks are unknown (timed out); violated ones still fail",
+    )
+    p.add_argument(
+        "--vllm-version",
+        default="0.33.0",
+        metavar="V",
+        help="the vLLM release whose rules are proved, 0.28.0 to 0.33.0 (docs/versions.md; default 0.33.0)",
     )
     p.add_argument("--jobs", type=int, default=1, help="checks run side by side (default 1)")
     p.add_argument("--mutant", help="plant this mutant (mutants/) in the reference and the encoding")

@@ -17,6 +17,7 @@ from .spec.config import Policy, SchedulerConfig
 from .spec.errors import SpecError
 from .spec.request import Request
 from .spec.workload import Workload, WorkloadRequest
+from .version_workloads import VERSION_WORKLOADS
 
 
 def prompt_for(request_id: str, length: int) -> tuple[int, ...]:
@@ -89,6 +90,7 @@ BUILTIN: dict[str, Callable[[], Workload]] = {
     "seed-long-prompt": seed_long_prompt,
     "seed-preemption": seed_preemption,
     "seed-priority": seed_priority,
+    **VERSION_WORKLOADS,  # one per release variant (spec/versions.py), at the default release
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import SpecError
+from .versions import BY_NAME as VARIANTS, DEFAULT_RELEASE, holds, parse, problem as version_problem
 
 Policy = Literal["fcfs", "priority"]
 
@@ -44,6 +45,8 @@ class SchedulerConfig:
     enable_prefix_caching: bool = False  # CacheConfig.enable_prefix_caching
     num_speculative_tokens: int = 0  # k of an ngram-like drafter: no lookahead slots, no draft slots
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
+    # The release whose semantics apply (spec/versions.py): one switch for the reference and the monitors.
+    vllm_version: str = DEFAULT_RELEASE
 
     def __post_init__(self) -> None:
         if self.max_model_len is None and _is_int(self.max_num_batched_tokens):
@@ -124,6 +127,8 @@ def _validate(c: SchedulerConfig) -> None:
     ):
         need(name, isinstance(getattr(c, name), bool), "must be true or false")
     need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
+    why = version_problem(c.vllm_version)
+    need("vllm_version", why is None, why or "")
     w = c.watermark
     need("watermark", isinstance(w, (int, float)) and not isinstance(w, bool), "must be a number")
     need("watermark", 0.0 <= w < 1.0, "must be in [0, 1)")
@@ -161,3 +166,20 @@ def _validate(c: SchedulerConfig) -> None:
         f"must be 0 or >= 1 + num_speculative_tokens ({1 + k}): vLLM 0.33.0 crashes on a padded "
         "spec-decode admission (assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579))",
     )
+    _validate_release(c, need)
+
+
+def _validate_release(c: SchedulerConfig, need: Any) -> None:
+    """Knobs a release does not have, and combinations it refuses (spec/versions.py)."""
+    v = parse(c.vllm_version)[0]
+    if not holds("active-seqs-and-adaptive-threshold", v):
+        why = f"is not a knob of vLLM {v} (added in {VARIANTS['active-seqs-and-adaptive-threshold'].since})"
+        need("max_num_active_seqs", c.max_num_active_seqs is None, why)
+        need("long_prefill_token_threshold_adaptive", not c.long_prefill_token_threshold_adaptive, why)
+    if not holds("async-with-ngram-spec-decode", c.vllm_version):
+        need(
+            "async_scheduling",
+            not (c.async_scheduling and c.num_speculative_tokens > 0),
+            f"vLLM {v} refuses async scheduling with ngram spec decode (num_speculative_tokens > 0); "
+            f"accepted from {VARIANTS['async-with-ngram-spec-decode'].since}",
+        )

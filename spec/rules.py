@@ -1,6 +1,8 @@
 """The scheduler's rules, each written once: the reference, the monitors, the Z3 encoding and the torch engine use them.
 
-These are the lines of vLLM 0.33.0 that turn "what a request is owed" into
+These are the lines of vLLM (0.33.0, and the releases before it where a
+rule differs: `release`, a config's `vllm_version`, picks the side, see
+`spec/versions.py`) that turn "what a request is owed" into
 "what it gets", "how many blocks that takes", "who is preempted" and "when
 does it stop". Every one lives here because the import rules leave no other
 home that all its users reach: the monitors (`spec/invariants`, whose
@@ -45,6 +47,7 @@ from typing import Any, NamedTuple
 
 from .arith import and_, cdiv, fdiv, ite, max_, min_, not_, or_, plus
 from .request import RequestStatus
+from .versions import DEFAULT_RELEASE, holds
 
 Int = Any  # an int or a Z3 ArithRef
 Bool = Any  # a bool or a Z3 BoolRef
@@ -132,9 +135,13 @@ def num_owed_tokens(num_tokens_with_spec: Int, num_output_placeholders: Int, num
 # ---- The step's arithmetic: what a request gets, and the blocks it takes. ----
 
 
-def effective_threshold(threshold: Int, num_eligible_reqs: Int, adaptive: bool, input_budget: Int) -> Int:
+def effective_threshold(
+    threshold: Int, num_eligible_reqs: Int, adaptive: bool, input_budget: Int, release: str = DEFAULT_RELEASE
+) -> Int:
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769): a lone request (running + waiting <= 1) is never
-    capped."""
+    capped. Before 0.31.0 the threshold caps every chunk, and `adaptive` does not exist (the config refuses it)."""
+    if not holds("lone-request-threshold-off", release):
+        return threshold
     thr = ite(num_eligible_reqs > 1, threshold, 0)
     if adaptive:  # T10: floored by the fair share of the batch
         thr = ite(thr > 0, max_(thr, fdiv(input_budget, max_(num_eligible_reqs, 1))), thr)
@@ -156,10 +163,12 @@ def running_num_new_tokens(
     num_sampled_tokens_per_step: Int = 1,
 ) -> Int:
     """RUNNING pass, vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857): owed, then the threshold, the
-    budget, the position bound."""
+    budget, the position bound, floored at 0 (vllm/v1/core/sched/scheduler.py:Scheduler._reserve_prefill_lookahead
+    returns `max(num_new_tokens, 0)`). The floor matters only for a request past L - 1, which before 0.29.0 a
+    min_tokens request reaches (it recomputes T = L tokens after a preemption), and which 0.29.0+ never keep."""
     n = clamp_to_threshold(num_owed, threshold)
     n = min_(n, token_budget)
-    return min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step)
+    return max_(min_(n, max_model_len - num_computed_tokens - num_sampled_tokens_per_step), 0)
 
 
 def waiting_num_new_tokens(
@@ -225,18 +234,24 @@ def stop_kind(
     max_model_len: Int,
     max_tokens: Int,
     min_tokens: Int,
+    release: str = DEFAULT_RELEASE,
 ) -> Int:
     """`check_stop`'s verdict on the last appended token, in vLLM's order
     (vllm/v1/core/sched/utils.py:check_stop).
 
     EOS, then stop tokens, then the length caps; `min_tokens` only gates the
-    repetition check that follows, which is not configured here.
+    repetition check that follows, which is not configured here. Before
+    0.29.0 `min_tokens` came first and held back every stop, the length caps
+    included (`min-tokens-gates-every-stop`).
     """
-    return ite(
+    verdict = ite(
         or_(is_eos, is_stop_token),
         STOPPED,
         ite(or_(num_tokens >= max_model_len, num_output_tokens >= max_tokens), LENGTH_CAPPED, NOT_STOPPED),
     )
+    if not holds("min-tokens-gates-every-stop", release):
+        return ite(num_output_tokens < min_tokens, NOT_STOPPED, verdict)
+    return verdict
 
 
 # ---- The three features: prefix caching, speculative decoding, async scheduling. ----
@@ -255,6 +270,7 @@ def pads_spec_decode(
     any_running_scheduled: Any,
     num_computed_tokens: Int,
     max_model_len: Int,
+    release: str = DEFAULT_RELEASE,
 ) -> Any:
     """A decode-like admission is padded to 1 + k, if 1 + k + 1 positions fit under L.
 
@@ -262,15 +278,42 @@ def pads_spec_decode(
 
     "Decode-like": one token left, no prefill in the running pass, and either
     a running request already scheduled or a prefix hit (C > 0). The caller
-    breaks the waiting pass if 1 + k exceeds the budget.
+    breaks the waiting pass where `padded_admission_breaks` says.
+
+    Before 0.30.0 a prefix hit alone does not make an admission decode-like
+    (`padding-after-prefix-hit`); before 0.29.0 no room test decides the
+    padding, the caller's break does (`padding-needs-room-to-sample`).
     """
-    return and_(
-        num_speculative_tokens > 0,
-        num_new_tokens == 1,
-        not_(prefill_scheduled),
-        or_(any_running_scheduled, num_computed_tokens > 0),
-        num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len,
+    scheduled_first = (
+        or_(any_running_scheduled, num_computed_tokens > 0)
+        if holds("padding-after-prefix-hit", release)
+        else any_running_scheduled
     )
+    room = (
+        num_computed_tokens + 1 + num_speculative_tokens + 1 <= max_model_len
+        if holds("padding-needs-room-to-sample", release)
+        else True
+    )
+    return and_(num_speculative_tokens > 0, num_new_tokens == 1, not_(prefill_scheduled), scheduled_first, room)
+
+
+def padded_admission_breaks(
+    pad: Any,
+    num_speculative_tokens: Int,
+    request_token_budget: Int,
+    num_computed_tokens: Int,
+    max_model_len: Int,
+    release: str = DEFAULT_RELEASE,
+) -> Any:
+    """ "Prefer to not schedule than schedule un-padded": a padded admission that does not fit ends the waiting pass.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1322). From 0.29.0 only the budget decides (the room
+    under L already decided the padding); before, a padding past L breaks too (`padding-needs-room-to-sample`).
+    """
+    over = 1 + num_speculative_tokens > request_token_budget
+    if not holds("padding-needs-room-to-sample", release):
+        over = or_(over, num_computed_tokens + 1 + num_speculative_tokens > max_model_len)
+    return and_(pad, over)
 
 
 def num_scheduled_spec_tokens(
@@ -295,3 +338,28 @@ def async_max_tokens_reached(
     return and_(
         num_output_placeholders > 0, num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens
     )
+
+
+# ---- Decisions that changed between releases and live in no formula above (spec/versions.py). ----
+
+
+def self_preemption_continues(policy: str, release: str = DEFAULT_RELEASE) -> bool:
+    """After a running request preempted itself, whether the running pass goes on to the next request.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.schedule (982-994): PRIORITY `continue`s from 0.33.0; FCFS (whose
+    victim was the tail, so nothing follows) and PRIORITY before 0.33.0 `break`
+    (`priority-self-preemption-continues`).
+    """
+    return policy == "priority" and holds("priority-self-preemption-continues", release)
+
+
+def caches_on_update(had_output_placeholders: Any, num_speculative_tokens: Int, release: str = DEFAULT_RELEASE) -> Any:
+    """Whether `update_from_output` registers a running request's processed full blocks in the prefix cache.
+
+    vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415): with output in flight (async) or spec
+    decode. Before 0.33.0 only the async scheduler did (its `_update_request_with_output` override), so a sync
+    scheduler's blocks filled by accepted drafts waited for the next allocation (`sync-spec-decode-caches-on-update`).
+    """
+    if not holds("sync-spec-decode-caches-on-update", release):
+        return had_output_placeholders
+    return or_(had_output_placeholders, num_speculative_tokens > 0)

@@ -1,4 +1,4 @@
-"""The real vLLM 0.33.0 scheduler as an `Engine`, behind a pipe to its own venv.
+"""A real vLLM release's scheduler (0.28.0-0.33.0) as an `Engine`, behind a pipe to its own venv.
 
 Design notes
 ------------
@@ -22,6 +22,13 @@ Design notes
 * A reader thread feeds a queue, so a deadline is a plain `Queue.get(timeout)`.
   The driver's stderr (vLLM's warnings) goes to a temporary file, never to a
   pipe nobody drains.
+* One venv per release (`release=V`, the engine name `vllm==V`): 0.33.0, the
+  default, in `.venv-vllm-ref` (or $VLLM_REF_VENV), as CI has always built
+  it; any other release in `.venv-vllm-<V>` beside it. Each is about 1.5 GB;
+  `schedspec venvs` lists and removes them. The stamp the setup script
+  writes names the release (`.vllm-ref-<V>`), so a venv is never taken for
+  another release's, and the driver's reported `vllm.__version__` is
+  checked against the release asked for.
 * `source=PATH` (`certify --vllm-source`) runs a user's own vLLM checkout:
   the scheduler is pure Python, so the driver puts PATH first on its
   `sys.path` and the pinned venv supplies torch and every other dependency.
@@ -48,57 +55,28 @@ from ...spec.errors import InfrastructureError, SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary
+from ...spec.versions import DEFAULT_RELEASE
 from .vllm_source import resolve_vllm_source
+from .vllm_venvs import (  # noqa: F401 - re-exported: where callers have always found them
+    SETUP_SCRIPT,
+    STAMP_NAME,
+    VLLM_ENV_DIR,
+    _last_line,
+    ensure_vllm_venv,
+    stamp_name,
+    vllm_venv_path,
+    vllm_venv_ready,
+)
 
 ENGINE_NAME = "vllm"
-VLLM_ENV_DIR = Path(__file__).resolve().parents[1] / "vllm_env"
-SETUP_SCRIPT = VLLM_ENV_DIR / "setup_vllm_ref.sh"
 DRIVER = VLLM_ENV_DIR / "driver.py"
-STAMP_NAME = ".vllm-ref-0.33.0"  # written by the setup script once the venv works
 INIT_TIMEOUT_S = 300.0  # a loaded 2-core machine took >60 s to start four drivers at once
 STEP_TIMEOUT_S = 30.0
 SOURCE_ENV = "SCHEDSPEC_VLLM_SOURCE"  # read by the driver: a source tree to import `vllm` from
 
 
-def vllm_venv_path() -> Path:
-    """Where the setup script builds the venv: $VLLM_REF_VENV, else <repo>/.venv-vllm-ref."""
-    env = os.environ.get("VLLM_REF_VENV")
-    return Path(env) if env else VLLM_ENV_DIR.parents[1] / ".venv-vllm-ref"
-
-
-def vllm_venv_ready(venv: Path | None = None) -> bool:
-    return ((venv or vllm_venv_path()) / STAMP_NAME).is_file()
-
-
-def ensure_vllm_venv(venv: Path | None = None, timeout_s: float = 1800.0) -> Path:
-    """Build the vLLM venv unless its stamp says it is ready (about 60-90 s, 1.5 GB); return its path."""
-    venv = venv or vllm_venv_path()
-    if vllm_venv_ready(venv):
-        return venv
-    hint = f"run `bash {SETUP_SCRIPT}` by hand (VLLM_REF_VENV={venv}) and read its output"
-    try:
-        done = subprocess.run(
-            ["bash", str(SETUP_SCRIPT)],
-            env={**os.environ, "VLLM_REF_VENV": str(venv)},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        raise SpecError("vllm venv", str(venv), f"was not built within {timeout_s:g} s; {hint}") from None
-    if done.returncode != 0 or not vllm_venv_ready(venv):
-        last = _last_line(done.stderr) or _last_line(done.stdout)
-        raise SpecError("vllm venv", str(venv), f"could not be built (exit {done.returncode}: {last}); {hint}")
-    return venv
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
 class VllmEngine:
-    """vLLM 0.33.0's `Scheduler`, stepped by `spec.engine.run` like any other engine."""
+    """A vLLM release's `Scheduler`, stepped by `spec.engine.run` like any other engine."""
 
     name = ENGINE_NAME
 
@@ -108,16 +86,19 @@ class VllmEngine:
         *,
         venv: Path | None = None,
         source: str | Path | None = None,
+        release: str = DEFAULT_RELEASE,
         init_timeout_s: float = INIT_TIMEOUT_S,
         step_timeout_s: float = STEP_TIMEOUT_S,
     ) -> None:
-        venv = Path(venv) if venv else vllm_venv_path()
-        if not vllm_venv_ready(venv):
+        venv = Path(venv) if venv else vllm_venv_path(release)
+        if not vllm_venv_ready(venv, release):
             raise SpecError(
                 "vllm engine",
                 str(venv),
-                f"is not a built vLLM venv; call ensure_vllm_venv() or run `bash {SETUP_SCRIPT}`",
+                f"is not a built vLLM {release} venv; call ensure_vllm_venv(release={release!r}) "
+                f"or run `bash {SETUP_SCRIPT} {release}`",
             )
+        self.release = release
         self.init_timeout_s, self.step_timeout_s = init_timeout_s, step_timeout_s
         self._summary: dict[str, Any] | None = None  # the state the last op brought back; None: ask
         self._step: int | None = None  # the index of the step being driven; None before init
@@ -145,6 +126,9 @@ class VllmEngine:
                 raise SpecError(
                     "--vllm-source", str(self.source), f"was not imported: the driver loaded {self.vllm_file}"
                 )
+            # A venv rebuilt by hand or a stray stamp; the default release's venv is trusted as it always was.
+            if not self.source and release != DEFAULT_RELEASE and self.vllm_version != release:
+                raise SpecError("vllm engine", str(venv), f"holds vLLM {self.vllm_version}, not {release}")
         except BaseException:  # nobody could close an engine that was never returned
             self._kill()
             raise

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...spec.config import SchedulerConfig
 from ...spec.errors import SpecError
+from ...spec.versions import DEFAULT_RELEASE
 from .vllm import ENGINE_NAME, VllmEngine, ensure_vllm_venv
 
 
@@ -83,7 +84,7 @@ class SharedDriverFactory:
                     self._idle.append(engine)
                     raise
         if "venv" not in self._kwargs:
-            ensure_vllm_venv()
+            ensure_vllm_venv(release=self._kwargs.get("release", DEFAULT_RELEASE))
         return _Lease(VllmEngine(config, **self._kwargs), self)
 
     def give_back(self, engine: VllmEngine) -> None:

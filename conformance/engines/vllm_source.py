@@ -11,6 +11,7 @@ uncommitted changes.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,48 @@ def vllm_source_info(source: str | Path) -> dict[str, Any]:
     # Only `vllm/` is imported from the tree; outputs written beside it (`--out cert`) must not make it dirty.
     status = git("status", "--porcelain", "--", "vllm") if commit else None
     return {"path": str(source), "commit": commit, "dirty": None if status is None else bool(status)}
+
+
+_VERSION_FILES = (
+    Path("vllm") / "_version.py",  # written by setuptools-scm when the tree is built or installed
+    Path("vllm") / "version.py",
+    Path("PKG-INFO"),  # an unpacked sdist
+)
+_VERSION_RE = re.compile(
+    r"""^\s*(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:\w+\s*=\s*)*['"]([^'"]+)['"]|^Version:\s*(\S+)""",
+    re.MULTILINE,
+)
+
+
+def source_version(source: Path) -> str | None:
+    """The version string a source tree declares (vllm/_version.py, vllm/version.py, PKG-INFO), if any."""
+    for rel in (*_VERSION_FILES, *sorted(p.relative_to(source) for p in source.glob("*.egg-info/PKG-INFO"))):
+        try:
+            text = (source / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        m = _VERSION_RE.search(text)
+        if m:
+            return m.group(1) or m.group(2)
+    return None
+
+
+def source_release(source: Path) -> str:
+    """The modelled release a source tree is judged as when `--vllm-version` is not given.
+
+    The newest release in `spec.versions.RELEASES` not newer than the tree's declared version: a
+    `0.32.1.dev4+g...` tree is 0.32.0 plus changes made since. A tree that declares no version is taken
+    as the default release; one older than every modelled release is refused.
+    """
+    from ...spec.versions import DEFAULT_RELEASE, RELEASES, release_key
+
+    declared = source_version(source)
+    base = re.match(r"(\d+)\.(\d+)\.(\d+)", declared or "")
+    if base is None:
+        return DEFAULT_RELEASE
+    key = tuple(int(x) for x in base.groups())
+    older = [r for r in RELEASES if release_key(r) <= key]
+    if not older:
+        why = f"declares vLLM {declared}, older than every modelled release; pass --vllm-version"
+        raise SpecError("--vllm-source", str(source), why)
+    return max(older, key=release_key)

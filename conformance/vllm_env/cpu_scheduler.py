@@ -1,4 +1,4 @@
-"""Build vLLM 0.33.0's V1 scheduler on a CPU from the spec's config dict (runs inside the vLLM venv).
+"""Build a vLLM release's V1 scheduler on a CPU from the spec's config dict (runs inside the vLLM venv).
 
 Design notes
 ------------
@@ -21,6 +21,29 @@ Design notes
   and no draft slots (`num_lookahead_tokens == 0`,
   `max_num_new_slots_for_drafting == 0`), which the build checks, since the
   spec assumes both; `async_scheduling` onto `AsyncScheduler`.
+* One file for every release 0.28.0-0.33.0: a knob is passed only if the
+  installed `vllm/config/scheduler.py:SchedulerConfig` has it (feature
+  detection, not a version table). `max_num_active_seqs` and
+  `long_prefill_token_threshold_adaptive` exist from 0.31.0 and
+  `max_num_queued_reqs` / `max_num_queued_tokens` from 0.29.0; a spec knob
+  set away from its default on a release without it refuses the init, the
+  pinned knobs are simply left out (their absence is their old behaviour).
+* 0.28.0-0.32.0 refuse the V2 model runner on a host without Triton
+  (vllm/config/vllm.py:VllmConfig._validate_v2_model_runner), and this CPU
+  host has none, while the spec's output layout is the V2 runner's. No model
+  runner is ever built here: the scheduler only reads `use_v2_model_runner`
+  to lay out its output. So `allow_v2_model_runner` tells `vllm.config.vllm`
+  that Triton is there, as it is on the GPU hosts those releases serve. In
+  0.33.0 the check is gone and VLLM_USE_V2_MODEL_RUNNER=1 decides before
+  HAS_TRITON is read, so the patch changes nothing there.
+* 0.28.0-0.32.0 also refuse ngram spec decode on the V2 model runner
+  (`_validate_v2_model_runner`), so on a GPU they run it on the V1 runner,
+  and so does this build: VllmConfig is retried with
+  VLLM_USE_V2_MODEL_RUNNER=0. The runner changes only the layout of the
+  output in the scheduler (resumed requests among the cached ones, with
+  `resumed_req_ids`; vllm/v1/core/sched/scheduler.py:Scheduler.schedule and
+  `_make_cached_request_data`), which the driver lays out as the V2 runner
+  would. The grants, blocks and finishes are the same.
 * The checks do not raise: `build_scheduler` returns the scheduler together
   with what about it breaks the spec's assumptions, and the driver refuses
   the init. So a refused init still leaves the new scheduler in place.
@@ -28,11 +51,14 @@ Design notes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 import torch
+import vllm
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
@@ -77,6 +103,67 @@ def stub_model_dir() -> str:
     return path
 
 
+V2_UNSUPPORTED = "Model Runner V2 does not yet support"  # vllm/config/vllm.py:VllmConfig._validate_v2_model_runner
+
+
+@contextlib.contextmanager
+def model_runner_env(v2: str) -> Iterator[None]:
+    """VLLM_USE_V2_MODEL_RUNNER=v2 while vLLM reads it (vllm.envs reads the environment lazily, uncached)."""
+    old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = v2
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["VLLM_USE_V2_MODEL_RUNNER"]
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
+
+
+def allow_v2_model_runner() -> None:
+    """Let VllmConfig choose the V2 model runner without Triton (see the design notes); a no-op where it can."""
+    import vllm.config.vllm as vllm_config_module
+
+    if getattr(vllm_config_module, "HAS_TRITON", True) is False:
+        vllm_config_module.HAS_TRITON = True
+
+
+def scheduler_knobs(
+    c: dict, max_model_len: int, is_encoder_decoder: bool, async_scheduling: bool
+) -> tuple[dict, list[str]]:
+    """SchedulerConfig's keyword arguments for this release, and the spec knobs it lacks but the config sets.
+
+    Knobs are detected from the installed class's fields, so one file serves every release.
+    """
+    has = set(getattr(SchedulerConfig, "__dataclass_fields__", {}))
+    spec_knobs = {
+        "max_num_batched_tokens": c["max_num_batched_tokens"],
+        "max_num_seqs": c["max_num_seqs"],
+        "max_model_len": max_model_len,
+        "is_encoder_decoder": is_encoder_decoder,
+        "max_num_scheduled_tokens": c["max_num_scheduled_tokens"],
+        "max_num_active_seqs": c.get("max_num_active_seqs"),
+        "long_prefill_token_threshold": c["long_prefill_token_threshold"],
+        "long_prefill_token_threshold_adaptive": bool(c.get("long_prefill_token_threshold_adaptive", False)),
+        "enable_chunked_prefill": c["enable_chunked_prefill"],
+        "policy": c["policy"],
+        "watermark": c["watermark"],
+        "scheduler_reserve_full_isl": c["scheduler_reserve_full_isl"],
+        "async_scheduling": async_scheduling,
+    }
+    # Knobs the spec does not model, pinned to the values the spec assumes (a release without one behaves so).
+    pinned = {
+        "max_num_queued_reqs": None,
+        "max_num_queued_tokens": None,
+        "prefill_schedule_interval": 1,
+        "stream_interval": 1,
+    }
+    defaults = {"max_num_active_seqs": None, "long_prefill_token_threshold_adaptive": False}
+    missing = [k for k, v in spec_knobs.items() if k not in has and (k not in defaults or v != defaults[k])]
+    knobs = {k: v for k, v in {**spec_knobs, **pinned}.items() if k in has}
+    return knobs, missing
+
+
 def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfig]) -> tuple[Scheduler, str]:
     """vLLM's scheduler for the spec's config dict `c`, and what about it breaks the spec's assumptions ('' if nothing).
 
@@ -89,27 +176,12 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
             model=model_dir, dtype="float16", seed=42, skip_tokenizer_init=True, max_model_len=max_model_len
         )
     model_config = model_configs[max_model_len]
+    allow_v2_model_runner()
     async_scheduling = bool(c.get("async_scheduling", False))
-    scheduler_config = SchedulerConfig(
-        max_num_batched_tokens=c["max_num_batched_tokens"],
-        max_num_seqs=c["max_num_seqs"],
-        max_model_len=max_model_len,
-        is_encoder_decoder=model_config.is_encoder_decoder,
-        max_num_scheduled_tokens=c["max_num_scheduled_tokens"],
-        max_num_active_seqs=c["max_num_active_seqs"],
-        long_prefill_token_threshold=c["long_prefill_token_threshold"],
-        long_prefill_token_threshold_adaptive=c["long_prefill_token_threshold_adaptive"],
-        enable_chunked_prefill=c["enable_chunked_prefill"],
-        policy=c["policy"],
-        watermark=c["watermark"],
-        scheduler_reserve_full_isl=c["scheduler_reserve_full_isl"],
-        async_scheduling=async_scheduling,
-        # Knobs the spec does not model, pinned to the values the spec assumes.
-        max_num_queued_reqs=None,
-        max_num_queued_tokens=None,
-        prefill_schedule_interval=1,
-        stream_interval=1,
-    )
+    knobs, missing = scheduler_knobs(c, max_model_len, model_config.is_encoder_decoder, async_scheduling)
+    if missing:
+        raise ValueError(f"vLLM {vllm.__version__} has no SchedulerConfig.{missing[0]}, which the config sets")
+    scheduler_config = SchedulerConfig(**knobs)
     block_size = c["block_size"]
     cache_config = CacheConfig(
         block_size=block_size,
@@ -133,14 +205,23 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         if k > 0
         else None
     )
-    vllm_config = VllmConfig(
-        scheduler_config=scheduler_config,
-        model_config=model_config,
-        cache_config=cache_config,
-        parallel_config=parallel_config,
-        device_config=DeviceConfig(device="cpu"),
-        speculative_config=speculative_config,
-    )
+    configs = {
+        "scheduler_config": scheduler_config,
+        "model_config": model_config,
+        "cache_config": cache_config,
+        "parallel_config": parallel_config,
+        "device_config": DeviceConfig(device="cpu"),
+        "speculative_config": speculative_config,
+    }
+    runner_v2 = "1"
+    try:
+        vllm_config = VllmConfig(**configs)
+    except ValueError as e:  # pydantic's ValidationError is one
+        if V2_UNSUPPORTED not in str(e):
+            raise
+        runner_v2 = "0"  # ngram before 0.33.0: vLLM runs it on the V1 model runner (see the design notes)
+        with model_runner_env(runner_v2):
+            vllm_config = VllmConfig(**configs)
     kv_cache_config = KVCacheConfig(
         num_blocks=c["num_gpu_blocks"],
         kv_cache_tensors=[],
@@ -152,16 +233,19 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
     )
     cache_config.num_gpu_blocks = c["num_gpu_blocks"]
     scheduler_class = AsyncScheduler if async_scheduling else Scheduler
-    s = scheduler_class(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=block_size,
-        log_stats=False,
-    )
-    # The spec's output layout is the V2 model runner's: resumed requests listed as new.
-    if not s.use_v2_model_runner:
-        return s, "vLLM chose the V1 model-runner layout; the spec expects V2 (resumed-as-new)"
+    with model_runner_env(runner_v2):  # Scheduler.__init__ reads VllmConfig.use_v2_model_runner again
+        s = scheduler_class(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=block_size,
+            log_stats=False,
+        )
+    # The spec's output layout is the V2 model runner's: resumed requests listed as new. The driver
+    # translates the V1 layout only where vLLM itself falls back to V1 (ngram before 0.33.0).
+    if s.use_v2_model_runner != (runner_v2 == "1"):
+        chose, asked = ("V2", "V1") if s.use_v2_model_runner else ("V1", "V2")
+        return s, f"vLLM chose the {chose} model runner, not the {asked} one this config runs on"
     # What the spec assumes of each feature, checked rather than trusted to the config plumbing.
     draft_slots = speculative_config.max_num_new_slots_for_drafting if speculative_config else 0
     got = {

@@ -1,4 +1,4 @@
-"""Drive the real vLLM 0.33.0 V1 scheduler over a JSON-lines pipe (runs inside the vLLM venv).
+"""Drive a real vLLM release's V1 scheduler (0.28.0-0.33.0) over a JSON-lines pipe (runs inside its venv).
 
 Design notes
 ------------
@@ -158,16 +158,26 @@ class Driver:
             for d in so.scheduled_new_reqs
         ]
         cr = so.scheduled_cached_reqs
-        if cr.resumed_req_ids:
+        if cr.resumed_req_ids and s.use_v2_model_runner:
             raise RuntimeError(f"resumed requests among the cached ones: {sorted(cr.resumed_req_ids)}")
-        cached = [
-            {
-                "req_id": rid,
-                "num_computed_tokens": cr.num_computed_tokens[i],
-                "new_block_ids": None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0]),
-            }
-            for i, rid in enumerate(cr.req_ids)
-        ]
+        cached = []
+        for i, rid in enumerate(cr.req_ids):
+            blocks = None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])
+            if rid in cr.resumed_req_ids:
+                # The V1 runner's layout (ngram before 0.33.0, see cpu_scheduler): the V2 one lists a resumed
+                # request as new, after the new ones, with the same blocks (Scheduler.schedule's output).
+                new.append(
+                    {
+                        "req_id": rid,
+                        "num_computed_tokens": cr.num_computed_tokens[i],
+                        "block_ids": blocks or [],
+                        "resumed": True,
+                    }
+                )
+            else:
+                cached.append(
+                    {"req_id": rid, "num_computed_tokens": cr.num_computed_tokens[i], "new_block_ids": blocks}
+                )
         return {
             "summary": self.op_summary(),  # the state after the op, read now: saves the next round trip
             "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],

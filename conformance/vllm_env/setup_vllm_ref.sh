@@ -1,29 +1,45 @@
 #!/usr/bin/env bash
-# Build the isolated venv that holds the real vLLM 0.33.0 scheduler (CPU only).
+# Build the isolated venv that holds one real vLLM release's scheduler (CPU only).
 #
-# Why a separate venv: vLLM 0.33.0 pins torch==2.14.0 and CUDA stacks, while
-# its scheduler runs fine on the CPU build of torch 2.13.0. So vLLM and
+# Why a separate venv: vLLM pins torch (0.33.0: torch==2.14.0) and CUDA stacks,
+# while its scheduler runs fine on the CPU build of torch 2.13.0. So vLLM and
 # xgrammar are installed with --no-deps, and the 61 modules its import chain
 # actually needs come from a pinned list, also with --no-deps. pip must never
 # resolve vLLM's own dependencies: that would pull torch 2.14 and CUDA.
 # See the shared reference vllm-0.33-on-cpu.md, sections 3-6.
 #
-# Usage: conformance/vllm_env/setup_vllm_ref.sh
-#   VLLM_REF_VENV  where to build (default: <repo>/.venv-vllm-ref)
+# Usage: conformance/vllm_env/setup_vllm_ref.sh [VERSION]
+#   VERSION        the vLLM release (default: $VLLM_REF_VERSION, else 0.33.0);
+#                  one of the releases in spec/versions.py:RELEASES
+#   VLLM_REF_VENV  where to build (default: <repo>/.venv-vllm-ref for 0.33.0,
+#                  <repo>/.venv-vllm-<VERSION> for any other release)
 #   PYTHON         interpreter to build it from (default: python3.11)
-# Idempotent: a stamp file inside the venv makes later runs a no-op, so CI
-# can call it every time. Takes about 60-90 s on a fresh machine.
+# Every release gets the same torch, xgrammar and pinned list: the import chain
+# of 0.28.0-0.33.0 needs the same modules (checked by the smoke test below). A
+# release that needed more would list it in vllm-ref-deps-<VERSION>.txt.
+# Idempotent: a stamp file inside the venv (.vllm-ref-<VERSION>) makes later
+# runs a no-op, so CI can call it every time. About 60-90 s on a fresh machine.
 set -euo pipefail
 trap 'echo "error: setup_vllm_ref.sh failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-venv="${VLLM_REF_VENV:-$repo/.venv-vllm-ref}"
+version="${1:-${VLLM_REF_VERSION:-0.33.0}}"
+if [[ ! "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+    echo "error: vLLM version must look like 0.33.0, got '$version'" >&2
+    exit 2
+fi
+if [[ "$version" == "0.33.0" ]]; then
+    default_venv="$repo/.venv-vllm-ref"
+else
+    default_venv="$repo/.venv-vllm-$version"
+fi
+venv="${VLLM_REF_VENV:-$default_venv}"
 python="${PYTHON:-python3.11}"
-stamp="$venv/.vllm-ref-0.33.0"
+stamp="$venv/.vllm-ref-$version"
 
 if [[ -f "$stamp" ]]; then
-    echo "vLLM reference venv ready: $venv"
+    echo "vLLM $version reference venv ready: $venv"
     exit 0
 fi
 
@@ -38,16 +54,19 @@ if [[ -e "$venv" ]]; then
     fi
 fi
 
-echo "Building the vLLM reference venv in $venv (about 60-90 s) ..."
+echo "Building the vLLM $version reference venv in $venv (about 60-90 s) ..."
 "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --no-cache-dir)
 
 # 1. torch first, alone: pins to the local CPU wheel (torch==2.13.0+cpu).
 "${pip[@]}" torch==2.13.0
 # 2. vLLM and xgrammar, never with their dependencies (torch 2.14, CUDA, triton).
-"${pip[@]}" --no-deps vllm==0.33.0 xgrammar==0.2.8
+"${pip[@]}" --no-deps "vllm==$version" xgrammar==0.2.8
 # 3. What the scheduler's import chain needs, pinned, also without resolution.
 "${pip[@]}" --no-deps -r "$here/vllm-ref-deps.txt"
+if [[ -f "$here/vllm-ref-deps-$version.txt" ]]; then
+    "${pip[@]}" --no-deps -r "$here/vllm-ref-deps-$version.txt"
+fi
 
 # 4. The scheduler never loads vLLM's compiled CUDA kernels (634 MB).
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -57,12 +76,14 @@ find "$site/vllm" -name '*.so' -type f -delete
 #    vLLM's harmless import warnings are kept out of sight unless the check fails.
 log="$venv/smoke-check.log"
 if ! HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_LOGGING_LEVEL=ERROR VLLM_CACHE_ROOT="$venv/vllm-cache" \
-    "$venv/bin/python" - >"$log" 2>&1 <<'PY'
+    "$venv/bin/python" - "$version" >"$log" 2>&1 <<'PY'
+import sys
 import torch
 assert torch.version.cuda is None, f"expected the CPU build of torch, got {torch.__version__}"
 import vllm
-assert vllm.__version__ == "0.33.0", vllm.__version__
+assert vllm.__version__ == sys.argv[1], (vllm.__version__, sys.argv[1])
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
 PY
 then
     tail -n 20 "$log" >&2
@@ -71,4 +92,4 @@ then
 fi
 
 date -u +%Y-%m-%dT%H:%M:%SZ > "$stamp"
-echo "vLLM reference venv built: $venv"
+echo "vLLM $version reference venv built: $venv"

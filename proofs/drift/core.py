@@ -59,6 +59,7 @@ def from_state(state: SchedulerState, sampled: dict[str, int]) -> tuple[Pre, lis
         scheduler_reserve_full_isl=c.scheduler_reserve_full_isl,
         adaptive=c.long_prefill_token_threshold_adaptive,
         fcfs=c.policy == "fcfs",
+        release=c.vllm_version,
     )
     return Pre(config, slots, len(state.running), state.num_free_blocks), order
 

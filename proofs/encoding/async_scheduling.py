@@ -33,6 +33,7 @@ from typing import Any
 
 from ...reference_impl import rules
 from ...spec.arith import and_, implies, ite, not_, or_
+from ...spec.versions import DEFAULT_RELEASE
 from .spec_decode import first_stop, kind_at
 from .state import Bool, Int, Slot
 
@@ -46,7 +47,18 @@ def record_holds(running: Bool, C: Int, P: Int, f: Bool, n1: Int, d1: Int, c1: I
 
 
 def after_schedule(
-    s: Slot, C: Int, P: Int, S: Int, scheduled: Bool, n: Int, drafts: Int, stale: Bool, L: Int, k: Int, spec: bool
+    s: Slot,
+    C: Int,
+    P: Int,
+    S: Int,
+    scheduled: Bool,
+    n: Int,
+    drafts: Int,
+    stale: Bool,
+    L: Int,
+    k: Int,
+    spec: bool,
+    release: str = DEFAULT_RELEASE,
 ) -> dict[str, Any]:
     """One slot after `_update_after_schedule` and the absorption of the older step's record.
 
@@ -70,7 +82,7 @@ def after_schedule(
     rejected = rules.num_rejected_drafts(d1, m)
     C = ite(and_(fresh, d1 > 0, C > 0), C - rejected, C)  # both sides of "owed" move together
     P = ite(and_(fresh, d1 > 0, P > 0), P - rejected, P)
-    p = first_stop(s, m, L)  # stale output is appended and checked too, only C and P stay
+    p = first_stop(s, m, L, release)  # stale output is appended and checked too, only C and P stay
     done = and_(sampled, p <= m)
     appended = ite(done, p, m)
     C = C - ite(and_(done, not_(stale)), m - p, 0)
@@ -81,7 +93,7 @@ def after_schedule(
         S=S,
         T=s.num_tokens + ite(sampled, appended, 0),
         done=done,
-        kind=kind_at(s, p, L),
+        kind=kind_at(s, p, L, release),
         stop_seen=and_(sampled, or_(s.samples_eos, s.samples_stop), s.stop_at <= appended),
         in_flight=and_(scheduled, not_(done)),
         in_flight_num_scheduled=ite(scheduled, n, 0),

@@ -117,7 +117,7 @@ def _serve(
         _preemption_round(pre, st, i, trying, need, preempts, victims)
     at_cut(i, n_i=n_i, trying=trying)
     ok = and_(trying, st.in_run[i], rules.allocation_fits(need, 0, st.free))
-    if c.fcfs:
+    if not rules.self_preemption_continues("fcfs" if c.fcfs else "priority", c.release):
         st.active = and_(st.active, not_(and_(trying, not_(ok))))  # self-preempted: the pass ends
     # What the clamps left of the drafts; the drafts are consumed
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025)).

@@ -36,11 +36,12 @@ from typing import Any
 
 from ...reference_impl import rules
 from ...spec.arith import and_, ite, or_
+from ...spec.versions import DEFAULT_RELEASE
 
 Int = Any
 
 
-def kind_at(s: Any, j: Int, L: Int) -> Int:
+def kind_at(s: Any, j: Int, L: Int, release: str = DEFAULT_RELEASE) -> Int:
     """`check_stop` after the j-th appended token (1-based)."""
     return rules.stop_kind(
         and_(s.samples_eos, j == s.stop_at),
@@ -50,10 +51,11 @@ def kind_at(s: Any, j: Int, L: Int) -> Int:
         L,
         s.max_tokens,
         s.min_tokens,
+        release,
     )
 
 
-def first_stop(s: Any, m: Int, L: Int) -> Int:
+def first_stop(s: Any, m: Int, L: Int, release: str = DEFAULT_RELEASE) -> Int:
     """The position (1-based) of the first of the m appended tokens whose `check_stop` stops, or m + 1."""
     O, T0 = s.num_output_tokens, s.num_tokens
     points = [
@@ -69,12 +71,12 @@ def first_stop(s: Any, m: Int, L: Int) -> Int:
     ]
     p: Int = m + 1  # none yet
     for q in points:
-        hit = and_(1 <= q, q <= m, kind_at(s, q, L) != rules.NOT_STOPPED)
+        hit = and_(1 <= q, q <= m, kind_at(s, q, L, release) != rules.NOT_STOPPED)
         p = ite(and_(hit, q < p), q, p)
     return p
 
 
-def sample(s: Any, C: Int, drafts: Int, sampled: Any, L: Int, k: Int) -> dict[str, Any]:
+def sample(s: Any, C: Int, drafts: Int, sampled: Any, L: Int, k: Int, release: str = DEFAULT_RELEASE) -> dict[str, Any]:
     """C (already advanced by the grant) after rejection and trimming, T after the append, and the verdict.
 
     `drafts` is the number of drafts scheduled for the request (0 if none).
@@ -86,14 +88,14 @@ def sample(s: Any, C: Int, drafts: Int, sampled: Any, L: Int, k: Int) -> dict[st
     # Rejected drafts roll C back (P is 0 in the synchronous engine):
     # vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2352-2364).
     C = ite(and_(sampled, drafts > 0, C > 0), C - rules.num_rejected_drafts(drafts, m), C)
-    p = first_stop(s, m, L)
+    p = first_stop(s, m, L, release)
     done = and_(sampled, p <= m)
     appended = ite(done, p, m)
     return dict(
         C=C - ite(done, m - p, 0),
         T=s.num_tokens + ite(sampled, appended, 0),
         done=done,
-        kind=kind_at(s, p, L),
+        kind=kind_at(s, p, L, release),
         stop_seen=and_(sampled, or_(s.samples_eos, s.samples_stop), s.stop_at <= appended),
         inputs=[
             s.num_accepted >= 0,

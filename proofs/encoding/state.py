@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...spec.versions import DEFAULT_RELEASE
+
 Int = Any
 Bool = Any
 
@@ -67,6 +69,7 @@ class Config:
     num_speculative_tokens: Int = 0
     prefix_caching: bool = False
     async_scheduling: bool = False  # concrete, like the other two
+    release: str = DEFAULT_RELEASE  # concrete: the vLLM release whose rules the formula states (spec/versions.py)
 
 
 @dataclass

@@ -62,8 +62,8 @@ def step(pre: Pre, preempts: bool | None = None, cut: Cut | None = None) -> Post
     eligible = len(pre.slots)  # every slot is a live request, running or waiting
     thr = ite(
         c.adaptive,
-        rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget),
-        rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget),
+        rules.effective_threshold(c.long_prefill_token_threshold, eligible, True, c.token_budget, c.release),
+        rules.effective_threshold(c.long_prefill_token_threshold, eligible, False, c.token_budget, c.release),
     )
     running_pass(pre, st, thr, preempts, cut)
     waiting_pass(pre, st, thr, preempts)

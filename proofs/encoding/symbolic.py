@@ -20,6 +20,7 @@ import z3
 
 from ...spec.arith import and_, implies, ite, not_
 from ...spec.invariants.views import Row, StepView
+from ...spec.versions import DEFAULT_RELEASE, holds
 from .async_scheduling import record_holds
 from .order import heap_before
 from .state import Config, Post, Pre, Slot
@@ -34,7 +35,9 @@ def fresh(
     spec_decode: bool = False,
     prefix_caching: bool = False,
     async_scheduling: bool = False,
+    release: str = DEFAULT_RELEASE,
 ) -> Pre:
+    """Fresh symbols for an N-request pre-state at `release` (a concrete release: each variant rule is fixed)."""
     I, B = (lambda name: z3.Int(prefix + name)), (lambda name: z3.Bool(prefix + name))
     config = Config(
         token_budget=I("token_budget"),
@@ -46,8 +49,12 @@ def fresh(
         watermark_blocks=I("watermark_blocks"),
         enable_chunked_prefill=B("enable_chunked_prefill"),
         scheduler_reserve_full_isl=B("scheduler_reserve_full_isl"),
-        adaptive=B("long_prefill_token_threshold_adaptive"),
+        # The adaptive threshold is no knob before 0.31.0 (the config refuses it), so it is off there.
+        adaptive=B("long_prefill_token_threshold_adaptive")
+        if holds("active-seqs-and-adaptive-threshold", release)
+        else False,
         fcfs=fcfs,
+        release=release,
     )
     slots = [
         Slot(
@@ -225,6 +232,7 @@ def _globals(pre: Pre) -> dict[str, Any]:
         long_prefill_token_threshold=c.long_prefill_token_threshold,
         threshold_adaptive=c.adaptive,
         fcfs=c.fcfs,
+        vllm_version=c.release,
         **({"num_speculative_tokens": c.num_speculative_tokens} if c.spec_decode else {}),
         **({"async_scheduling": True} if c.async_scheduling else {}),
     )
@@ -244,6 +252,7 @@ def step_view(pre: Pre, post: Post) -> StepView:
                 request_id=f"s{i}",
                 num_prompt_tokens=s.num_prompt_tokens,
                 max_tokens=s.max_tokens,
+                min_tokens=s.min_tokens,
                 priority=s.priority,
                 arrival=s.arrival,
                 pre_live=True,
@@ -297,6 +306,7 @@ def state_view(pre: Pre) -> StepView:
                 request_id=f"s{i}",
                 num_prompt_tokens=s.num_prompt_tokens,
                 max_tokens=s.max_tokens,
+                min_tokens=s.min_tokens,
                 priority=s.priority,
                 arrival=s.arrival,
                 pre_live=True,
@@ -346,6 +356,7 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
                 request_id=f"s{i}",
                 num_prompt_tokens=s.num_prompt_tokens,
                 max_tokens=s.max_tokens,
+                min_tokens=s.min_tokens,
                 priority=s.priority,
                 arrival=s.arrival,
                 pre_live=live,

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...reference_impl import rules
 from ...spec.arith import and_, ite, not_, or_
+from ...spec.versions import holds
 from .async_scheduling import after_schedule
 from .order import count
 from .prefix_caching import release
@@ -56,7 +57,10 @@ def _update_slot(pre: Pre, st: StepState, post: Post, j: int) -> None:
     post.scheduled.append(st.sched[j])
     post.num_scheduled.append(ite(st.sched[j], st.n[j], 0))
     post.finished.append(done)
-    post.sampled_stop.append(and_(sampled, or_(s.samples_eos, s.samples_stop)) if stop_seen is None else stop_seen)
+    # Before 0.29.0 a stop token below min_tokens is no stop (`min-tokens-gates-every-stop`).
+    gate = True if holds("min-tokens-gates-every-stop", c.release) else s.num_output_tokens + 1 >= s.min_tokens
+    core_stop = and_(sampled, or_(s.samples_eos, s.samples_stop), gate)
+    post.sampled_stop.append(core_stop if stop_seen is None else stop_seen)
     post.finished_stopped.append(and_(done, kind == rules.STOPPED))
     post.running.append(and_(st.in_run[j], not_(done)))
     post.waiting.append(and_(st.in_wait[j], not_(done)))
@@ -76,7 +80,18 @@ def _sample(pre: Pre, st: StepState, post: Post, j: int, sampled: Bool) -> tuple
     got: dict[str, Any]
     if c.async_scheduling:  # the AsyncScheduler increment, then the older step's output (async_scheduling.py)
         got = after_schedule(
-            s, st.C[j], st.P[j], st.S[j], st.sched[j], st.n[j], st.drafts[j], st.stale[j], L, k, c.spec_decode
+            s,
+            st.C[j],
+            st.P[j],
+            st.S[j],
+            st.sched[j],
+            st.n[j],
+            st.drafts[j],
+            st.stale[j],
+            L,
+            k,
+            c.spec_decode,
+            c.release,
         )
         post.inputs += got["inputs"]
         post.num_scheduled_spec.append(st.drafts[j])
@@ -85,7 +100,7 @@ def _sample(pre: Pre, st: StepState, post: Post, j: int, sampled: Bool) -> tuple
         for f in ("in_flight", "in_flight_num_scheduled", "in_flight_num_drafts", "in_flight_placeholders"):
             getattr(post, f).append(got[f])
     elif c.spec_decode:
-        got = sample(s, st.C[j], st.drafts[j], sampled, L, k)
+        got = sample(s, st.C[j], st.drafts[j], sampled, L, k, c.release)
         post.inputs += got["inputs"]
         post.num_scheduled_spec.append(st.drafts[j])
         # update_draft_token_ids: a new proposal for who sampled and runs; a scheduled request's were consumed
@@ -95,7 +110,14 @@ def _sample(pre: Pre, st: StepState, post: Post, j: int, sampled: Bool) -> tuple
     else:
         T = s.num_tokens + ite(sampled, 1, 0)
         kind = rules.stop_kind(
-            s.samples_eos, s.samples_stop, T, s.num_output_tokens + ite(sampled, 1, 0), L, s.max_tokens, s.min_tokens
+            s.samples_eos,
+            s.samples_stop,
+            T,
+            s.num_output_tokens + ite(sampled, 1, 0),
+            L,
+            s.max_tokens,
+            s.min_tokens,
+            c.release,
         )
         return T, and_(sampled, kind != rules.NOT_STOPPED), kind, None
     st.C[j] = got["C"]

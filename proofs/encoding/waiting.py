@@ -147,9 +147,9 @@ def size_admission(
     if c.spec_decode:  # a decode-like admission is padded to 1 + k, or the pass breaks
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1311-1330))
         pad = rules.pads_spec_decode(
-            k, T - hit if c.prefix_caching else T, prefill_scheduled, any_running_scheduled, hit, L
+            k, T - hit if c.prefix_caching else T, prefill_scheduled, any_running_scheduled, hit, L, c.release
         )
-        gates.append(not_(and_(pad, 1 + k > budget)))
+        gates.append(not_(rules.padded_admission_breaks(pad, k, budget, hit, L, c.release)))
         n_p = rules.waiting_num_new_tokens(T, hit, thr, ite(pad, 1 + k, 0))
     else:
         n_p = rules.waiting_num_new_tokens(T, hit, thr)

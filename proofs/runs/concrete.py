@@ -85,6 +85,7 @@ def to_state(model: z3.ModelRef, pre: Pre) -> tuple[SchedulerState, Sampled]:
         num_speculative_tokens=v(c.num_speculative_tokens),
         enable_prefix_caching=c.prefix_caching,
         async_scheduling=c.async_scheduling,
+        vllm_version=c.release,
     )
     num_running = v(pre.num_running)
     requests: dict[str, RequestState] = {}

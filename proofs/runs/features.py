@@ -127,6 +127,6 @@ def jobs(
 ) -> list[Job]:
     """The core run's jobs, with the features."""
     return [
-        Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features)
+        Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features=features)
         for j in prove.jobs(max_requests, invariants, policies, timeout_s, mutant)
     ]

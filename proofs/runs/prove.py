@@ -29,6 +29,7 @@ import z3
 
 from ...spec.arith import and_, implies, not_
 from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ...spec.versions import DEFAULT_RELEASE, known_violation
 from ..encoding.order import heap_before
 from ..encoding.state import Pre
 from ..encoding.step import step
@@ -45,12 +46,13 @@ class Result:
     invariant: str
     n: int
     policy: str
-    verdict: str  # proved | violated | unknown | unconfirmed
+    verdict: str  # proved | violated | unknown | unconfirmed | known (a violation the release is known to commit)
     seconds: float
     counterexample: dict[str, Any] | None = None
     state: Any = None  # the concrete pre-state of a counterexample
     sampled: Sampled = field(default_factory=dict)
     cpu_seconds: float = 0.0  # this process's CPU time for the check: wall time is noisy on a shared machine
+    release: str = DEFAULT_RELEASE  # the vLLM release whose rules were proved (spec/versions.py)
 
 
 def _solver(timeout_s: float) -> z3.Solver:
@@ -133,44 +135,57 @@ def _heap_order(pre: Pre, context: list[Any]) -> list[Any]:
     return fact if proved else []
 
 
-_LAST: dict[tuple[int, bool, bool], tuple[Pre, list[Any], Any]] = {}
-_CUTS: dict[tuple[int, bool], dict[str, tuple[CutProof, bool]]] = {}  # per encoding of the case that preempts
+_LAST: dict[tuple[int, bool, bool, str], tuple[Pre, list[Any], Any]] = {}  # (N, fcfs, preempts, release)
+_CUTS: dict[tuple[int, bool, str], dict[str, tuple[CutProof, bool]]] = {}  # per encoding of the case that preempts
 
 
-def _encoded(n: int, fcfs: bool, preempts: bool, reuse: bool) -> tuple[Pre, list[Any], Any]:
+def _encoded(
+    n: int, fcfs: bool, preempts: bool, reuse: bool, release: str = DEFAULT_RELEASE
+) -> tuple[Pre, list[Any], Any]:
     """The pre-state, the context and one case of the step. `reuse` keeps the last ones (one N and policy):
     the jobs of a run come in (policy, N) order, so a worker builds each encoding once, not once per invariant.
     Never reused under a mutant, which changes the rules the encoding is built from."""
-    key = (n, fcfs, preempts)
+    key = (n, fcfs, preempts, release)
     if reuse and key in _LAST:
         return _LAST[key]
-    pre = fresh(n, fcfs, BLOCK_SIZE)
+    pre = fresh(n, fcfs, BLOCK_SIZE, release=release)
     context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
     built = (pre, context + _heap_order(pre, context), step(pre, preempts))
     if reuse:
-        if not any(k[:2] == key[:2] for k in _LAST):
+        if not any(k[:2] == key[:2] and k[3] == release for k in _LAST):
             _LAST.clear()
             _CUTS.clear()
         _LAST[key] = built
     return built
 
 
-def check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 30.0, reuse: bool = False) -> Result:
+def check(
+    invariant: Invariant,
+    n: int,
+    fcfs: bool,
+    timeout_s: float = 30.0,
+    reuse: bool = False,
+    release: str = DEFAULT_RELEASE,
+) -> Result:
     """Both cases of the step (pops nobody, pops somebody) must be unsat; each case's model is a real step."""
     cpu0 = time.process_time()
-    r = _check(invariant, n, fcfs, timeout_s, reuse)
-    r.cpu_seconds = time.process_time() - cpu0
+    r = _check(invariant, n, fcfs, timeout_s, reuse, release)
+    r.cpu_seconds, r.release = time.process_time() - cpu0, release
+    known = known_violation(invariant.name, release)
+    if r.verdict == "violated" and known is not None:  # replayed, and the release does break it: no failure
+        r.verdict = "known"
+        r.counterexample = {**(r.counterexample or {}), "known": known.why}
     return r
 
 
-def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bool) -> Result:
+def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bool, release: str) -> Result:
     policy = "fcfs" if fcfs else "priority"
     t0 = time.perf_counter()
     deadline = t0 + timeout_s
     for preempts in (False, True):
-        pre, context, post = _encoded(n, fcfs, preempts, reuse)
+        pre, context, post = _encoded(n, fcfs, preempts, reuse, release)
         cut = preempts and not (fcfs and invariant.name in PRIORITY_ONLY)
-        proofs = _CUTS.setdefault((n, fcfs), {}) if reuse else None
+        proofs = _CUTS.setdefault((n, fcfs, release), {}) if reuse else None
         if cut and _by_cuts(invariant, pre, context, deadline, proofs):
             continue
         facts = context + post.assume + [z3.Not(_goal(invariant, pre, post))]
@@ -215,15 +230,16 @@ class Job:
     fcfs: bool
     timeout_s: float
     mutant: str | None = None
+    release: str = DEFAULT_RELEASE
 
 
 def run_job(job: Job) -> Result:
     if job.mutant is None:
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True, release=job.release)
     from ...mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, release=job.release)
 
 
 def jobs(
@@ -233,9 +249,10 @@ def jobs(
     timeout_s: float,
     mutant: str | None = None,
     min_requests: int = 1,
+    release: str = DEFAULT_RELEASE,
 ) -> list[Job]:
     return [
-        Job(name, n, policy == "fcfs", timeout_s, mutant)
+        Job(name, n, policy == "fcfs", timeout_s, mutant, release)
         for policy in policies
         for n in range(min_requests, max_requests + 1)
         for name in invariants

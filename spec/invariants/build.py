@@ -18,6 +18,7 @@ from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import Request, RequestStatus
 from ..state import RequestState, SchedulerState
 from ..trace import FinishedRequest, Trace
+from ..versions import holds
 from .views import Row, StepView
 
 
@@ -89,6 +90,7 @@ def make_view(
                 request_id=rid,
                 num_prompt_tokens=q.num_prompt_tokens,
                 max_tokens=q.max_tokens,
+                min_tokens=q.min_tokens,
                 priority=q.priority,
                 arrival=ranks[rid],
                 pre_live=rid in pre,
@@ -121,7 +123,9 @@ def make_view(
                 num_hit_tokens=hits.get(rid, 0),
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
                 post_num_stale_output_tokens=s1.num_stale_output_tokens,
-                sampled_stop=_sampled_stop(q, model_output, rid, s0.num_tokens, config.max_model_len),
+                sampled_stop=_sampled_stop(
+                    q, model_output, rid, s0.num_tokens, config.max_model_len, config.vllm_version
+                ),
                 finished_stopped=finished is not None
                 and rid in finished
                 and finished[rid].status == RequestStatus.FINISHED_STOPPED,
@@ -144,6 +148,7 @@ def make_view(
         enable_prefix_caching=config.enable_prefix_caching,
         num_speculative_tokens=config.num_speculative_tokens,
         async_scheduling=config.async_scheduling,
+        vllm_version=config.vllm_version,
         post_num_shared_block_refs=blocks.num_shared_refs,
         refs_consistent=not blocks.refs_problem,
         refs_problem=blocks.refs_problem,
@@ -153,19 +158,31 @@ def make_view(
 
 
 def _sampled_stop(
-    request: Request, model_output: ModelRunnerOutput | None, rid: str, num_tokens: int, max_model_len: int
+    request: Request,
+    model_output: ModelRunnerOutput | None,
+    rid: str,
+    num_tokens: int,
+    max_model_len: int,
+    release: str,
 ) -> bool:
     """Whether the tokens the request kept end in its EOS or a stop token.
 
     With drafts a step returns several tokens, appended one by one with a
     stop check after each (vllm/v1/core/sched/utils.py:check_stop): a length cap reached on an
     earlier token trims the rest, stop token included. `num_tokens` is T
-    before the update, which schedule() never changes.
+    before the update, which schedule() never changes. Before 0.29.0 no stop
+    applies below min_tokens (`min-tokens-gates-every-stop`).
+
+    Stated here on its own, not through `rules.stop_kind`: `stop-token-finishes`
+    checks the order of the stop checks, so it must not read it from the rule.
     """
     tokens = model_output.sampled_token_ids.get(rid, ()) if model_output is not None else ()
     num_outputs = num_tokens - request.num_prompt_tokens
+    gated = not holds("min-tokens-gates-every-stop", release)
     for t in tokens:
         num_outputs += 1
+        if gated and num_outputs < request.min_tokens:
+            continue
         if t == request.effective_eos_token_id or t in request.stop_token_ids:
             return True
         if request.num_prompt_tokens + num_outputs >= max_model_len or num_outputs >= request.max_tokens:

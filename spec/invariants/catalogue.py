@@ -25,6 +25,7 @@ from typing import Any
 
 from ..arith import and_, cdiv, implies, is_symbolic, ite, lex_ge, maybe, min_, not_, or_, plus
 from ..rules import num_owed_tokens, victim_key
+from ..versions import holds
 from .features import (
     cached_blocks_match_tokens,
     computed_behind_known_tokens,
@@ -211,6 +212,8 @@ def one_place(v: StepView) -> Any:
 
 
 def token_bounds(v: StepView) -> Any:
+    # Before 0.29.0 min_tokens held back the L cap too, so a request could stay live past L - 1: a known
+    # violation of those releases (`spec.versions.KNOWN_VIOLATIONS`), not a weaker invariant.
     return _all(
         [
             implies(
@@ -234,7 +237,8 @@ def chunk_bounds(v: StepView) -> Any:
     thr = v.long_prefill_token_threshold
     capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
     # A padded spec-decode admission must leave room for 1 + k + 1 positions
-    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1325)).
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1325)); before 0.29.0, for 1 + k.
+    room = 1 if holds("padding-needs-room-to-sample", v.vllm_version) else 0
     return _all(
         [
             and_(
@@ -244,7 +248,7 @@ def chunk_bounds(v: StepView) -> Any:
                 ),
                 implies(
                     and_(r.admitted, r.num_scheduled_spec > 0),
-                    r.num_hit_tokens + r.num_scheduled <= v.max_model_len - 1,
+                    r.num_hit_tokens + r.num_scheduled <= v.max_model_len - room,
                 ),
                 implies(capped, r.num_scheduled <= thr),
             )

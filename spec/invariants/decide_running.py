@@ -38,6 +38,7 @@ from ..rules import (
     num_scheduled_spec_tokens,
     num_tokens_need_slot,
     running_num_new_tokens,
+    self_preemption_continues,
     victim_key,
 )
 from .step_walk import GRANT, VICTIMS, WORK, StepWalk
@@ -48,7 +49,11 @@ def threshold(w: StepWalk) -> int:
     c = w.config
     eligible = sum(1 for r in w.view.rows if r.pre_running or r.pre_waiting)
     thr: int = effective_threshold(
-        c.long_prefill_token_threshold, eligible, c.long_prefill_token_threshold_adaptive, c.max_num_batched_tokens
+        c.long_prefill_token_threshold,
+        eligible,
+        c.long_prefill_token_threshold_adaptive,
+        c.max_num_batched_tokens,
+        c.vllm_version,
     )
     return thr
 
@@ -128,7 +133,7 @@ def walk_running_pass(w: StepWalk) -> None:
                 preempted_self = True
                 break
         if preempted_self:
-            if c.policy == "priority":
+            if self_preemption_continues(c.policy, c.vllm_version):
                 continue  # it removed itself: `i` already points at the next request
             ended = f"{rid} preempted itself"
             break

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..request import RequestStatus
-from ..rules import NOT_STOPPED, STOPPED, num_rejected_drafts, stop_kind
+from ..rules import NOT_STOPPED, STOPPED, caches_on_update, num_rejected_drafts, stop_kind
 from ..trace import StepRecord
 from .step_walk import ROLLBACK, STOP, StepWalk
 
@@ -47,6 +47,7 @@ def _verdict(w: StepWalk, rid: str, had: int, returned: tuple[int, ...]) -> tupl
             L,
             q.max_tokens,
             q.min_tokens,
+            w.config.vllm_version,
         )
         if kind != NOT_STOPPED:
             return j, kind
@@ -104,7 +105,12 @@ def walk_update(
         # The shadow follows the engine: what it kept, and the blocks it registers and frees.
         kept = len(got.output_token_ids) - had if got is not None else len(returned)
         w.shadow.append_outputs(rid, returned[: max(kept, 0)])
-        if returned and not stale and rid in running_after and (c.async_scheduling or c.num_speculative_tokens > 0):
+        if (
+            returned
+            and not stale
+            and rid in running_after
+            and caches_on_update(c.async_scheduling, c.num_speculative_tokens, c.vllm_version)
+        ):
             trimmed = len(returned) - max(kept, 0)
             w.shadow.register(rid, computed[rid] - trimmed - in_flight.get(rid, 0))
         if got is not None:

@@ -31,6 +31,7 @@ from ..rules import (
     allocation_fits,
     num_blocks_to_allocate,
     num_tokens_need_slot,
+    padded_admission_breaks,
     pads_spec_decode,
     waiting_num_new_tokens,
     waiting_pass_allowed,
@@ -91,9 +92,12 @@ def walk_waiting_pass(w: StepWalk) -> None:
         hit_blocks = _recorded_hit(w, rid, expected) if rid in w.new_reqs else tuple(expected)
         hit = len(hit_blocks) * bs if rid not in w.new_reqs else w.new_reqs[rid].num_computed_tokens
         budget = min(w.token_budget, w.input_budget)
-        pad = pads_spec_decode(k, T - hit, w.prefill_scheduled, any_running_scheduled, hit, L)
-        if pad and 1 + k > budget:
-            stop = f"the pass stops at {rid}: its padded admission needs 1 + k = {1 + k} tokens, {budget} left"
+        pad = pads_spec_decode(k, T - hit, w.prefill_scheduled, any_running_scheduled, hit, L, c.vllm_version)
+        if padded_admission_breaks(pad, k, budget, hit, L, c.vllm_version):
+            stop = (
+                f"the pass stops at {rid}: its padded admission needs 1 + k = {1 + k} tokens ({budget} left) "
+                f"at positions {hit}..{hit + k} (L = {L})"
+            )
             break
         n: int = waiting_num_new_tokens(T, hit, w.threshold, 1 + k if pad else 0)
         if not c.enable_chunked_prefill and n > budget:

@@ -16,11 +16,13 @@ trace and are checked here on the step records themselves:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ..request import Request, RequestStatus
+from ..request import Request
 from ..trace import StepRecord, Trace
+from ..versions import holds, known_violation
 from ..workload import Workload
 from .catalogue import Invariant, budget_detail
 from .decisions import DECISION_NAMES, MONITORED, decision_detail
@@ -33,9 +35,11 @@ class Violation:
     invariant: str
     step: int
     detail: str
+    known: str = ""  # why the trace's release breaks it (`spec.versions.KNOWN_VIOLATIONS`); "" for a real one
 
     def __str__(self) -> str:
-        return f"step {self.step}: {self.invariant}: {self.detail}"
+        known = f" (known violation of this release: {self.known})" if self.known else ""
+        return f"step {self.step}: {self.invariant}: {self.detail}{known}"
 
 
 def _names(invariants: Iterable[Invariant] | None) -> tuple[Invariant, ...]:
@@ -57,7 +61,20 @@ def check_trace(
         monitor.step(replay.step(rec), rec)
         if on_step is not None:
             on_step(i)
-    return monitor.finish(trace.end)
+    return mark_known(monitor.finish(trace.end), trace.workload.config.vllm_version)
+
+
+def mark_known(violations: list[Violation], release: str) -> list[Violation]:
+    """Each violation the release is known to commit, marked with why (`spec.versions.known_violation`)."""
+    out = []
+    for v in violations:
+        k = known_violation(v.invariant, release)
+        out.append(dataclasses.replace(v, known=k.why) if k is not None else v)
+    return out
+
+
+def real_violations(violations: Iterable[Violation]) -> list[Violation]:
+    return [v for v in violations if not v.known]
 
 
 class Monitor:
@@ -131,6 +148,7 @@ class History:
     def __init__(self, workload: Workload) -> None:
         self.requests = {r.request_id: r.request for r in workload.requests}
         self.L = workload.config.max_model_len
+        self.release = workload.config.vllm_version
         self.finished_at: dict[str, int] = {}
         self.reported: dict[str, int] = {}
 
@@ -149,7 +167,7 @@ class History:
             reported[rid] = rec.step
         for rid, f in rec.finished.items():
             finished_at[rid] = rec.step
-            yield from _stop_is_final(rec.step, rid, self.requests[rid], f.status, f.output_token_ids, self.L)
+            yield from _stop_is_final(rec.step, rid, self.requests[rid], f.output_token_ids, self.L, self.release)
 
     def finish(self, end: str) -> Iterator[Violation]:
         if end == "drained":
@@ -159,10 +177,13 @@ class History:
 
 
 def _stop_is_final(
-    step: int, rid: str, request: Request, status: RequestStatus, outputs: tuple[int, ...], L: int
+    step: int, rid: str, request: Request, outputs: tuple[int, ...], L: int, release: str
 ) -> Iterable[Violation]:
+    """No output after the first EOS or stop token (before 0.29.0, the first at or past min_tokens), and none beyond
+    the length caps. Stated on its own, not through `rules.stop_kind`, whose order it checks."""
     stops = set(request.stop_token_ids) | ({request.effective_eos_token_id} - {None})
-    early = [i for i, t in enumerate(outputs[:-1]) if t in stops]
+    first = 0 if holds("min-tokens-gates-every-stop", release) else max(request.min_tokens - 1, 0)
+    early = [i for i, t in enumerate(outputs[:-1]) if t in stops and i >= first]
     if early:
         yield Violation(
             "stop-is-final", step, f"{rid} emitted {len(outputs) - early[0] - 1} tokens after its stop token"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .consistency import Consistency
-from .monitor import Monitor, Violation
+from .monitor import Monitor, Violation, mark_known
 from .replay import TraceReplay
 
 
@@ -46,4 +46,5 @@ def check_all(trace: Any, on_step: Callable[[int], None] | None = None) -> Check
         monitor.step(consistency.step(rec), rec)
         if on_step is not None:
             on_step(i)
-    return Checked(consistency.finish(trace.end), monitor.finish(trace.end), consistency.num_steps)
+    violations = mark_known(monitor.finish(trace.end), trace.workload.config.vllm_version)
+    return Checked(consistency.finish(trace.end), violations, consistency.num_steps)

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..versions import DEFAULT_RELEASE
+
 Int = Any  # an int, or a Z3 ArithRef
 Bool = Any  # a bool, or a Z3 BoolRef
 
@@ -80,6 +82,7 @@ class Row:
     # How this step's sampling ended for the request.
     sampled_stop: Bool = False  # it appended its EOS or one of its stop tokens
     finished_stopped: Bool = False  # it finished as FINISHED_STOPPED in this step
+    min_tokens: Int = 0  # fixed at submission; before 0.29.0 it held back every stop (spec/versions.py)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class StepView:
     enable_prefix_caching: bool = False
     num_speculative_tokens: Int = 0
     async_scheduling: bool = False
+    vllm_version: str = DEFAULT_RELEASE  # concrete: the release whose rules the invariants state
     # Block-table entries beyond a block's first holder: > 0 only where prefix caching shares blocks.
     post_num_shared_block_refs: Int = 0
     # Concrete-only: every held block's ref count is its number of holders and the free queue is exactly

@@ -11,7 +11,11 @@ import json
 import pytest
 
 from schedspec.cli import main
+from schedspec.conformance.differ import diff
 from schedspec.conformance.engines.vllm import vllm_venv_ready
+from schedspec.conformance.registry import engine_factory
+from schedspec.reference_impl import ReferenceEngine
+from schedspec.version_workloads import VERSION_WORKLOADS
 
 
 @pytest.mark.skipif(not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh")
@@ -38,3 +42,16 @@ def test_reference_matches_vllm_on_a_bounded_campaign(tmp_path):
     assert rc == 0 and cert["passed"], cert["counterexamples"] or cert["invariant_violations"]
     assert cert["workloads_run"] == 300
     assert cert["coverage"]["preemption"] > 0 and cert["coverage"]["chunked_prefill"] > 0
+
+
+@pytest.mark.skipif(not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh")
+def test_the_release_variant_workloads_match_vllm_0_33_0():
+    # Each shows one rule that changed before 0.33.0 (docs/versions.md); at 0.33.0 the real release must agree.
+    # The older releases are held to the same workloads in tests/slow/test_vllm_releases_long.py.
+    factory = engine_factory("vllm")
+    try:
+        for name, make in VERSION_WORKLOADS.items():
+            r = diff(make(), ReferenceEngine, factory, "blocks")
+            assert r.error is None and r.divergence is None, (name, r.divergence or r.error)
+    finally:
+        factory.close_all()

@@ -51,10 +51,10 @@ PINNED = {
     "Z7-recompute-one-token": ("prefix-hit-below-last-token", (2, 0, 16, 2, 0, 1)),
     "no-touch-on-hit": ("assertion", (6, 0, 59, 30, 0, 19)),
     "no-evict-on-reuse": ("assertion", (3, 0, 70, 14, 0, 12)),
-    "no-rejection-rollback": ("assertion", (1, 0, 1, 3, 0, 3)),
+    "no-rejection-rollback": ("owed-nonnegative", (1, 0, 1, 3, 0, 2)),
     "spec-tokens-off-by-one": ("drafts-within-held", (1, 0, 5, 10, 0, 8)),
     "padding-ignores-L": ("chunk-bounds", (2, 0, 33, 2, 0, 1)),
-    "rejection-ignores-placeholder-guard": ("assertion", (1, 0, 1, 4, 0, 4)),
+    "rejection-ignores-placeholder-guard": ("running-served-while-budget-lasts", (1, 0, 1, 3, 0, 3)),
     "placeholders-kept-on-preempt": ("grant-exact", (2, 0, 13, 7, 2, 6)),
 }
 

@@ -13,13 +13,15 @@ end of the file.
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.families import FAMILIES, at_release, generate
 from schedspec.conformance.families_mixed import MIXED_FAMILIES
 from schedspec.conformance.strategies import workloads
 from schedspec.mutants import MUTANTS, applied
 from schedspec.proofs.drift.core import compare
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import fake_model
+from schedspec.spec.versions import RELEASES
+from schedspec.version_workloads import VERSION_WORKLOADS
 
 MAX_LIVE = 10
 CORE = [f for f in FAMILIES if f not in ("prefix-caching", "spec-decode", "async", *MIXED_FAMILIES)]
@@ -277,3 +279,16 @@ def test_the_feature_drift_checks_see_an_encoding_that_drifts(monkeypatch):
         for f, _, _ in compare_features(*s)
     }
     assert "num_computed_tokens" in found
+
+
+@pytest.mark.parametrize("release", RELEASES[:-1])
+def test_no_drift_at_an_older_release(release):
+    # One switch: the encoding reads the release from the config (proofs/encoding/state.Config.release), as the
+    # reference does, on the core families and on the variant workloads of the core scope.
+    checked = 0
+    core_variants = [make() for make in VERSION_WORKLOADS.values() if core_scope(make().config)]
+    for w in [at_release(generate(f, 21, i), release) for f in CORE for i in range(4)] + core_variants:
+        for state, sampled in states(at_release(w, release)):
+            assert compare(state, sampled) == [], (w.name, release, state.current_step)
+            checked += 1
+    assert checked > 200

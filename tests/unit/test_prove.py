@@ -9,6 +9,7 @@ from schedspec.proofs.runs import liveness
 from schedspec.proofs.runs.prove import Job, check, run_job
 from schedspec.proofs.runs.report import load_state_counterexample, replay_state, write_state_counterexample
 from schedspec.spec.invariants import INVARIANTS
+from schedspec.spec.versions import known_violation
 
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
@@ -110,3 +111,31 @@ def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
         assert not _by_cuts(BY_NAME["budget-conservation"], pre, context, time.perf_counter() + 60)
     r = run_job(Job("budget-conservation", 2, False, 60, "budget-off-by-one"))
     assert r.verdict == "violated" and r.state is not None
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.32.0"])
+def test_every_invariant_is_inductive_at_an_older_release(release):
+    # The encoding takes the release's rules (proofs/encoding/state.Config.release). What an older release is
+    # known to break (spec/versions.py: KNOWN_VIOLATIONS) is refuted, replayed, and reported as known.
+    for inv in INVARIANTS:
+        for fcfs in (True, False):
+            r = check(inv, 2, fcfs, timeout_s=120, release=release)
+            allowed = {"proved", "known"} if known_violation(inv.name, release) else {"proved"}
+            assert r.verdict in allowed and r.release == release, (inv.name, r.verdict, r.counterexample)
+
+
+def test_a_known_violation_is_found_at_its_release_and_proved_after_the_fix():
+    # 0.28.0's check_stop lets min_tokens hold a request past L, which 0.29.0 fixed.
+    from schedspec.spec.invariants import BY_NAME
+
+    inv = BY_NAME["token-bounds"]
+    old = check(inv, 1, True, timeout_s=120, release="0.28.0")
+    assert old.verdict == "known" and "min_tokens" in old.counterexample["known"]
+    assert check(inv, 1, True, timeout_s=120, release="0.29.0").verdict == "proved"
+
+
+def test_prove_refuses_a_release_it_cannot_prove(tmp_path, capsys):
+    assert main(["prove", "--vllm-version", "0.27.0", "--out", str(tmp_path / "p")]) == 2
+    assert main(["prove", "--vllm-version", "0.30.0", "--feature", "async", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("schedspec: error: --vllm-version: ") for line in err), err

@@ -5,8 +5,10 @@ ints and Z3 terms, so it keeps tensor twins of them (`gpu_impl/rules.py`,
 `gpu_impl/preemption.py`). A twin that drifts from its rule would show up in
 the certificates only when a workload reaches the drifted case. Here every
 twin meets its rule on thousands of random values, edge values included,
-each case an element of one batched tensor call. The inputs are seeded and
-their number bounded, so a failure reproduces.
+each case an element of one batched tensor call. A rule that takes a
+`release` meets its twin at random releases ("+VARIANT" strings included),
+the twin reading the release columns the engine keeps. The inputs are
+seeded and their number bounded, so a failure reproduces.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from schedspec.reference_impl.live_request import LiveRequest
 from schedspec.reference_impl.request_queue import PriorityRequestQueue
 from schedspec.spec import rules as spec_rules
 from schedspec.spec.request import Request, RequestStatus
+from schedspec.spec.versions import RELEASES, VARIANTS, holds, problem
 
 CASES = 4000  # elements per twin: one [CASES] tensor call each
 ROWS, WIDTH = 300, 6  # victim orders: ROWS running lists of up to WIDTH requests
@@ -30,6 +33,21 @@ ROWS, WIDTH = 300, 6  # victim orders: ROWS running lists of up to WIDTH request
 
 def ints(rng: random.Random, lo: int, hi: int, n: int = CASES) -> list[int]:
     return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def releases(rng: random.Random, n: int = CASES) -> list[str]:
+    """Random releases, some with "+VARIANT" rules taken early: what a config's `vllm_version` may say."""
+    out = []
+    for _ in range(n):
+        base = rng.choice(RELEASES)
+        early = [v.name for v in VARIANTS if problem(f"{base}+{v.name}") is None and rng.random() < 0.25]
+        out.append("+".join([base, *early]))
+    return out
+
+
+def sides(variant: str, release: list[str]) -> torch.Tensor:
+    """The release column the torch engine keeps for `variant` (`BatchState`): which side each release is on."""
+    return torch.tensor([holds(variant, r) for r in release])
 
 
 def t(xs) -> torch.Tensor:
@@ -118,8 +136,10 @@ def test_effective_threshold_twin():
     rng = random.Random(6)
     thr, eligible, budget = ints(rng, 0, 20), ints(rng, 0, 6), ints(rng, 1, 64)
     adaptive = [rng.random() < 0.5 for _ in range(CASES)]
-    got = twin.effective_threshold(t(thr), t(eligible), t(adaptive), t(budget)).tolist()
-    assert got == [rules.effective_threshold(thr[i], eligible[i], adaptive[i], budget[i]) for i in range(CASES)]
+    rel = releases(rng)
+    lone = sides("lone-request-threshold-off", rel)
+    got = twin.effective_threshold(t(thr), t(eligible), t(adaptive), t(budget), lone).tolist()
+    assert got == [rules.effective_threshold(thr[i], eligible[i], adaptive[i], budget[i], rel[i]) for i in range(CASES)]
 
 
 def test_clamp_to_threshold_twin():
@@ -134,7 +154,8 @@ def test_grants_twin_is_the_running_pass_budget_clamp_in_queue_order():
     rng = random.Random(8)
     for _ in range(ROWS):
         L, thr, budget = rng.randint(2, 40), rng.randint(0, 8), rng.randint(1, 30)
-        C = [rng.randint(0, L - 1) for _ in range(WIDTH)]
+        # Past L - 1 too: before 0.29.0 a min_tokens request gets there, and its grant is floored at 0.
+        C = [rng.randint(0, L + 2) for _ in range(WIDTH)]
         owed = [rng.randint(0, 12) for _ in range(WIDTH)]
         ask = torch.minimum(twin.clamp_to_threshold(t(owed), t(thr)), L - t(C) - 1).clamp(min=0)
         got = twin.grants(ask[None, :], t([[budget]]))[0].tolist()
@@ -169,8 +190,39 @@ def test_pads_spec_decode_twin():
     rng = random.Random(11)
     k, n, C, L = ints(rng, 0, 3), ints(rng, 0, 3), ints(rng, 0, 10), ints(rng, 4, 14)
     prefill, running = ([rng.random() < 0.5 for _ in range(CASES)] for _ in range(2))
-    got = twin.pads_spec_decode(t(k), t(n), t(prefill), t(running), t(C), t(L)).tolist()
-    assert got == [rules.pads_spec_decode(k[i], n[i], prefill[i], running[i], C[i], L[i]) for i in range(CASES)]
+    rel = releases(rng)
+    hit, room = sides("padding-after-prefix-hit", rel), sides("padding-needs-room-to-sample", rel)
+    got = twin.pads_spec_decode(t(k), t(n), t(prefill), t(running), t(C), t(L), hit, room).tolist()
+    assert got == [rules.pads_spec_decode(k[i], n[i], prefill[i], running[i], C[i], L[i], rel[i]) for i in range(CASES)]
+
+
+def test_padded_admission_breaks_twin():
+    rng = random.Random(15)
+    pad = [rng.random() < 0.7 for _ in range(CASES)]
+    k, budget, C, L = ints(rng, 0, 4), ints(rng, 0, 8), ints(rng, 0, 12), ints(rng, 2, 14)
+    rel = releases(rng)
+    room = sides("padding-needs-room-to-sample", rel)
+    got = twin.padded_admission_breaks(t(pad), t(k), t(budget), t(C), t(L), room).tolist()
+    assert got == [rules.padded_admission_breaks(pad[i], k[i], budget[i], C[i], L[i], rel[i]) for i in range(CASES)]
+
+
+def test_self_preemption_continues_twin():
+    rng = random.Random(16)
+    policy = [rng.choice(["fcfs", "priority"]) for _ in range(CASES)]
+    rel = releases(rng)
+    goes_on = sides("priority-self-preemption-continues", rel)
+    got = twin.self_preemption_continues(t([p == "priority" for p in policy]), goes_on).tolist()
+    assert got == [rules.self_preemption_continues(policy[i], rel[i]) for i in range(CASES)]
+
+
+def test_caches_on_update_twin():
+    rng = random.Random(17)
+    had = [rng.random() < 0.5 for _ in range(CASES)]
+    k = ints(rng, 0, 3)
+    rel = releases(rng)
+    spec = sides("sync-spec-decode-caches-on-update", rel)
+    got = twin.caches_on_update(t(had), t(k), spec).tolist()
+    assert got == [bool(rules.caches_on_update(had[i], k[i], rel[i])) for i in range(CASES)]
 
 
 def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():

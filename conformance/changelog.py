@@ -1,0 +1,177 @@
+"""A semantic changelog between two vLLM releases, found by machine (`schedspec changelog A B`).
+
+Release A and release B run in lock-step on a campaign, two real vLLMs and no
+reference, exactly as `certify --engine vllm==B --against vllm==A
+--allow-divergence` runs them (`certify.py`): the same generated workloads,
+mapped to configs both releases accept (`families.at_release`), every
+divergence written as a counterexample and the first ones shrunk.
+
+Each divergence is then explained by the spec. The reference runs the
+shrunk workload at A and at B, and at A with one variant rule taken early
+(`spec.versions.parse`: "0.32.0+priority-self-preemption-continues"):
+
+* the reference at A agrees with A, and at B with B: the spec models both
+  sides, and the difference lies in the variants between them;
+* the variant whose rule alone turns the reference at A into B names the
+  root cause; if no single one does, a smallest set of them that does
+  together (each rule of the set is needed: without it the rest do not);
+* where the reference disagrees with A or with B, the difference is one the
+  spec does not model yet: reported as "not modelled", which is the finding
+  that matters most.
+
+Divergences are clustered by (first diverging field, explanation). Each
+cluster keeps its smallest counterexample, replayable with `schedspec
+replay`, and gets one paragraph in `changelog.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..reference_impl import ReferenceEngine
+from ..spec.errors import SpecError
+from ..spec.versions import BY_NAME, RELEASES, VARIANTS, release_key
+from ..spec.workload import Workload
+from .counterexample import Counterexample
+from .differ import diff
+from .registry import engine_factory
+
+
+def variants_between(a: str, b: str) -> list[str]:
+    """The rule variants whose release lies in (A, B]: the candidates for a difference between A and B."""
+    lo, hi = release_key(a), release_key(b)
+    return [v.name for v in VARIANTS if lo < release_key(v.since) <= hi and not v.config_only]
+
+
+def check_releases(a: str, b: str) -> None:
+    for option, v in (("A", a), ("B", b)):
+        if v not in RELEASES:
+            raise SpecError(option, v, f"must be one of {', '.join(RELEASES)}")
+    if release_key(a) >= release_key(b):
+        raise SpecError("B", b, f"must be a later release than A ({a})")
+
+
+@dataclass
+class Explanation:
+    """What the spec says about one divergence between A and B."""
+
+    ref_agrees_a: bool
+    ref_agrees_b: bool
+    variants: tuple[str, ...]  # the rule(s) that turn the reference at A into B; () if none does
+    alone: bool = True  # each of `variants` does it on its own (else only the set together)
+    where_a: str = ""  # the first disagreement of the reference with A, when there is one
+    where_b: str = ""
+
+    @property
+    def key(self) -> str:
+        if not (self.ref_agrees_a and self.ref_agrees_b):
+            return "not modelled"
+        if not self.variants:
+            return "not modelled"
+        if len(self.variants) == 1:
+            return self.variants[0]
+        return ("any of: " if self.alone else "together: ") + ", ".join(self.variants)
+
+    @property
+    def explained(self) -> bool:
+        return self.key != "not modelled"
+
+
+def _at(workload: Workload, version: str) -> Workload:
+    return workload.replace(config=dataclasses.replace(workload.config, vllm_version=version))
+
+
+def _where(result: Any) -> str:
+    if result.error is not None:
+        return f"error: {result.error}"
+    d = result.divergence
+    return "" if d is None else f"step {d.step}, {d.field}: reference {d.a!r}, vLLM {d.b!r}"
+
+
+def explain(workload: Workload, a: str, b: str, level: str, factories: dict[str, Callable[..., Any]]) -> Explanation:
+    """Hold the reference, at A, at B and at A with each variant taken early, against the real A and B."""
+
+    def agrees(version: str, engine: str) -> tuple[bool, str]:
+        r = diff(_at(workload, version), ReferenceEngine, factories[engine], level, names=("reference", engine))
+        return r.divergence is None and r.error is None, _where(r)
+
+    ok_a, where_a = agrees(a, a)
+    ok_b, where_b = agrees(b, b)
+    found: tuple[str, ...] = ()
+    alone = True
+    if ok_a and ok_b:
+        candidates = variants_between(a, b)
+        found = tuple(v for v in candidates if agrees(f"{a}+{v}", b)[0])
+        if not found:  # a smallest set that does: drop each rule the rest can do without
+            needed = list(candidates)
+            for v in candidates:
+                rest = [x for x in needed if x != v]
+                if rest and agrees(a + "".join(f"+{x}" for x in rest), b)[0]:
+                    needed = rest
+            found, alone = tuple(needed), False
+    return Explanation(ok_a, ok_b, found, alone, where_a, where_b)
+
+
+@dataclass
+class Cluster:
+    first_field: str  # the first diverging field
+    explanation: Explanation
+    members: list[str] = field(default_factory=list)  # workload names
+    best: Counterexample | None = None  # the smallest counterexample
+    best_size: tuple[int, int] = (10**9, 10**9)
+
+    def paragraph(self, a: str, b: str, file: str) -> str:
+        e, n = self.explanation, len(self.members)
+        head = f"{n} diverging workload{'s' * (n != 1)} part{'s' * (n == 1)} first at `{self.first_field}`."
+        if not e.ref_agrees_a or not e.ref_agrees_b:
+            side = [
+                f"vLLM {v} ({w})"
+                for ok, v, w in ((e.ref_agrees_a, a, e.where_a), (e.ref_agrees_b, b, e.where_b))
+                if not ok
+            ]
+            body = (
+                "Not modelled: the reference disagrees with " + " and with ".join(side) + ". This is a difference "
+                "the spec does not model; add a variant for it (`spec/versions.py`)."
+            )
+        elif len(e.variants) == 1:
+            v = BY_NAME[e.variants[0]]
+            body = (
+                f"Root cause: `{v.name}`, changed in {v.since} ({v.vllm}). Before: {v.before}. From {v.since}: "
+                f"{v.after}. The reference at {a} agrees with vLLM {a}, at {b} with vLLM {b}, and at {a} with this "
+                f"rule alone taken from {v.since} it reproduces vLLM {b}."
+            )
+        elif e.alone:
+            body = (
+                f"The reference at {a} and at {b} agree with the two releases, and each of the rules "
+                f"{', '.join(f'`{x}`' for x in e.variants)}, taken alone, turns {a} into {b} on this workload."
+            )
+        else:
+            body = (
+                f"The reference at {a} and at {b} agree with the two releases, and no single rule explains the "
+                f"difference: the rules {', '.join(f'`{x}`' for x in e.variants)} act together."
+            )
+        r, s = self.best_size
+        size = f"{r} request{'s' * (r != 1)}, {s} step{'s' * (s != 1)}"
+        return f"{head} {body} Smallest counterexample ({size}): `{file}`."
+
+
+def cluster(
+    counterexamples: list[Counterexample], a: str, b: str, level: str, factories: dict[str, Callable[..., Any]]
+) -> list[Cluster]:
+    by_key: dict[tuple[str, str], Cluster] = {}
+    for cx in counterexamples:
+        e = explain(cx.workload, a, b, level, factories)
+        fld = str(cx.divergence["field"]).split("[")[0]
+        c = by_key.setdefault((fld, e.key), Cluster(fld, e))
+        c.members.append(cx.workload.name)
+        size = (len(cx.workload.requests), int(cx.divergence.get("step", 0)) + 1)
+        if size < c.best_size:
+            c.best, c.best_size = cx, size
+    return sorted(by_key.values(), key=lambda c: (c.explanation.explained, -len(c.members), c.first_field))
+
+
+def release_factories(a: str, b: str, **kw: Any) -> dict[str, Callable[..., Any]]:
+    return {v: engine_factory(f"vllm=={v}", **kw) for v in (a, b)}

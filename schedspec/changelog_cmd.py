@@ -1,0 +1,162 @@
+"""`schedspec changelog A B`: what the scheduler's behaviour changed between two vLLM releases, and why.
+
+Runs release A against release B in lock-step on a campaign (two real
+vLLMs, built on first use), then explains every divergence with the spec's
+variant rules and clusters them by root cause (`conformance/changelog.py`).
+`--out` gets `changelog.md` (one paragraph per cluster), `changelog.json`,
+and the campaign's counterexamples, each replayable with `schedspec replay`.
+
+Exit status: 0 every difference found is explained by a variant rule (or
+none was found); 1 some difference is "not modelled", one the spec does not
+model yet; 2 bad input; 3 an engine failed as a program on some workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from rich.console import Console
+
+from .cli import Subcommands
+from .conformance.compare import LEVELS
+from .conformance.families import FAMILIES
+from .outdir import OutDir
+from .spec.errors import SpecError
+from .spec.jsonio import write_bytes_atomic, write_json_atomic
+from .spec.versions import KNOWN_VIOLATIONS, release_key
+
+OUTPUTS = ("changelog.md", "changelog.json")
+PATTERNS = ("counterexample-*.json", "counterexample-*.png")
+
+
+def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
+    from .conformance.certify import Options, certify
+    from .conformance.changelog import check_releases, cluster, release_factories, variants_between
+    from .conformance.counterexample import Counterexample
+
+    a, b = args.a, args.b
+    check_releases(a, b)
+    for f in args.family or ():
+        if f not in FAMILIES:
+            raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
+    if args.workloads < 1:
+        raise SpecError("--workloads", args.workloads, "must be >= 1")
+    out = OutDir(args.out, args.force, "--out", "changelog")
+    out.prepare(OUTPUTS, PATTERNS)
+    options = Options(jobs=args.jobs, shrink_budget=args.shrink_budget, max_counterexamples=args.max_counterexamples)
+    options.validate()
+    cert, results = certify(
+        f"vllm=={b}",
+        f"vllm=={a}",
+        args.level,
+        args.family or None,
+        args.workloads,
+        args.seed,
+        options=options,
+        out_dir=args.out,
+        allow_divergence=True,
+    )
+    diverged = [r for r in results if r.divergence and r.counterexample_file]
+    factories = release_factories(a, b)
+    try:
+        clusters = cluster([Counterexample.load(r.counterexample_file) for r in diverged], a, b, args.level, factories)  # type: ignore[arg-type]
+    finally:
+        for f in factories.values():
+            getattr(f, "close_all", lambda: None)()
+    files = {r.name: os.path.basename(r.counterexample_file or "") for r in diverged}
+    timelines = _timelines(clusters, args.out, b)
+    report: dict[str, Any] = {
+        "a": a,
+        "b": b,
+        "level": args.level,
+        "workloads": args.workloads,
+        "seed": args.seed,
+        "candidates": variants_between(a, b),
+        "diverged": len(diverged),
+        "errors": cert["errors"],
+        "clusters": [
+            {
+                "field": c.first_field,
+                "cause": c.explanation.key,
+                "variants": list(c.explanation.variants),
+                "reference_agrees": {a: c.explanation.ref_agrees_a, b: c.explanation.ref_agrees_b},
+                "workloads": c.members,
+                "counterexample": files.get(c.best.workload.name if c.best else "", ""),
+                "size": {"requests": c.best_size[0], "steps": c.best_size[1]},
+                "timeline": timelines.get(id(c), ""),
+            }
+            for c in clusters
+        ],
+    }
+    lines = [
+        f"# What the scheduler changed from vLLM {a} to {b}",
+        "",
+        f"{args.workloads} generated workloads (seed {args.seed}), run on both releases in lock-step at level "
+        f"`{args.level}`: {len(diverged)} diverged, {len(cert['errors'])} engine errors. Candidate rules between "
+        f"them: {', '.join(f'`{v}`' for v in report['candidates']) or 'none'}.",
+        "",
+    ]
+    for i, c in enumerate(clusters, 1):
+        name = report["clusters"][i - 1]["counterexample"]
+        lines += [f"## {i}. `{c.first_field}`: {c.explanation.key}", "", c.paragraph(a, b, name), ""]
+        if report["clusters"][i - 1]["timeline"]:
+            lines += [f"![both releases' runs]({report['clusters'][i - 1]['timeline']})", ""]
+    if not clusters:
+        lines.append("No difference found in these workloads.")
+    fixed = [k for k in KNOWN_VIOLATIONS if release_key(a) < release_key(k.fixed_in) <= release_key(b)]
+    if fixed:
+        lines += ["", f"## Invariants {a} breaks and {b} keeps", ""]
+        lines += [f"- `{k.invariant}` (fixed in {k.fixed_in}): {k.why}." for k in fixed]
+    report["known_violations_fixed"] = [{"invariant": k.invariant, "fixed_in": k.fixed_in, "why": k.why} for k in fixed]
+    paths = [out.file(n) for n in OUTPUTS]
+    write_bytes_atomic(paths[0], ("\n".join(lines) + "\n").encode())
+    write_json_atomic(paths[1], report)
+    pngs = [os.path.join(args.out, t) for t in timelines.values() if t]
+    out.record(paths + pngs + [r.counterexample_file for r in results if r.counterexample_file])
+    not_modelled = [c for c in clusters if not c.explanation.explained]
+    n = len(clusters)
+    summary = f"{len(diverged)} of {args.workloads} workloads differ, in {n} cluster{'s' * (n != 1)}"
+    if cert["errors"]:
+        console.print(f"{summary}; {len(cert['errors'])} engine errors: see {paths[1]}", style="red", markup=False)
+        return 3
+    if not_modelled:
+        console.print(f"{summary}; {len(not_modelled)} not modelled: see {paths[0]}", style="red", markup=False)
+        return 1
+    explained = ", each explained by a variant rule" if clusters else ""
+    console.print(f"{summary}{explained}: see {paths[0]}", style="green", markup=False)
+    return 0
+
+
+def _timelines(clusters: list[Any], out_dir: str, b: str) -> dict[int, str]:
+    """A PNG of both releases' runs beside each cluster's counterexample; one that cannot be drawn is skipped."""
+    from .conformance_cmds import plot_pair
+
+    drawn: dict[int, str] = {}
+    for c in clusters:
+        if c.best is None or str(c.best.divergence.get("field", "")).startswith(("engine", "malformed")):
+            continue
+        name = f"counterexample-{c.best.workload.name}.png"
+        try:
+            plot_pair(c.best, f"vllm=={b}", os.path.join(out_dir, name), c.best.divergence.get("step"))
+            drawn[id(c)] = name
+        except Exception:  # noqa: BLE001 - a picture never costs the changelog
+            continue
+    return drawn
+
+
+def add_changelog_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("changelog", help="what the scheduler's behaviour changed between two vLLM releases, and why")
+    p.add_argument("a", metavar="A", help="the older release, e.g. 0.30.0")
+    p.add_argument("b", metavar="B", help="the newer release, e.g. 0.33.0")
+    p.add_argument("--workloads", type=int, default=100, help="generated workloads (default 100)")
+    p.add_argument("--family", action="append", help="a workload family (repeatable; default: all)")
+    p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    p.add_argument("--level", default="blocks", choices=LEVELS, help="what is compared (default blocks)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--shrink-budget", type=int, default=400, help="candidates tried per shrink (default 400)")
+    p.add_argument("--max-counterexamples", type=int, default=10, help="divergences shrunk (default 10)")
+    p.add_argument("--out", default="changelog", metavar="DIR", help="folder for the changelog (default changelog)")
+    p.add_argument("--force", action="store_true", help="replace an earlier run's outputs in --out")
+    p.set_defaults(func=cmd_changelog)

@@ -1,0 +1,136 @@
+"""One small workload per release variant (`spec/versions.py`): run it at either side of the release and see the rule.
+
+Each is built at the default release; `at(workload, version)` moves it.
+`tests/unit/test_versions.py` pins what the reference does on both sides,
+and `tests/slow/test_vllm_releases.py` holds the real releases to it. The
+scenarios follow the diff of vLLM's sources that found each variant;
+`docs/versions.md` gives the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .spec.config import SchedulerConfig
+from .spec.request import Request
+from .spec.workload import Workload, WorkloadRequest
+
+EOS = 2
+
+
+def _first_line(doc: str | None) -> str:
+    assert doc is not None  # docstrings are kept: no `python -OO`
+    return doc.split("\n")[0]
+
+
+def at(workload: Workload, version: str) -> Workload:
+    """The same workload under another release's semantics."""
+    return workload.replace(config=dataclasses.replace(workload.config, vllm_version=version))
+
+
+def min_tokens() -> Workload:
+    """EOS sampled below min_tokens: it finishes the request from 0.29.0, and is ignored before."""
+    config = SchedulerConfig(max_num_batched_tokens=64, max_model_len=64, block_size=16, num_gpu_blocks=20)
+    r = Request("r", (5,) * 8, max_tokens=10, min_tokens=5, eos_token_id=EOS)
+    return Workload(
+        config,
+        (WorkloadRequest(r, output_token_ids=(7, EOS, 8, 9, 10, 11, 12, 13, 14, 15)),),
+        name="version-min-tokens",
+        description=_first_line(min_tokens.__doc__),
+    )
+
+
+def padding_room() -> Workload:
+    """A one-token admission after a prefix hit, one draft slot short of L: unpadded from 0.29.0, not admitted before.
+
+    `a` leaves block 0 cached; `b` hits it (C = 16, one token left) while
+    `r` decodes, so the admission is decode-like: 1 + k = 3 tokens would end
+    at position 18 = L.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_model_len=18,
+        block_size=16,
+        num_gpu_blocks=20,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+    )
+    prompt = tuple(range(10, 27))  # 17 tokens: one full block and one more
+    reqs = (
+        WorkloadRequest(Request("a", prompt, max_tokens=1, ignore_eos=True)),
+        WorkloadRequest(Request("r", (3,) * 4, max_tokens=12, ignore_eos=True), arrival_step=1),
+        WorkloadRequest(Request("b", prompt[:16] + (99,), max_tokens=1, ignore_eos=True), arrival_step=3),
+    )
+    return Workload(config, reqs, name="version-padding-room", description=_first_line(padding_room.__doc__))
+
+
+def padding_hit() -> Workload:
+    """A lone one-token admission after a prefix hit: padded to 1 + k from 0.30.0, one token before."""
+    config = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_model_len=64,
+        block_size=16,
+        num_gpu_blocks=20,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+    )
+    prompt = tuple(range(10, 27))
+    reqs = (
+        WorkloadRequest(Request("a", prompt, max_tokens=1, ignore_eos=True)),
+        WorkloadRequest(Request("b", prompt[:16] + (99,), max_tokens=2, ignore_eos=True), arrival_step=2),
+    )
+    return Workload(config, reqs, name="version-padding-hit", description=_first_line(padding_hit.__doc__))
+
+
+def lone_threshold() -> Workload:
+    """A lone 100-token prompt with threshold 16 and budget 64: 64 + 36 from 0.31.0, six chunks of 16 and 4 before."""
+    config = SchedulerConfig(max_num_batched_tokens=64, max_model_len=128, long_prefill_token_threshold=16)
+    reqs = (WorkloadRequest(Request("r", (5,) * 100, max_tokens=2, ignore_eos=True)),)
+    return Workload(config, reqs, name="version-lone-threshold", description=_first_line(lone_threshold.__doc__))
+
+
+def self_preemption() -> Workload:
+    """PRIORITY: `a` preempts itself with `b` behind it; `b` decodes that step from 0.33.0, and waits before.
+
+    Four usable blocks of 4: `a` (priority 1) holds 2 and `b` (priority 0) 2,
+    so `a`'s third block can only come from a victim, and the least
+    important running request is `a` itself.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=64, max_model_len=64, block_size=4, num_gpu_blocks=5, policy="priority"
+    )
+    reqs = (
+        WorkloadRequest(Request("a", (5,) * 7, max_tokens=4, ignore_eos=True, priority=1)),
+        WorkloadRequest(Request("b", (6,) * 5, max_tokens=4, ignore_eos=True, arrival_time=1.0), arrival_step=1),
+    )
+    return Workload(config, reqs, name="version-self-preemption", description=_first_line(self_preemption.__doc__))
+
+
+def spec_caching() -> Workload:
+    """Sync spec decode: the block that `a`'s accepted drafts filled is cached at once from 0.33.0, so `b` hits 8 tokens, not 4."""
+    config = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_model_len=64,
+        block_size=4,
+        num_gpu_blocks=20,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+    )
+    prompt, outputs = (11, 12, 13, 14, 15), (21, 22, 23, 24)
+    reqs = (
+        WorkloadRequest(
+            Request("a", prompt, max_tokens=4, ignore_eos=True), output_token_ids=outputs, spec_proposals=((2, 2),)
+        ),
+        WorkloadRequest(Request("b", prompt + outputs[:3] + (99,), max_tokens=1, ignore_eos=True), arrival_step=3),
+    )
+    return Workload(config, reqs, name="version-spec-caching", description=_first_line(spec_caching.__doc__))
+
+
+VERSION_WORKLOADS = {
+    "version-min-tokens": min_tokens,
+    "version-padding-room": padding_room,
+    "version-padding-hit": padding_hit,
+    "version-lone-threshold": lone_threshold,
+    "version-self-preemption": self_preemption,
+    "version-spec-caching": spec_caching,
+}

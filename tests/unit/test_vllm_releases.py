@@ -1,0 +1,240 @@
+"""Every vLLM release as an engine (`--engine vllm==V`): names, bad input, `at_release`, and `schedspec venvs`.
+
+All fast and offline: nothing here builds or starts a real vLLM venv. Venvs
+are faked in tmp_path (a `pyvenv.cfg` and the setup script's stamp), with the
+repository root pointed there, so a test can never list or remove a real one.
+The end-to-end check that builds the 0.31.0 venv is in tests/slow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from schedspec.cli import main
+from schedspec.conformance import registry
+from schedspec.conformance.campaign import Task, task_workload
+from schedspec.conformance.engines import vllm_venvs
+from schedspec.conformance.engines.vllm_source import source_release
+from schedspec.conformance.families import FAMILIES, at_release, generate
+from schedspec.conformance.registry import certify_engine
+from schedspec.spec.errors import SpecError
+from schedspec.spec.versions import DEFAULT_RELEASE, RELEASES
+from schedspec.spec.workload import Workload
+
+# ---- engine names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, parsed",
+    [
+        ("vllm", (DEFAULT_RELEASE, None)),
+        ("vllm==0.31.0", ("0.31.0", None)),
+        ("vllm==0.28.0", ("0.28.0", None)),
+        ("vllm@/src/tree", (DEFAULT_RELEASE, "/src/tree")),
+        ("vllm==0.30.0@/src/tree", ("0.30.0", "/src/tree")),
+        ("reference", None),
+        ("my_module:engine", None),
+    ],
+)
+def test_vllm_engine_names_parse(name: str, parsed: tuple[str, str | None] | None) -> None:
+    assert registry.parse_vllm(name) == parsed
+    assert registry.is_builtin(name) == (parsed is not None or name == "reference")
+
+
+@pytest.mark.parametrize("name", ["vllm==9.9.9", "vllm==0.31", "vllm==", "vllm==0.27.0@/x"])
+def test_an_unknown_release_is_refused_naming_the_option(name: str) -> None:
+    with pytest.raises(SpecError) as e:
+        registry.parse_vllm(name, "--against")
+    assert str(e.value).startswith("--against:") and name in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["certify", "--engine", "vllm==9.9.9"], "--engine"),
+        (["certify", "--engine", "reference", "--against", "vllm==0.31"], "--against"),
+        (["certify", "--engine", "vllm", "--vllm-version", "0.31.0"], "--vllm-version"),
+        (["venvs", "--remove", "9.9.9"], "--remove"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, option, tmp_path: Path, capsys) -> None:
+    if argv[0] == "certify":
+        argv = [*argv, "--workloads", "1", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {option}:" in err, err
+
+
+def test_engine_version_reports_the_release_the_venv_holds(fake_repo: Path) -> None:
+    _fake_venv(fake_repo / ".venv-vllm-0.31.0", "0.31.0", dist_info="0.31.0")
+    assert registry.engine_version("vllm==0.31.0") == "vllm 0.31.0"
+    assert registry.engine_version("vllm==0.28.0") == "vllm 0.28.0"  # not built yet: the release asked for
+
+
+# ---- --vllm-source with --vllm-version ----------------------------------------------------------------
+
+
+def _tree(tmp_path: Path, version: str | None) -> Path:
+    sched = tmp_path / "tree" / "vllm" / "v1" / "core" / "sched"
+    sched.mkdir(parents=True)
+    (sched / "scheduler.py").write_text("")
+    (tmp_path / "tree" / "vllm" / "__init__.py").write_text("")
+    if version is not None:
+        (tmp_path / "tree" / "vllm" / "_version.py").write_text(f"version: str\n__version__ = version = '{version}'\n")
+    return tmp_path / "tree"
+
+
+@pytest.mark.parametrize(
+    "declared, release", [(None, DEFAULT_RELEASE), ("0.31.0", "0.31.0"), ("0.32.1.dev7+gabc", "0.32.0")]
+)
+def test_a_source_tree_is_judged_as_the_release_it_declares(tmp_path: Path, declared, release) -> None:
+    tree = _tree(tmp_path, declared)
+    assert source_release(tree) == release
+    assert registry.vllm_release_of(certify_engine("vllm", str(tree), None)) == release
+    assert certify_engine("vllm", str(tree), "0.29.0") == f"vllm==0.29.0@{tree.resolve()}"
+
+
+def test_a_source_tree_older_than_every_release_needs_vllm_version(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "0.20.0")
+    with pytest.raises(SpecError, match="--vllm-version"):
+        certify_engine("vllm", str(tree), None)
+    with pytest.raises(SpecError, match="--vllm-version"):
+        certify_engine("vllm==0.31.0", str(tree), "0.30.0")  # contradicts the engine's release
+
+
+# ---- at_release ----------------------------------------------------------------------------------------
+
+
+def _with(w: Workload, **changes) -> Workload:
+    return w.replace(config=dataclasses.replace(w.config, **changes))
+
+
+def test_at_release_drops_the_knobs_older_releases_lack() -> None:
+    w = _with(generate("budget", 0, 0), max_num_active_seqs=1, long_prefill_token_threshold_adaptive=True)
+    old = at_release(w, "0.30.0")
+    assert old.config.vllm_version == "0.30.0"
+    assert old.config.max_num_active_seqs is None and not old.config.long_prefill_token_threshold_adaptive
+    assert "max_num_active_seqs=1 -> None" in old.description
+    new = at_release(w, "0.31.0")
+    assert new.config.max_num_active_seqs == 1 and new.config.long_prefill_token_threshold_adaptive
+    assert new.description == w.description
+
+
+def test_at_release_turns_async_off_under_spec_decode_before_0_33() -> None:
+    w = _with(generate("budget", 0, 0), async_scheduling=True, num_speculative_tokens=2)
+    assert not at_release(w, "0.32.0").config.async_scheduling
+    assert at_release(w, "0.32.0").config.num_speculative_tokens == 2
+    assert at_release(w, "0.33.0").config.async_scheduling
+    plain_async = _with(generate("budget", 0, 0), async_scheduling=True)
+    assert at_release(plain_async, "0.28.0").config.async_scheduling  # no drafter: nothing refused
+
+
+def test_at_release_is_the_identity_at_the_default_release() -> None:
+    w = generate("threshold", 0, 3)
+    assert at_release(w, DEFAULT_RELEASE) is w
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_family_maps_to_a_config_each_release_accepts(release: str) -> None:
+    for family in FAMILIES:
+        for i in range(8):
+            assert at_release(generate(family, 0, i), release).config.vllm_version == release
+
+
+def test_at_release_refuses_an_unknown_release() -> None:
+    with pytest.raises(SpecError, match="vllm_version"):
+        at_release(generate("budget", 0, 0), "0.27.0")
+
+
+def test_a_campaign_runs_each_workload_at_its_engines_release() -> None:
+    def task(engine: str, against: str = "reference") -> Task:
+        return Task("threshold", 1, 0, engine, against, "blocks", "out", False)
+
+    assert task_workload(task("vllm==0.28.0")).config.vllm_version == "0.28.0"
+    assert task_workload(task("reference", "vllm==0.30.0")).config.vllm_version == "0.30.0"
+    assert task_workload(task("vllm==0.31.0", "vllm==0.28.0")).config.vllm_version == "0.31.0"
+    assert task_workload(task("reference")) == generate("threshold", 0, 1)
+
+
+# ---- schedspec venvs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The repository root seen by vllm_venvs, moved to tmp_path: real venvs are out of reach."""
+    monkeypatch.setattr(vllm_venvs, "VLLM_ENV_DIR", tmp_path / "conformance" / "vllm_env")
+    monkeypatch.delenv("VLLM_REF_VENV", raising=False)
+    return tmp_path
+
+
+def _fake_venv(path: Path, stamp: str | None, dist_info: str | None = None) -> Path:
+    path.mkdir(parents=True)
+    (path / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (path / "payload.bin").write_bytes(b"x" * 100_000)
+    if stamp is not None:
+        (path / vllm_venvs.stamp_name(stamp)).write_text("2026-01-01T00:00:00Z\n")
+    if dist_info is not None:
+        (path / "lib" / "python3.11" / "site-packages" / f"vllm-{dist_info}.dist-info").mkdir(parents=True)
+    return path
+
+
+def test_venvs_list_shows_each_stamped_venv_with_its_size(fake_repo: Path, capsys) -> None:
+    _fake_venv(fake_repo / ".venv-vllm-ref", "0.33.0")
+    _fake_venv(fake_repo / ".venv-vllm-0.28.0", "0.28.0")
+    _fake_venv(fake_repo / ".venv-vllm-0.29.0", None)  # half-built: no stamp, not listed
+    built = vllm_venvs.built_venvs()
+    assert [(v.release, v.path.name) for v in built] == [("0.28.0", ".venv-vllm-0.28.0"), ("0.33.0", ".venv-vllm-ref")]
+    assert all(v.size_bytes >= 100_000 for v in built)
+    assert main(["venvs", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "0.28.0" in out and ".venv-vllm-ref" in out and "not built: 0.29.0" in out
+
+
+def test_venvs_remove_deletes_only_our_stamped_venv(fake_repo: Path) -> None:
+    keep = _fake_venv(fake_repo / ".venv-vllm-ref", "0.33.0")
+    gone = _fake_venv(fake_repo / ".venv-vllm-0.31.0", "0.31.0")
+    assert main(["venvs", "--remove", "0.31.0"]) == 0
+    assert not gone.exists() and keep.exists()
+
+
+@pytest.mark.parametrize("stamp", [None, "0.28.0"])  # no stamp, or another release's stamp
+def test_venvs_remove_refuses_a_folder_that_is_not_ours(fake_repo: Path, stamp, capsys) -> None:
+    foreign = _fake_venv(fake_repo / ".venv-vllm-0.30.0", stamp)
+    assert main(["venvs", "--remove", "0.30.0"]) == 2
+    assert foreign.exists() and "--remove" in capsys.readouterr().err
+
+
+def test_venvs_remove_all(fake_repo: Path) -> None:
+    venvs = [_fake_venv(fake_repo / ".venv-vllm-ref", "0.33.0"), _fake_venv(fake_repo / ".venv-vllm-0.28.0", "0.28.0")]
+    mine = fake_repo / "notes"
+    mine.mkdir()
+    assert [v.release for v in vllm_venvs.remove_venvs("all")] == ["0.28.0", "0.33.0"]
+    assert not any(v.exists() for v in venvs) and mine.exists()
+
+
+# ---- the setup script --------------------------------------------------------------------------------
+
+
+def test_setup_script_refuses_a_malformed_version_before_building(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(vllm_venvs.SETUP_SCRIPT), "0.31"],
+        env={"PATH": "/usr/bin:/bin", "VLLM_REF_VENV": str(tmp_path / "v")},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "0.31" in done.stderr and not (tmp_path / "v").exists()
+
+
+def test_setup_script_is_a_no_op_on_a_venv_stamped_for_its_release(tmp_path: Path) -> None:
+    venv = _fake_venv(tmp_path / "v", "0.29.0")
+    done = subprocess.run(
+        ["bash", str(vllm_venvs.SETUP_SCRIPT), "0.29.0"],
+        env={"PATH": "/usr/bin:/bin", "VLLM_REF_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "0.29.0 reference venv ready" in done.stdout
