@@ -230,7 +230,7 @@ class Job:
     fcfs: bool
     timeout_s: float
     mutant: str | None = None
-    release: str = DEFAULT_RELEASE
+    release: str = field(default=DEFAULT_RELEASE, kw_only=True)  # keyword-only: subclasses add positional fields
 
 
 def run_job(job: Job) -> Result:
@@ -252,7 +252,7 @@ def jobs(
     release: str = DEFAULT_RELEASE,
 ) -> list[Job]:
     return [
-        Job(name, n, policy == "fcfs", timeout_s, mutant, release)
+        Job(name, n, policy == "fcfs", timeout_s, mutant, release=release)
         for policy in policies
         for n in range(min_requests, max_requests + 1)
         for name in invariants

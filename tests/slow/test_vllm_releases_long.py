@@ -46,7 +46,8 @@ def test_each_variant_workload_runs_on_the_release_as_the_reference_says(release
 
 def test_the_release_is_certified_against_the_reference_at_that_release(release, tmp_path):
     out = tmp_path / "cert"
-    status = main(["certify", "--engine", f"vllm=={release}", "--workloads", "60", "--no-plots", "--out", str(out)])
+    argv = ["certify", "--engine", f"vllm=={release}", "--workloads", "300", "--level", "blocks", "--no-plots"]
+    status = main([*argv, "--out", str(out)])
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["engine_version"] == f"vllm {release}"
     assert status == 0, cert["counterexamples"] or cert["errors"] or cert["invariant_violations"]
