@@ -43,10 +43,10 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
     if args.workloads < 1:
         raise SpecError("--workloads", args.workloads, "must be >= 1")
+    options = Options(jobs=args.jobs, shrink_budget=args.shrink_budget, max_counterexamples=args.max_counterexamples)
+    options.validate()  # before the folder is made: bad input leaves nothing behind
     out = OutDir(args.out, args.force, "--out", "changelog")
     out.prepare(OUTPUTS, PATTERNS)
-    options = Options(jobs=args.jobs, shrink_budget=args.shrink_budget, max_counterexamples=args.max_counterexamples)
-    options.validate()
     cert, results = certify(
         f"vllm=={b}",
         f"vllm=={a}",
