@@ -6,9 +6,15 @@ variant rules and clusters them by root cause (`conformance/changelog.py`).
 `--out` gets `changelog.md` (one paragraph per cluster), `changelog.json`,
 and the campaign's counterexamples, each replayable with `schedspec replay`.
 
+`--engine-b vllm-source:PATH` puts a vLLM source tree in B's place: what
+does my branch change, relative to the release A it branched from? The
+tree runs on the default release's venv and is judged as the release its
+version file names, or `--vllm-version`.
+
 Exit status: 0 every difference found is explained by a variant rule (or
 none was found); 1 some difference is "not modelled", one the spec does not
-model yet; 2 bad input; 3 an engine failed as a program on some workload.
+model yet (for a tree: a change the branch makes); 2 bad input; 3 an engine
+failed as a program on some workload.
 """
 
 from __future__ import annotations
@@ -33,11 +39,22 @@ PATTERNS = ("counterexample-*.json", "counterexample-*.png")
 
 def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     from .conformance.certify import Options, certify
-    from .conformance.changelog import check_releases, cluster, release_factories, variants_between
+    from .conformance.changelog import check_sides, cluster, engine_side, release_side, side_factories, variants_between
     from .conformance.counterexample import Counterexample
 
-    a, b = args.a, args.b
-    check_releases(a, b)
+    side_a = release_side(args.a, "A")
+    if args.engine_b is not None:
+        if args.b is not None:
+            raise SpecError("B", args.b, "give either B or --engine-b, not both")
+        side_b = engine_side(args.engine_b, args.vllm_version)
+    elif args.b is None:
+        raise SpecError("B", "", "missing: give the newer release, or --engine-b vllm-source:PATH")
+    else:
+        if args.vllm_version is not None:
+            raise SpecError("--vllm-version", args.vllm_version, "only applies with --engine-b vllm-source:PATH")
+        side_b = release_side(args.b, "B")
+    check_sides(side_a, side_b)
+    a, b = side_a.label, side_b.label
     for f in args.family or ():
         if f not in FAMILIES:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
@@ -48,8 +65,8 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     out = OutDir(args.out, args.force, "--out", "changelog")
     out.prepare(OUTPUTS, PATTERNS)
     cert, results = certify(
-        f"vllm=={b}",
-        f"vllm=={a}",
+        side_b.engine,
+        side_a.engine,
         args.level,
         args.family or None,
         args.workloads,
@@ -59,21 +76,26 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
         allow_divergence=True,
     )
     diverged = [r for r in results if r.divergence and r.counterexample_file]
-    factories = release_factories(a, b)
+    factories = side_factories(side_a, side_b)
     try:
-        clusters = cluster([Counterexample.load(r.counterexample_file) for r in diverged], a, b, args.level, factories)  # type: ignore[arg-type]
+        cxs = [Counterexample.load(r.counterexample_file) for r in diverged]  # type: ignore[arg-type]
+        clusters = cluster(cxs, side_a, side_b, args.level, factories)
     finally:
         for f in factories.values():
             getattr(f, "close_all", lambda: None)()
     files = {r.name: os.path.basename(r.counterexample_file or "") for r in diverged}
-    timelines = _timelines(clusters, args.out, b)
+    timelines = _timelines(clusters, args.out, side_b.engine)
     report: dict[str, Any] = {
         "a": a,
         "b": b,
+        "engine_a": side_a.engine,
+        "engine_b": side_b.engine,
+        "release_b": side_b.release,
+        "tree_b": None if side_b.is_release else _tree_info(side_b.engine),
         "level": args.level,
         "workloads": args.workloads,
         "seed": args.seed,
-        "candidates": variants_between(a, b),
+        "candidates": variants_between(side_a.release, side_b.release),
         "diverged": len(diverged),
         "errors": cert["errors"],
         "clusters": [
@@ -81,7 +103,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
                 "field": c.first_field,
                 "cause": c.explanation.key,
                 "variants": list(c.explanation.variants),
-                "reference_agrees": {a: c.explanation.ref_agrees_a, b: c.explanation.ref_agrees_b},
+                "reference_agrees": {"a": c.explanation.ref_agrees_a, "b": c.explanation.ref_agrees_b},
                 "workloads": c.members,
                 "counterexample": files.get(c.best.workload.name if c.best else "", ""),
                 "size": {"requests": c.best_size[0], "steps": c.best_size[1]},
@@ -93,19 +115,28 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     lines = [
         f"# What the scheduler changed from vLLM {a} to {b}",
         "",
-        f"{args.workloads} generated workloads (seed {args.seed}), run on both releases in lock-step at level "
+        f"{args.workloads} generated workloads (seed {args.seed}), run on both sides in lock-step at level "
         f"`{args.level}`: {len(diverged)} diverged, {len(cert['errors'])} engine errors. Candidate rules between "
         f"them: {', '.join(f'`{v}`' for v in report['candidates']) or 'none'}.",
         "",
     ]
+    if report["tree_b"] is not None:
+        t = report["tree_b"]
+        state = (
+            "not a git checkout"
+            if t["commit"] is None
+            else f"commit {t['commit'][:12]}" + (", with uncommitted changes in vllm/" if t["dirty"] else "")
+        )
+        lines += [f"B is the vLLM source tree {t['path']} ({state}), judged as release {side_b.release}.", ""]
     for i, c in enumerate(clusters, 1):
         name = report["clusters"][i - 1]["counterexample"]
-        lines += [f"## {i}. `{c.first_field}`: {c.explanation.key}", "", c.paragraph(a, b, name), ""]
+        lines += [f"## {i}. `{c.first_field}`: {c.explanation.key}", "", c.paragraph(side_a, side_b, name), ""]
         if report["clusters"][i - 1]["timeline"]:
             lines += [f"![both releases' runs]({report['clusters'][i - 1]['timeline']})", ""]
     if not clusters:
         lines.append("No difference found in these workloads.")
-    fixed = [k for k in KNOWN_VIOLATIONS if release_key(a) < release_key(k.fixed_in) <= release_key(b)]
+    span = (release_key(side_a.release), release_key(side_b.release))
+    fixed = [k for k in KNOWN_VIOLATIONS if span[0] < release_key(k.fixed_in) <= span[1]]
     if fixed:
         lines += ["", f"## Invariants {a} breaks and {b} keeps", ""]
         lines += [f"- `{k.invariant}` (fixed in {k.fixed_in}): {k.why}." for k in fixed]
@@ -129,7 +160,14 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _timelines(clusters: list[Any], out_dir: str, b: str) -> dict[int, str]:
+def _tree_info(engine: str) -> dict[str, Any]:
+    from .conformance.engines.vllm_source import vllm_source_info
+    from .conformance.registry import vllm_source_of
+
+    return vllm_source_info(vllm_source_of(engine) or "")
+
+
+def _timelines(clusters: list[Any], out_dir: str, engine_b: str) -> dict[int, str]:
     """A PNG of both releases' runs beside each cluster's counterexample; one that cannot be drawn is skipped."""
     from .conformance_cmds import plot_pair
 
@@ -139,7 +177,7 @@ def _timelines(clusters: list[Any], out_dir: str, b: str) -> dict[int, str]:
             continue
         name = f"counterexample-{c.best.workload.name}.png"
         try:
-            plot_pair(c.best, f"vllm=={b}", os.path.join(out_dir, name), c.best.divergence.get("step"))
+            plot_pair(c.best, engine_b, os.path.join(out_dir, name), c.best.divergence.get("step"))
             drawn[id(c)] = name
         except Exception:  # noqa: BLE001 - a picture never costs the changelog
             continue
@@ -149,7 +187,17 @@ def _timelines(clusters: list[Any], out_dir: str, b: str) -> dict[int, str]:
 def add_changelog_parser(sub: Subcommands) -> None:
     p = sub.add_parser("changelog", help="what the scheduler's behaviour changed between two vLLM releases, and why")
     p.add_argument("a", metavar="A", help="the older release, e.g. 0.30.0")
-    p.add_argument("b", metavar="B", help="the newer release, e.g. 0.33.0")
+    p.add_argument("b", metavar="B", nargs="?", help="the newer release, e.g. 0.33.0 (or give --engine-b)")
+    p.add_argument(
+        "--engine-b",
+        metavar="ENGINE",
+        help="B as a vLLM source tree, vllm-source:PATH (your branch against release A), or vllm==V",
+    )
+    p.add_argument(
+        "--vllm-version",
+        metavar="V",
+        help="the release the tree in --engine-b is judged as (default: the tree's own version file)",
+    )
     p.add_argument("--workloads", type=int, default=100, help="generated workloads (default 100)")
     p.add_argument("--family", action="append", help="a workload family (repeatable; default: all)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")

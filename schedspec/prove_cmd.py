@@ -61,12 +61,18 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         raise SpecError("--max-requests", args.max_requests, "must be >= 1")
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
-    from .spec.versions import DEFAULT_RELEASE, RELEASES
+    from .spec.versions import RELEASES
 
     if args.vllm_version not in RELEASES:
         raise SpecError("--vllm-version", args.vllm_version, f"must be one of {', '.join(RELEASES)}")
-    if args.feature and args.vllm_version != DEFAULT_RELEASE:
-        raise SpecError("--vllm-version", args.vllm_version, f"the feature run proves {DEFAULT_RELEASE} only")
+    if args.feature:
+        from .proofs.runs.features import refusal
+
+        why = refusal(tuple(args.feature), args.vllm_version)
+        if why is not None:
+            raise SpecError(
+                "--vllm-version", args.vllm_version, f"with --feature {' --feature '.join(args.feature)}: {why}"
+            )
     return names
 
 
@@ -109,7 +115,13 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         from .proofs.runs.features import jobs as feature_jobs, run_job
 
         jobs = lambda n, invariants, policies, timeout_s, mutant: feature_jobs(  # noqa: E731
-            n, invariants, policies, timeout_s, mutant, features=tuple(dict.fromkeys(args.feature))
+            n,
+            invariants,
+            policies,
+            timeout_s,
+            mutant,
+            features=tuple(dict.fromkeys(args.feature)),
+            release=args.vllm_version,
         )
     else:
         from .proofs.runs.prove import jobs as core_jobs, run_job

@@ -26,6 +26,7 @@ from typing import Any
 
 from ...reference_impl import ReferenceEngine
 from ...spec.engine import steps
+from ...spec.invariants.build import sampled_stop
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.state import SchedulerState
 from ...spec.trace import FinishedRequest, StepRecord
@@ -201,4 +202,13 @@ def compare_features(
             for rid, x in inputs.items()
         }
     pre.slots = [replace(s, **inputs[rid]) for s, rid in zip(pre.slots, order)]
-    return feature_diffs(step(pre), order, output, post, finished)
+    enc = step(pre)
+    diffs = feature_diffs(enc, order, output, post, finished)
+    # What stop-token-finishes reads: whether the kept tokens end in a stop token, at the release's min_tokens gate.
+    c = pre_state.config
+    for j, rid in enumerate(order):
+        r = pre_state.requests[rid]
+        stop = sampled_stop(r.request, model_output, rid, r.num_tokens, c.max_model_len, c.vllm_version)
+        if enc.sampled_stop[j] != stop:
+            diffs.append((f"{rid}.sampled_stop", enc.sampled_stop[j], stop))
+    return diffs

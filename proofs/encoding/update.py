@@ -57,10 +57,12 @@ def _update_slot(pre: Pre, st: StepState, post: Post, j: int) -> None:
     post.scheduled.append(st.sched[j])
     post.num_scheduled.append(ite(st.sched[j], st.n[j], 0))
     post.finished.append(done)
-    # Before 0.29.0 a stop token below min_tokens is no stop (`min-tokens-gates-every-stop`).
-    gate = True if holds("min-tokens-gates-every-stop", c.release) else s.num_output_tokens + 1 >= s.min_tokens
-    core_stop = and_(sampled, or_(s.samples_eos, s.samples_stop), gate)
-    post.sampled_stop.append(core_stop if stop_seen is None else stop_seen)
+    # Before 0.29.0 a stop token below min_tokens is no stop (`min-tokens-gates-every-stop`): the stop token is
+    # the 1st appended token in the core step, the `stop_at`-th under spec decode and async.
+    gated = not holds("min-tokens-gates-every-stop", c.release)
+    at = 1 if stop_seen is None else s.stop_at
+    seen = and_(sampled, or_(s.samples_eos, s.samples_stop)) if stop_seen is None else stop_seen
+    post.sampled_stop.append(and_(seen, s.num_output_tokens + at >= s.min_tokens) if gated else seen)
     post.finished_stopped.append(and_(done, kind == rules.STOPPED))
     post.running.append(and_(st.in_run[j], not_(done)))
     post.waiting.append(and_(st.in_wait[j], not_(done)))

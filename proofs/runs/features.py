@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import z3
 
 from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ...spec.versions import DEFAULT_RELEASE, holds
 from ..encoding.step import step
 from ..encoding.symbolic import fresh, post_in_flight_record, state_view, well_formed
 from . import prove
@@ -54,7 +55,7 @@ class Job(prove.Job):
     features: tuple[str, ...] = SYNC
 
 
-def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC):
+def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC, release: str = DEFAULT_RELEASE):
     pre = fresh(
         n,
         fcfs,
@@ -62,6 +63,7 @@ def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYN
         spec_decode="spec-decode" in features,
         prefix_caching="prefix-caching" in features,
         async_scheduling="async" in features,
+        release=release,
     )
     context = well_formed(pre) + [i.holds(state_view(pre)) for i in INVARIANTS if i.state]
     return pre, context, step(pre, preempts)
@@ -80,8 +82,21 @@ def _goal(invariant: Invariant, pre, post) -> z3.BoolRef:
     return z3.And(goal, post_in_flight_record(pre, post)) if pre.config.async_scheduling else goal
 
 
+def refusal(features: tuple[str, ...], release: str) -> str | None:
+    """Why `release` cannot run these features together (`spec/versions.py`), or None: a proof of a config
+    the release refuses to start would be vacuous."""
+    if "async" in features and "spec-decode" in features and not holds("async-with-ngram-spec-decode", release):
+        return f"vLLM {release} refuses async scheduling with an ngram drafter (from 0.33.0 it accepts it)"
+    return None
+
+
 def check(
-    invariant: Invariant, n: int, fcfs: bool, timeout_s: float = 60.0, features: tuple[str, ...] = SYNC
+    invariant: Invariant,
+    n: int,
+    fcfs: bool,
+    timeout_s: float = 60.0,
+    features: tuple[str, ...] = SYNC,
+    release: str = DEFAULT_RELEASE,
 ) -> prove.Result:
     cpu0, t0 = time.process_time(), time.perf_counter()
     policy = "fcfs" if fcfs else "priority"
@@ -91,7 +106,7 @@ def check(
     else:
         deadline = t0 + timeout_s
         for preempts in (False, True):
-            pre, context, post = _encoded(n, fcfs, preempts, features)
+            pre, context, post = _encoded(n, fcfs, preempts, features, release)
             facts = context + post.assume + post.inputs + [z3.Not(_goal(invariant, pre, post))]
             verdict, solver = prove._solve(facts, deadline)
             if verdict == z3.unsat:
@@ -107,14 +122,15 @@ def check(
             result = prove.replayed(invariant, n, policy, pre, model, t0)
             break
     result.seconds, result.cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
-    return result
+    result.release = release
+    return prove.mark_known(result, invariant, release)
 
 
 def run_job(job: Job) -> prove.Result:
     from ...mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]) if job.mutant else nullcontext():
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features)
+        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, job.features, job.release)
 
 
 def jobs(
@@ -124,9 +140,10 @@ def jobs(
     timeout_s: float,
     mutant: str | None = None,
     features: tuple[str, ...] = SYNC,
+    release: str = DEFAULT_RELEASE,
 ) -> list[Job]:
-    """The core run's jobs, with the features."""
+    """The core run's jobs, with the features, at `release`."""
     return [
-        Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features=features)
+        Job(j.invariant, j.n, j.fcfs, j.timeout_s, j.mutant, features=features, release=release)
         for j in prove.jobs(max_requests, invariants, policies, timeout_s, mutant)
     ]

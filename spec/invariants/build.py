@@ -123,7 +123,7 @@ def make_view(
                 num_hit_tokens=hits.get(rid, 0),
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
                 post_num_stale_output_tokens=s1.num_stale_output_tokens,
-                sampled_stop=_sampled_stop(
+                sampled_stop=sampled_stop(
                     q, model_output, rid, s0.num_tokens, config.max_model_len, config.vllm_version
                 ),
                 finished_stopped=finished is not None
@@ -157,7 +157,7 @@ def make_view(
     )
 
 
-def _sampled_stop(
+def sampled_stop(
     request: Request,
     model_output: ModelRunnerOutput | None,
     rid: str,

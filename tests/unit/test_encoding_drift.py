@@ -292,3 +292,19 @@ def test_no_drift_at_an_older_release(release):
             assert compare(state, sampled) == [], (w.name, release, state.current_step)
             checked += 1
     assert checked > 200
+
+
+@pytest.mark.parametrize("release", RELEASES[:-1])
+def test_no_feature_drift_at_an_older_release(release):
+    # The feature encoding follows the release too: spec decode and prefix caching on their families and on
+    # the variant workloads of their scope (the padded admissions, the min_tokens gate on appended drafts).
+    from schedspec.proofs.drift.features import compare_features, spec_steps
+
+    checked = 0
+    variants = [make() for make in VERSION_WORKLOADS.values() if not make().config.async_scheduling]
+    family = [w for f in ("spec-decode", "prefix-caching") for w in feature_workloads(f, 8)]
+    for w in [at_release(w, release) for w in family + variants]:
+        for step in spec_steps(w):
+            assert compare_features(*step) == [], (w.name, release, step[0].current_step)
+            checked += 1
+    assert checked > 200
