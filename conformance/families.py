@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 from ..spec.config import SchedulerConfig
 from ..spec.request import Request
 from ..spec.workload import Abort, Workload, WorkloadRequest
+from .families_edges import WithEdges
 from .families_mixed import MIXED_FAMILIES
 
 T = TypeVar("T")
@@ -340,7 +341,8 @@ def async_scheduling(d: Draw) -> Workload:
     return _runnable(Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS))
 
 
-FAMILIES: dict[str, Callable[[Draw], Workload]] = {
+# Each takes a draw; a stratified one (`strata`) also the stratum its index gives it in a campaign.
+FAMILIES: dict[str, Callable[..., Workload]] = {
     "budget": budget,
     "threshold": threshold,
     "no-chunking": no_chunking,
@@ -351,7 +353,7 @@ FAMILIES: dict[str, Callable[[Draw], Workload]] = {
     "aborts": aborts,
     "big-batch": big_batch,
     "prefix-caching": prefix_caching,
-    "spec-decode": spec_decode,
+    "spec-decode": WithEdges(spec_decode),  # every fourth a release edge (families_edges.py)
     "async": async_scheduling,
     # Every knob at once (swarm testing), one family per policy and scheduling: the coverage map's other cells.
     **MIXED_FAMILIES,
@@ -360,9 +362,11 @@ FAMILIES: dict[str, Callable[[Draw], Workload]] = {
 
 def generate(family: str, seed: int, index: int) -> Workload:
     """The `index`-th workload of `family` in the campaign seeded by `seed`: the same on every machine."""
-    draw, mixed = RandomDraw(random.Random(f"{family}/{seed}/{index}")), MIXED_FAMILIES.get(family)
-    # A mixed family is stratified: spec decode and prefix caching take turns, by index.
-    workload = mixed(draw, index % mixed.strata) if mixed is not None else FAMILIES[family](draw)
+    draw, make = RandomDraw(random.Random(f"{family}/{seed}/{index}")), FAMILIES[family]
+    # A stratified family takes turns by index: the mixed ones between spec decode and prefix caching,
+    # spec-decode between its own workloads and the release edges.
+    strata = getattr(make, "strata", None)
+    workload = make(draw, index % strata) if strata else make(draw)
     return workload.replace(name=f"{family}-{seed}-{index}", description=f"family {family}, seed {seed}, index {index}")
 
 

@@ -38,6 +38,10 @@ Design notes
   it goes first on `sys.path`, so its pure-Python `vllm/` package shadows the
   installed one while torch and the rest still come from this venv. init
   replies with `vllm_file`, so the adapter can check which vLLM it got.
+* $SCHEDSPEC_VLLM_COVERAGE=DIR measures which lines of the scheduler's source
+  ran (`line_coverage.py`, a sibling like `cpu_scheduler.py`), started before
+  `import vllm` and saved to DIR at each init, at close and at exit; init
+  replies with `line_coverage` (whether it is measuring).
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.append(_HERE)
 
+from line_coverage import start_from_env  # noqa: E402
+
+LINES = start_from_env()  # None unless $SCHEDSPEC_VLLM_COVERAGE: before vLLM's import, so module-level lines count
+
 import vllm  # noqa: E402
 from vllm.config import ModelConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -103,6 +111,8 @@ class Driver:
     # ---- ops -------------------------------------------------------------------
 
     def op_init(self, config: dict) -> dict:
+        if LINES is not None:  # a workload just ended; a pooled driver may be killed before the next save
+            LINES.save_quietly()
         # The new scheduler replaces the old one even when it is refused below, as it always has.
         self.scheduler, refused = build_scheduler(config, self.model_dir, self.model_configs)
         if refused:
@@ -110,7 +120,12 @@ class Driver:
         self.block_size = config["block_size"]
         self.live: dict[str, Request] = {}  # added and not yet reported finished
         self.pending = deque()  # scheduled outputs not yet updated, oldest first
-        return {"ok": True, "vllm_version": vllm.__version__, "vllm_file": vllm.__file__}
+        return {
+            "ok": True,
+            "vllm_version": vllm.__version__,
+            "vllm_file": vllm.__file__,
+            "line_coverage": LINES is not None,
+        }
 
     def op_add(self, request: dict) -> dict:
         q = request
@@ -259,6 +274,8 @@ def main() -> int:
             msg = json.loads(line)
             op = msg.pop("op")
             if op == "close":
+                if LINES is not None:  # os._exit below skips atexit
+                    LINES.save_quietly()
                 PROTO.write(json.dumps({"ok": True}) + "\n")
                 PROTO.flush()
                 sys.stderr.flush()

@@ -19,6 +19,8 @@
 # release that needed more would list it in vllm-ref-deps-<VERSION>.txt.
 # Idempotent: a stamp file inside the venv (.vllm-ref-<VERSION>) makes later
 # runs a no-op, so CI can call it every time. About 60-90 s on a fresh machine.
+# The one exception: a stamped venv built before coverage was part of it gets
+# coverage added (one pip install, a second or two), never a rebuild.
 set -euo pipefail
 trap 'echo "error: setup_vllm_ref.sh failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -37,8 +39,20 @@ fi
 venv="${VLLM_REF_VENV:-$default_venv}"
 python="${PYTHON:-python3.11}"
 stamp="$venv/.vllm-ref-$version"
+# coverage.py, for the driver's line coverage of vLLM's scheduler ($SCHEDSPEC_VLLM_COVERAGE, line_coverage.py):
+# pinned, since its statement analysis decides which lines count, and --no-deps like everything else here.
+# It has no dependencies; its C tracer keeps a measured run within a small factor of an unmeasured one.
+coverage_pin="coverage==7.6.1"
+has_coverage() {
+    compgen -G "$venv/lib/python*/site-packages/coverage-${coverage_pin#coverage==}.dist-info" >/dev/null
+}
 
 if [[ -f "$stamp" ]]; then
+    # Venvs stamped before coverage joined the list get it now: checking costs a glob, adding it one small wheel.
+    if ! has_coverage; then
+        "$venv/bin/python" -m pip install -q --no-cache-dir --no-deps "$coverage_pin"
+        echo "vLLM $version reference venv: added $coverage_pin"
+    fi
     echo "vLLM $version reference venv ready: $venv"
     exit 0
 fi
@@ -67,6 +81,8 @@ pip=("$venv/bin/python" -m pip install -q --no-cache-dir)
 if [[ -f "$here/vllm-ref-deps-$version.txt" ]]; then
     "${pip[@]}" --no-deps -r "$here/vllm-ref-deps-$version.txt"
 fi
+# 3b. The line-coverage tool (see coverage_pin above): optional to the driver, always installed here.
+"${pip[@]}" --no-deps "$coverage_pin"
 
 # 4. The scheduler never loads vLLM's compiled CUDA kernels (634 MB).
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -84,6 +100,7 @@ import vllm
 assert vllm.__version__ == sys.argv[1], (vllm.__version__, sys.argv[1])
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
+import coverage  # noqa: F401
 PY
 then
     tail -n 20 "$log" >&2
