@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .changelog_cmd import add_changelog_parser
 
     add_changelog_parser(sub)
+    from .live_cmd import add_replay_live_parser
+
+    add_replay_live_parser(sub)
     return parser
 
 

@@ -16,8 +16,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from .errors import SpecError
 
 
@@ -72,12 +70,19 @@ def schema(name: str) -> dict[str, Any]:
 
 
 def validate(data: Any, schema_name: str, where: str) -> None:
-    """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path."""
+    """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path.
+
+    jsonschema is imported here, not at the top: only validation needs it, and the spec's modules must also
+    import where it is absent (inside a running vLLM, for `schedspec.live`)."""
+    import jsonschema
+
     validate_with(jsonschema.Draft202012Validator(schema(schema_name)), data, where)
 
 
 def validate_with(validator: Any, data: Any, where: str) -> None:
     """`validate` with a validator built once: a streamed trace checks each of its steps against one."""
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is None:
         return

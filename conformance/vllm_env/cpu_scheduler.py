@@ -44,6 +44,12 @@ Design notes
   `resumed_req_ids`; vllm/v1/core/sched/scheduler.py:Scheduler.schedule and
   `_make_cached_request_data`), which the driver lays out as the V2 runner
   would. The grants, blocks and finishes are the same.
+* $SCHEDSPEC_VLLM_SCHEDULER_CLS=dotted.path.Class (or unset) is set as
+  vLLM's own `SchedulerConfig.scheduler_cls`, and the scheduler is built
+  from `vllm_config.scheduler_config.get_scheduler_cls()`, as
+  vllm/v1/engine/core.py builds it: so a test of `schedspec.live`'s monitored
+  classes goes through vLLM's resolution, not around it. Unset, vLLM's
+  default applies (`Scheduler`, or `AsyncScheduler` under async scheduling).
 * The checks do not raise: `build_scheduler` returns the scheduler together
   with what about it breaks the spec's assumptions, and the driver refuses
   the init. So a refused init still leaves the new scheduler in place.
@@ -52,6 +58,7 @@ Design notes
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -120,6 +127,18 @@ def model_runner_env(v2: str) -> Iterator[None]:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
 
 
+SCHEDULER_CLS_ENV = "SCHEDSPEC_VLLM_SCHEDULER_CLS"
+
+
+def load_by_path(name: str, path: str):
+    """A module from its file, without touching `sys.path` (the driver loads `live/vllm_json.py` so)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.abspath(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def allow_v2_model_runner() -> None:
     """Let VllmConfig choose the V2 model runner without Triton (see the design notes); a no-op where it can."""
     import vllm.config.vllm as vllm_config_module
@@ -151,6 +170,8 @@ def scheduler_knobs(
         "scheduler_reserve_full_isl": c["scheduler_reserve_full_isl"],
         "async_scheduling": async_scheduling,
     }
+    if os.environ.get(SCHEDULER_CLS_ENV):
+        spec_knobs["scheduler_cls"] = os.environ[SCHEDULER_CLS_ENV]
     # Knobs the spec does not model, pinned to the values the spec assumes (a release without one behaves so).
     pinned = {
         "max_num_queued_reqs": None,
@@ -232,7 +253,7 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         ],
     )
     cache_config.num_gpu_blocks = c["num_gpu_blocks"]
-    scheduler_class = AsyncScheduler if async_scheduling else Scheduler
+    scheduler_class = vllm_config.scheduler_config.get_scheduler_cls()  # vllm/v1/engine/core.py builds it so
     with model_runner_env(runner_v2):  # Scheduler.__init__ reads VllmConfig.use_v2_model_runner again
         s = scheduler_class(
             vllm_config=vllm_config,

@@ -38,6 +38,12 @@ Design notes
   it goes first on `sys.path`, so its pure-Python `vllm/` package shadows the
   installed one while torch and the rest still come from this venv. init
   replies with `vllm_file`, so the adapter can check which vLLM it got.
+* The conversion of vLLM's objects into the spec's JSON is
+  `live/vllm_json.py`, loaded by its path (this venv has no schedspec): the
+  monitored schedulers of `schedspec.live` capture a running vLLM with the
+  same functions. $SCHEDSPEC_VLLM_SCHEDULER_CLS (read by `cpu_scheduler`)
+  builds a scheduler class of one's own through vLLM's `scheduler_cls`; the
+  driver calls `shutdown()` on a scheduler it replaces or closes.
 * $SCHEDSPEC_VLLM_COVERAGE=DIR measures which lines of the scheduler's source
   ran (`line_coverage.py`, a sibling like `cpu_scheduler.py`), started before
   `import vllm` and saved to DIR at each init, at close and at exit; init
@@ -94,11 +100,11 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
-from cpu_scheduler import build_scheduler, stub_model_dir  # noqa: E402
+from cpu_scheduler import build_scheduler, load_by_path, stub_model_dir  # noqa: E402
 
-
-def _finished(r: Request) -> dict:
-    return {"status": r.status.name, "output_token_ids": list(r.output_token_ids)}
+# vLLM's objects as the spec's JSON: one home, shared with the monitored schedulers (`schedspec.live`).
+vllm_json = load_by_path("vllm_json", os.path.join(_HERE, "..", "..", "live", "vllm_json.py"))
+_finished = vllm_json.finished
 
 
 class Driver:
@@ -113,6 +119,7 @@ class Driver:
     def op_init(self, config: dict) -> dict:
         if LINES is not None:  # a workload just ended; a pooled driver may be killed before the next save
             LINES.save_quietly()
+        self.shutdown()
         # The new scheduler replaces the old one even when it is refused below, as it always has.
         self.scheduler, refused = build_scheduler(config, self.model_dir, self.model_configs)
         if refused:
@@ -163,57 +170,13 @@ class Driver:
         s = self._sched()
         so = s.schedule()
         self.pending.append(so)
-        new = [
-            {
-                "req_id": d.req_id,
-                "num_computed_tokens": d.num_computed_tokens,
-                "block_ids": list(d.block_ids[0]),
-                "resumed": s.requests[d.req_id].num_preemptions > 0,
-            }
-            for d in so.scheduled_new_reqs
-        ]
-        cr = so.scheduled_cached_reqs
-        if cr.resumed_req_ids and s.use_v2_model_runner:
-            raise RuntimeError(f"resumed requests among the cached ones: {sorted(cr.resumed_req_ids)}")
-        cached = []
-        for i, rid in enumerate(cr.req_ids):
-            blocks = None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])
-            if rid in cr.resumed_req_ids:
-                # The V1 runner's layout (ngram before 0.33.0, see cpu_scheduler): the V2 one lists a resumed
-                # request as new, after the new ones, with the same blocks (Scheduler.schedule's output).
-                new.append(
-                    {
-                        "req_id": rid,
-                        "num_computed_tokens": cr.num_computed_tokens[i],
-                        "block_ids": blocks or [],
-                        "resumed": True,
-                    }
-                )
-            else:
-                cached.append(
-                    {"req_id": rid, "num_computed_tokens": cr.num_computed_tokens[i], "new_block_ids": blocks}
-                )
         return {
             "summary": self.op_summary(),  # the state after the op, read now: saves the next round trip
-            "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],
-            "scheduled_new_reqs": new,
-            "scheduled_cached_reqs": cached,
-            "scheduled_spec_decode_tokens": {k: list(v) for k, v in so.scheduled_spec_decode_tokens.items()},
-            "preempted_req_ids": sorted(so.preempted_req_ids or ()),
-            "finished_req_ids": sorted(so.finished_req_ids),
+            **vllm_json.scheduler_output(so, s),
         }
 
     def op_summary(self) -> dict:
-        s = self._sched()
-        return {
-            "running": [r.request_id for r in s.running],
-            "waiting": [r.request_id for r in s.waiting],  # a priority queue iterates in pop order
-            "num_free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
-            "requests": {
-                rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
-                for rid, r in s.requests.items()
-            },
-        }
+        return vllm_json.summary(self._sched())
 
     def op_update(self, output: dict, model_output: dict) -> dict:
         s = self._sched()
@@ -250,6 +213,12 @@ class Driver:
         )
         return {"ok": True}
 
+    def shutdown(self) -> None:
+        """vLLM's own `Scheduler.shutdown()` of the scheduler being replaced or closed: a monitored one
+        (`schedspec.live`, through $SCHEDSPEC_VLLM_SCHEDULER_CLS) ends its capture there."""
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
+
     def _sched(self) -> Scheduler:
         if self.scheduler is None:
             raise RuntimeError("no scheduler: send init first")
@@ -274,6 +243,7 @@ def main() -> int:
             msg = json.loads(line)
             op = msg.pop("op")
             if op == "close":
+                driver.shutdown()
                 if LINES is not None:  # os._exit below skips atexit
                     LINES.save_quietly()
                 PROTO.write(json.dumps({"ok": True}) + "\n")

@@ -53,7 +53,7 @@ PINNED = {
     "no-evict-on-reuse": ("assertion", (3, 0, 70, 14, 0, 12)),
     "no-rejection-rollback": ("owed-nonnegative", (1, 0, 1, 3, 0, 2)),
     "spec-tokens-off-by-one": ("drafts-within-held", (1, 0, 5, 10, 0, 8)),
-    "padding-ignores-L": ("chunk-bounds", (2, 0, 33, 2, 0, 1)),
+    "padding-ignores-L": ("chunk-bounds", (2, 0, 9, 2, 0, 1)),
     "rejection-ignores-placeholder-guard": ("running-served-while-budget-lasts", (1, 0, 1, 3, 0, 3)),
     "placeholders-kept-on-preempt": ("grant-exact", (2, 0, 13, 7, 2, 6)),
 }

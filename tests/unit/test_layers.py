@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("spec", "reference_impl", "gpu_impl", "mutants", "conformance", "proofs", "schedspec")
+LAYERS = ("spec", "reference_impl", "gpu_impl", "mutants", "conformance", "proofs", "live", "schedspec")
 
 
 def allowed_imports() -> dict[str, set[str]]:

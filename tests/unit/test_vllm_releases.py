@@ -229,12 +229,38 @@ def test_setup_script_refuses_a_malformed_version_before_building(tmp_path: Path
     assert done.returncode == 2 and "0.31" in done.stderr and not (tmp_path / "v").exists()
 
 
-def test_setup_script_is_a_no_op_on_a_venv_stamped_for_its_release(tmp_path: Path) -> None:
-    venv = _fake_venv(tmp_path / "v", "0.29.0")
-    done = subprocess.run(
-        ["bash", str(vllm_venvs.SETUP_SCRIPT), "0.29.0"],
+def _setup(venv: Path, version: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(vllm_venvs.SETUP_SCRIPT), version],
         env={"PATH": "/usr/bin:/bin", "VLLM_REF_VENV": str(venv)},
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 0 and "0.29.0 reference venv ready" in done.stdout
+
+
+def _fake_python(venv: Path) -> Path:
+    """A `bin/python` that only records how it was called."""
+    calls = venv / "calls.txt"
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (venv / "bin" / "python").chmod(0o755)
+    return calls
+
+
+def test_setup_script_is_a_no_op_on_a_venv_stamped_for_its_release(tmp_path: Path) -> None:
+    venv = _fake_venv(tmp_path / "v", "0.29.0")
+    (venv / "lib" / "python3.11" / "site-packages" / "coverage-7.6.1.dist-info").mkdir(parents=True)
+    calls = _fake_python(venv)
+    done = _setup(venv, "0.29.0")
+    assert done.returncode == 0 and "0.29.0 reference venv ready" in done.stdout, done.stderr
+    assert not calls.exists()  # nothing installed, nothing rebuilt
+
+
+def test_setup_script_adds_coverage_to_a_venv_stamped_before_it_joined(tmp_path: Path) -> None:
+    # Venvs built before the driver measured line coverage get coverage.py, and only that: no rebuild.
+    venv = _fake_venv(tmp_path / "v", "0.29.0")
+    calls = _fake_python(venv)
+    done = _setup(venv, "0.29.0")
+    assert done.returncode == 0 and "added coverage==7.6.1" in done.stdout, done.stderr
+    assert calls.read_text().split() == ["-m", "pip", "install", "-q", "--no-cache-dir", "--no-deps", "coverage==7.6.1"]
+    assert (venv / "payload.bin").exists()

@@ -1,0 +1,103 @@
+"""The capture writer: a run of a live scheduler as JSON lines, in bounded parts (docs/live.md, "What is captured").
+
+Design notes
+------------
+* Lines are written as they happen and nothing is kept: memory is one open
+  file and a few counters, whatever the run's length. Each part is at most
+  `max_bytes` (a line that would cross it opens the next part, whose header
+  repeats the session and config and names its first step), and at most
+  `max_parts` parts are written; then capture stops with one `end` line of
+  reason "capture-full" (allowed past the cap: it is one short line), and
+  the scheduler logs one warning. The monitors go on.
+* Parts are `PATH`, `PATH.1`, `PATH.2`, ... A session (one scheduler
+  instance) appends to the last existing part, and rotates to the next
+  unused suffix, so a second scheduler in the same process (a restart, a
+  pooled driver's next workload) never overwrites the first one's lines: its
+  header, with a new session id, starts its run.
+* Lines are flushed to the OS as each step ends (`flush`), not per line: a
+  crash loses at most the step in progress, and the reader replays the
+  complete prefix. The `end` line is written by `close`, which the scheduler
+  calls from `shutdown()` and from an atexit hook, whichever comes first.
+* Pure: the JSON arrives built; this file knows only lines, bytes and parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import IO, Any
+
+
+def part_path(path: str, n: int) -> str:
+    return path if n == 0 else f"{path}.{n}"
+
+
+def last_part(path: str) -> int:
+    """The highest existing suffix of `path`'s parts (0 if none exist)."""
+    n = 0
+    while os.path.exists(part_path(path, n + 1)):
+        n += 1
+    return n
+
+
+class CaptureWriter:
+    def __init__(self, path: str, header: dict[str, Any], max_bytes: int, max_parts: int) -> None:
+        self.path, self.header, self.max_bytes, self.max_parts = path, header, max_bytes, max_parts
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self.index = last_part(path)  # the suffix of the file being written
+        name = part_path(path, self.index)
+        if os.path.exists(name) and os.path.getsize(name) >= max_bytes:  # an earlier session filled it
+            self.index += 1
+        self.parts = 0  # parts this session has written
+        self.file: IO[str] | None = None
+        self.size = 0
+        self.full = False
+        self.closed = False
+        self.step = 0
+        self._open(first_step=0)
+
+    def _open(self, first_step: int) -> None:
+        name = part_path(self.path, self.index)
+        self.file = open(name, "a", encoding="utf-8")  # noqa: SIM115 - held for the session
+        self.size = self.file.tell()
+        self.parts += 1
+        line = json.dumps({**self.header, "part": self.index, "first_step": first_step}) + "\n"
+        self.file.write(line)
+        self.size += len(line.encode())
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append one line; False once capture has stopped (full or closed), and the line is dropped."""
+        if self.full or self.closed or self.file is None:
+            return False
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        n = len(line.encode())
+        if self.size + n > self.max_bytes:
+            if self.parts >= self.max_parts:
+                self._stop("capture-full")
+                return False
+            self.file.close()
+            self.index += 1
+            self._open(first_step=record.get("step", self.step))
+        self.step = record.get("step", self.step)
+        self.file.write(line)
+        self.size += n
+        return True
+
+    def flush(self) -> None:
+        if self.file is not None and not self.file.closed:
+            self.file.flush()
+
+    def _stop(self, reason: str) -> None:
+        if self.file is not None and not self.file.closed:
+            self.file.write(json.dumps({"kind": "end", "step": self.step, "reason": reason}) + "\n")
+            self.file.close()
+        self.full = reason == "capture-full"
+        self.closed = True
+
+    def close(self, step: int) -> None:
+        """The `end` line of a clean shutdown (once; nothing after capture-full, which wrote its own)."""
+        if self.closed:
+            return
+        self.step = step
+        self._stop("shutdown")

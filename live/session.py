@@ -1,0 +1,376 @@
+"""One monitored scheduler's session: its settings, scope, capture and monitors, fed by the scheduler's calls.
+
+Design notes
+------------
+* The scheduler classes (`scheduler.py`) only forward calls here, so what a
+  session does is written once for the sync and the async scheduler, and a
+  planted-bug subclass composes with it like any other.
+* It never changes a scheduling decision: it reads vLLM's objects after
+  vLLM's own method has run (before it, for a record's state, which is
+  read before the next call changes it) and writes nothing back.
+* Cost when nothing is asked (`mode=off`, no capture): one attribute test per
+  call. The capture alone converts each output once (`vllm_json`) and writes
+  a line; the monitors also read a state summary per step and run the
+  replay and the predicates.
+* Failure policy: in `raise` mode every problem propagates (a violation as
+  `LiveInvariantViolation`, naming the invariant and the step); in `log`
+  mode a violation is one warning (the first of each invariant, then at
+  10, 100, 1000, ... of it) and a count, and an error inside this code is
+  logged once and switches the session off: a monitor must never take a
+  serving vLLM down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import uuid
+import weakref
+from typing import Any
+
+from ..spec.config import SchedulerConfig
+from ..spec.errors import SpecError
+from ..spec.invariants.monitor import Violation
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.request import Request, RequestStatus
+from ..spec.trace import FinishedRequest, StateSummary
+from ..spec.versions import DEFAULT_RELEASE
+from . import scope, vllm_json
+from .capture import CaptureWriter
+from .hashing import TokenHasher, identity
+from .online import OnlineMonitor, monitor_names
+from .settings import LiveSettings, LiveSettingsError, from_environ
+from .steps import StepAssembler
+
+
+class LiveInvariantViolation(AssertionError):
+    """A monitor's verdict in `raise` mode: `schedspec.live: invariant X broken at step S (...): detail`."""
+
+    def __init__(self, violation: Violation, schedule_call: int) -> None:
+        self.violation, self.schedule_call = violation, schedule_call
+        super().__init__(
+            f"schedspec.live: invariant {violation.invariant} broken at step {schedule_call} "
+            f"(record {violation.step}): {violation.detail}"
+        )
+
+
+def _finished(r: Any) -> FinishedRequest:
+    return FinishedRequest(RequestStatus[r.status.name], tuple(r.output_token_ids))
+
+
+def _spec_request(d: dict[str, Any]) -> Request:
+    return Request(
+        d["request_id"],
+        tuple(d["prompt_token_ids"]),
+        d["max_tokens"],
+        d["min_tokens"],
+        d["eos_token_id"],
+        d["ignore_eos"],
+        tuple(d["stop_token_ids"]),
+        d["priority"],
+        d["arrival_time"],
+    )
+
+
+class LiveSession:
+    def __init__(
+        self, scheduler: Any, logger: Any, async_scheduling: bool, settings: LiveSettings | None = None
+    ) -> None:
+        self.sched, self.logger, self.async_scheduling = scheduler, logger, async_scheduling
+        self.settings = settings if settings is not None else from_environ()
+        self.on = True
+        self.mode = self.settings.mode
+        self.session = uuid.uuid4().hex
+        self.hasher = TokenHasher() if self.settings.hash_token_ids else None
+        self.tokens = self.hasher.many if self.hasher is not None else identity
+        self.out_of_scope: list[str] = []
+        self.live: dict[str, Any] = {}  # vLLM requests added and not yet seen finished: their final state is read
+        release = self._release()
+        self.config_json = vllm_json.config(
+            scheduler.vllm_config, scheduler.kv_cache_config.num_blocks, scheduler.block_size, async_scheduling, release
+        )
+        features = scope.config_features(scheduler.vllm_config, scheduler.kv_cache_config, scheduler)
+        why = scope.release_feature(getattr(self._vllm(), "__version__", "unknown"))
+        features += [why] if why else []
+        self.config: SchedulerConfig | None = None
+        try:
+            self.config = SchedulerConfig.from_dict(self.config_json)
+        except SpecError as e:
+            features.append(f"a config the spec refuses ({e})")
+        self.monitor: OnlineMonitor | None = None
+        if self.settings.monitoring and self.config is not None:
+            try:
+                self.monitor = OnlineMonitor(self.config, self.settings.invariants, self.settings.sample, self._report)
+            except ValueError as e:
+                raise LiveSettingsError(
+                    f"{self.settings.source}: field 'invariants' = {e.args[0]!r}: names no invariant "
+                    f"(known: {', '.join(monitor_names())})"
+                ) from None
+        self.assembler = StepAssembler(async_scheduling, self._summary, self._judge) if self.monitor else None
+        for feature in features:
+            self.scope_out(feature)
+        self.capture: CaptureWriter | None = None
+        if self.settings.capture:
+            self.capture = CaptureWriter(
+                self.settings.capture, self._header(), self.settings.max_bytes, self.settings.max_parts
+            )
+        self.schedule_calls = 0
+        self._steps_of: dict[int, int] = {}  # id of a vLLM output in flight -> its step (the capture's of_step)
+        self._warned_full = False
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    # ---- scope, reporting ---------------------------------------------------------------------------------
+
+    def scope_out(self, feature: str) -> None:
+        """One log line per feature; the monitors go off (all of them: see scope.py)."""
+        if feature in self.out_of_scope:
+            return
+        self.out_of_scope.append(feature)
+        was_on = self.monitor is not None
+        self.monitor, self.assembler = None, None
+        self.logger.warning(
+            "schedspec.live: %s is outside what the spec models; %s",
+            feature,
+            "all invariant monitors are off (which ones depend on it cannot be told), the capture goes on"
+            if was_on or self.settings.monitoring
+            else "the capture goes on",
+        )
+
+    def _report(self, v: Violation, schedule_call: int) -> None:
+        if self.mode == "raise":
+            raise LiveInvariantViolation(v, schedule_call)
+        n = self.monitor.counts[v.invariant] if self.monitor is not None else 1
+        if n == 1 or _power_of_ten(n):
+            self.logger.warning(
+                "schedspec.live: invariant %s broken at step %d (%d times so far): %s",
+                v.invariant,
+                schedule_call,
+                n,
+                v.detail,
+            )
+
+    @property
+    def violation_counts(self) -> dict[str, int]:
+        return dict(self.monitor.counts) if self.monitor is not None else {}
+
+    @property
+    def monitors_off(self) -> list[str]:
+        return list(monitor_names()) if self.monitor is None and self.settings.monitoring else []
+
+    def _guard(self, e: Exception) -> None:
+        if self.mode == "raise" or isinstance(e, LiveInvariantViolation):
+            raise e
+        self.logger.warning(
+            "schedspec.live: internal error, monitoring and capture are off: %s: %s", type(e).__name__, e
+        )
+        self.on = False
+
+    # ---- the scheduler's calls ----------------------------------------------------------------------------
+
+    def on_add(self, request: Any) -> None:
+        if not self.on:
+            return
+        try:
+            for feature in scope.request_features(request):
+                self.scope_out(feature)
+            if request.request_id in self.live:
+                self.scope_out("streaming input (a request id added again)")
+            d = vllm_json.request(request)
+            self.live[request.request_id] = request
+            if self.assembler is not None and self.monitor is not None:
+                self.assembler.add(request.request_id)
+                self.monitor.add(_spec_request(d))
+            if self.capture is not None:
+                d["prompt_token_ids"] = self.tokens(d["prompt_token_ids"])
+                d["stop_token_ids"] = self.tokens(d["stop_token_ids"])
+                if d["eos_token_id"] is not None:
+                    d["eos_token_id"] = self.tokens([d["eos_token_id"]])[0]
+                self._write({"kind": "add", "step": self.schedule_calls, "request": d})
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+
+    def on_finish(self, request_ids: Any, status: Any, finished: list[Any]) -> None:
+        if not self.on:
+            return
+        try:
+            if status.name != "FINISHED_ABORTED":
+                self.scope_out(f"requests finished from outside as {status.name}")
+            asked = (
+                [request_ids]
+                if isinstance(request_ids, str)
+                else sorted(request_ids or (r.request_id for r in finished))
+            )
+            done = {r.request_id: _finished(r) for r in finished}
+            for rid in done:
+                self.live.pop(rid, None)
+            if self.assembler is not None:
+                self.assembler.abort(asked, done)
+            if self.capture is not None:
+                self._write(
+                    {
+                        "kind": "abort",
+                        "step": self.schedule_calls,
+                        "request_ids": asked,
+                        "finished": {k: self._finished_json(v) for k, v in done.items()},
+                    }
+                )
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+
+    def on_schedule(self, so: Any) -> None:
+        if not self.on:
+            return
+        try:
+            step = self.schedule_calls
+            self.schedule_calls += 1
+            if self.assembler is None and self.capture is None:
+                return
+            d = vllm_json.scheduler_output(so, self.sched)
+            if self.assembler is not None:
+                self.assembler.schedule(so, SchedulerOutput.from_json(d))
+            if self.capture is not None:
+                spec = d["scheduled_spec_decode_tokens"]
+                if self.hasher is not None and spec:
+                    d["scheduled_spec_decode_tokens"] = {k: self.tokens(v) for k, v in spec.items()}
+                self._steps_of[id(so)] = step
+                if len(self._steps_of) > 8:  # outputs that scheduled nothing may never be absorbed
+                    del self._steps_of[next(iter(self._steps_of))]
+                self._write({"kind": "schedule", "step": step, "output": d})
+                self.capture.flush()
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+
+    def sampled(self, so: Any, runner_output: Any) -> dict[str, list[int]] | None:
+        """What the model sampled, read BEFORE vLLM's update_from_output, which trims a stopped request's list."""
+        if not self.on or (self.assembler is None and self.capture is None):
+            return None
+        try:
+            return vllm_json.sampled(so, runner_output)
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+            return None
+
+    def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:
+        if not self.on or sampled is None:
+            return
+        try:
+            done = {rid: r for rid, r in self.live.items() if r.is_finished()}
+            for rid in done:
+                del self.live[rid]
+            finished = {rid: _finished(r) for rid, r in done.items()}
+            if self.assembler is not None:
+                self.assembler.update(so, ModelRunnerOutput.from_json(sampled), finished)
+                if not self.async_scheduling and self.config is not None and self.config.num_speculative_tokens == 0:
+                    self.assembler.close()  # no drafts can follow: judge the step now
+            if self.capture is not None:
+                of_step = self._steps_of.pop(id(so), self.schedule_calls - 1)
+                self._write(
+                    {
+                        "kind": "update",
+                        "step": self.schedule_calls - 1,
+                        "of_step": of_step,
+                        "sampled": {k: self.tokens(v) for k, v in sampled.items()},
+                        "finished": {k: self._finished_json(v) for k, v in finished.items()},
+                    }
+                )
+                self.capture.flush()
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+
+    def on_drafts(self, draft_token_ids: Any) -> None:
+        if not self.on:
+            return
+        try:
+            drafts = {
+                rid: [int(t) for t in ids] for rid, ids in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)
+            }
+            if self.assembler is not None:
+                self.assembler.drafts({k: tuple(v) for k, v in drafts.items()})
+            if self.capture is not None:
+                self._write(
+                    {
+                        "kind": "drafts",
+                        "step": self.schedule_calls - 1,
+                        "draft_token_ids": {k: self.tokens(v) for k, v in drafts.items()},
+                    }
+                )
+        except Exception as e:  # noqa: BLE001 - see _guard
+            self._guard(e)
+
+    def close(self) -> None:
+        """Shutdown: judge the last record, write the `end` line. Idempotent; never raises (atexit calls it too)."""
+        if not self.on:
+            return
+        self.on = False
+        try:
+            if self.assembler is not None and self.mode != "raise":
+                self.assembler.close()
+        except Exception as e:  # noqa: BLE001 - a shutdown must finish
+            self.logger.warning("schedspec.live: at shutdown: %s", e)
+        if self.capture is not None:
+            self.capture.close(self.schedule_calls)
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+
+    def _judge(self, record: Any, schedule_call: int) -> None:
+        if self.monitor is not None:
+            self.monitor.step(record, schedule_call)
+
+    def _summary(self) -> StateSummary:
+        return StateSummary.from_json(vllm_json.summary(self.sched))
+
+    def _finished_json(self, f: FinishedRequest) -> dict[str, Any]:
+        return {"status": f.status.name, "output_token_ids": self.tokens(f.output_token_ids)}
+
+    def _write(self, line: dict[str, Any]) -> None:
+        assert self.capture is not None
+        if not self.capture.write(line) and self.capture.full and not self._warned_full:
+            self._warned_full = True
+            self.logger.warning(
+                "schedspec.live: capture %s is full (%d parts of at most %d bytes); capturing stopped, the monitors go on",
+                self.settings.capture,
+                self.settings.max_parts,
+                self.settings.max_bytes,
+            )
+
+    def _header(self) -> dict[str, Any]:
+        cls = type(self.sched)
+        named = getattr(self.sched.vllm_config.scheduler_config, "scheduler_cls", None)
+        return {
+            "kind": "header",
+            "format": "schedspec-live-capture",
+            "version": 1,
+            "session": self.session,
+            "pid": os.getpid(),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(),
+            "vllm_version": getattr(self._vllm(), "__version__", "unknown"),
+            "scheduler_class": named if isinstance(named, str) else f"{cls.__module__}.{cls.__qualname__}",
+            "async_scheduling": self.async_scheduling,
+            "config": self.config_json,
+            "hashed_token_ids": self.hasher is not None,
+            "out_of_scope": list(self.out_of_scope),
+            "monitors_off": self.monitors_off,
+        }
+
+    def _vllm(self) -> Any:
+        import sys
+
+        return sys.modules.get("vllm")
+
+    def _release(self) -> str:
+        version = getattr(self._vllm(), "__version__", DEFAULT_RELEASE)
+        return version if scope.release_feature(version) is None else DEFAULT_RELEASE
+
+
+def _close_at_exit(ref: weakref.ref[LiveSession]) -> None:
+    """atexit: the `end` line of a session vLLM never shut down (a weak reference: atexit must not keep it alive)."""
+    session = ref()
+    if session is not None:
+        session.close()
+
+
+def _power_of_ten(n: int) -> bool:
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1

@@ -1,0 +1,161 @@
+"""Step records from a live scheduler's calls: the events of vLLM's engine loop, cut into the spec's steps.
+
+Design notes
+------------
+* A monitored scheduler sees calls, not steps: `add_request` and
+  `finish_requests` (A), `schedule()` (S), `update_from_output()` (U) and
+  `update_draft_token_ids()` (D). The spec's `StepRecord` is what one turn of
+  vLLM's engine loop does (spec/engine.py): A* S U D? synchronously, and
+  under async scheduling (`step_with_batch_queue`) A* S (the batch queue not
+  full yet), A* S U (full: the oldest output absorbed) or A* U (nothing to
+  schedule). So a record closes when the next event cannot belong to it: an
+  A after S, U or D; an S after S or U; a U after U. A U right after an S
+  joins it, as the harness's loop does when the queue is full.
+* The state summary is read when the record closes, from the scheduler as it
+  stands before the next call changes it (an `add_request` changes
+  `scheduler.requests`), so each record pays for one summary.
+* Under async scheduling a step's sampled tokens arrive with a later
+  update, and the replay needs them in the step's own record (the harness's
+  fake model answers at once). So closed records wait, in order, until the
+  output of each has been absorbed: at most the batch queue's depth of
+  records, so memory stays bounded. An output that scheduled nothing needs
+  no answer (the driver may never absorb it; vLLM's own async tests drop
+  them), and is dropped from the in-flight list when a later one is absorbed.
+* Record numbers are the records' own (what `StepRecord.step`,
+  `updated_step` and `in_flight` refer to); `schedule_calls` is the capture's
+  step, for messages that name a step a reader can find.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec.output import ModelRunnerOutput, SchedulerOutput
+from ..spec.trace import FinishedRequest, StateSummary, StepRecord
+
+
+@dataclass
+class _Open:
+    step: int
+    schedule_call: int
+    added: list[str] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    finished: dict[str, FinishedRequest] = field(default_factory=dict)
+    output: SchedulerOutput = field(default_factory=SchedulerOutput)
+    own: ModelRunnerOutput | None = None  # this step's sampled tokens, once known
+    scheduled: bool = False
+    updated: bool = False
+    updated_step: int | None = None
+    drafts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    state: StateSummary | None = None
+    in_flight: tuple[int, ...] = ()
+    last: str = ""  # the last event: "A", "S", "U" or "D"
+
+
+class StepAssembler:
+    """Fed the calls in order; hands each complete `StepRecord` (and its schedule call) to `emit`, in order."""
+
+    def __init__(
+        self,
+        async_scheduling: bool,
+        summary: Callable[[], StateSummary],
+        emit: Callable[[StepRecord, int], None],
+    ) -> None:
+        self.async_scheduling = async_scheduling
+        self.summary, self.emit = summary, emit
+        self.next_step = 0
+        self.schedule_calls = 0
+        self.current: _Open | None = None
+        self.waiting: deque[_Open] = deque()  # closed, waiting for their own sampled tokens
+        self.flight: list[tuple[int, Any, _Open]] = []  # (step, vLLM output object, record), oldest first
+
+    def prepare(self, event: str) -> None:
+        """Called before vLLM's method runs: close the open record if `event` cannot join it, reading the
+        state before the call changes it."""
+        cur = self.current
+        if cur is not None and (
+            (event == "A" and cur.last in ("S", "U", "D"))
+            or (event == "S" and (cur.scheduled or cur.updated))
+            or (event == "U" and cur.updated)
+        ):
+            self.close()
+
+    def _open(self, event: str) -> _Open:
+        self.prepare(event)  # a caller that did not prepare still gets the record cut right
+        if self.current is None:
+            self.current = _Open(self.next_step, self.schedule_calls)
+            self.next_step += 1
+        self.current.last = event
+        return self.current
+
+    def add(self, rid: str) -> None:
+        self._open("A").added.append(rid)
+
+    def abort(self, rids: list[str], finished: Mapping[str, FinishedRequest]) -> None:
+        rec = self._open("A")
+        rec.aborted.extend(rids)
+        rec.finished.update(finished)
+
+    def schedule(self, key: Any, output: SchedulerOutput) -> None:
+        rec = self._open("S")
+        rec.output, rec.scheduled = output, True
+        rec.schedule_call = self.schedule_calls
+        self.schedule_calls += 1
+        if not output.num_scheduled_tokens:
+            rec.own = ModelRunnerOutput()
+        self.flight.append((rec.step, key, rec))
+
+    def update(self, key: Any, sampled: ModelRunnerOutput, finished: Mapping[str, FinishedRequest]) -> None:
+        rec = self._open("U")
+        rec.updated = True
+        at = next((i for i, (_, k, _) in enumerate(self.flight) if k is key), None)
+        if at is not None:
+            for _, _, skipped in self.flight[:at]:  # older outputs that scheduled nothing, never absorbed
+                if skipped.own is None:
+                    skipped.own = ModelRunnerOutput()
+            step, _, owner = self.flight[at]
+            self.flight = self.flight[at + 1 :]
+            owner.own = sampled
+            rec.updated_step = step
+        rec.finished.update(finished)
+        if not self.async_scheduling and not rec.scheduled:
+            rec.updated_step = None
+        self._drain()
+
+    def drafts(self, drafts: Mapping[str, tuple[int, ...]]) -> None:
+        rec = self._open("D")
+        rec.drafts.update(drafts)
+
+    def close(self) -> None:
+        """Close the open record: read the state now, before the next call changes it."""
+        rec, self.current = self.current, None
+        if rec is None:
+            return
+        rec.state = self.summary()
+        rec.in_flight = tuple(s for s, _, _ in self.flight) if self.async_scheduling else ()
+        if not rec.scheduled:
+            rec.own = ModelRunnerOutput()
+        self.waiting.append(rec)
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.waiting and self.waiting[0].own is not None:
+            rec = self.waiting.popleft()
+            assert rec.state is not None and rec.own is not None
+            record = StepRecord(
+                rec.step,
+                tuple(rec.added),
+                tuple(rec.aborted),
+                rec.output,
+                rec.own,
+                rec.state,
+                dict(rec.finished),
+                updated_step=rec.updated_step if self.async_scheduling or rec.updated else rec.step,
+                draft_token_ids=dict(rec.drafts),
+                scheduled=rec.scheduled if self.async_scheduling else True,
+                in_flight=rec.in_flight,
+            )
+            self.emit(record, rec.schedule_call)

@@ -1,0 +1,148 @@
+"""vLLM's scheduler objects as the spec's JSON: the one home of that conversion.
+
+Design notes
+------------
+* Two programs read vLLM's objects and speak the spec's JSON: the CPU driver
+  (`conformance/vllm_env/driver.py`, which answers the harness) and the
+  monitored schedulers of `schedspec.live` (which capture and check a running
+  vLLM). One rule, one home: both call these functions, so a capture and a
+  driver's reply can never disagree on what a vLLM object means.
+* It imports only the standard library and reads vLLM's objects by attribute
+  (duck typing), because the driver runs in the vLLM venv where schedspec is
+  not installed and loads this file by its path, while `schedspec.live` imports
+  it as a module. Nothing here imports vLLM, so it also loads in the project
+  venv (the unit tests feed it stand-in objects).
+* The shapes mirror `spec/output.py` (`SchedulerOutput.to_json`),
+  `spec/trace.py` (`StateSummary.to_json`, `FinishedRequest.to_json`),
+  `spec/request.py` and `spec/config.py`; the spec's `from_json`s read them.
+* Layout: the spec's is the V2 model runner's (a resumed request listed among
+  the new ones, with its full block table). vLLM falls back to the V1 layout
+  (resumed requests among the cached ones, `resumed_req_ids`) only where it
+  runs the V1 runner; `scheduler_output` lays that out as V2 would. Under V2
+  a resumed request among the cached ones would mean the spec's model is
+  wrong, so it raises rather than guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def finished(r: Any) -> dict[str, Any]:
+    """`FinishedRequest.to_json` of a finished vLLM `Request`."""
+    return {"status": r.status.name, "output_token_ids": list(r.output_token_ids)}
+
+
+def scheduler_output(so: Any, scheduler: Any) -> dict[str, Any]:
+    """`SchedulerOutput.to_json` of vLLM's `SchedulerOutput`, just after `scheduler.schedule()` returned it."""
+    requests = scheduler.requests
+    new = [
+        {
+            "req_id": d.req_id,
+            "num_computed_tokens": d.num_computed_tokens,
+            "block_ids": list(d.block_ids[0]),
+            "resumed": requests[d.req_id].num_preemptions > 0,
+        }
+        for d in so.scheduled_new_reqs
+    ]
+    cr = so.scheduled_cached_reqs
+    if cr.resumed_req_ids and scheduler.use_v2_model_runner:
+        raise RuntimeError(f"resumed requests among the cached ones: {sorted(cr.resumed_req_ids)}")
+    cached = []
+    for i, rid in enumerate(cr.req_ids):
+        blocks = None if cr.new_block_ids[i] is None else list(cr.new_block_ids[i][0])
+        if rid in cr.resumed_req_ids:
+            # The V1 runner's layout (ngram before 0.33.0): the V2 one lists a resumed request as new,
+            # after the new ones, with the same blocks (Scheduler.schedule's output).
+            new.append(
+                {
+                    "req_id": rid,
+                    "num_computed_tokens": cr.num_computed_tokens[i],
+                    "block_ids": blocks or [],
+                    "resumed": True,
+                }
+            )
+        else:
+            cached.append({"req_id": rid, "num_computed_tokens": cr.num_computed_tokens[i], "new_block_ids": blocks})
+    return {
+        "num_scheduled_tokens": [[k, v] for k, v in so.num_scheduled_tokens.items()],
+        "scheduled_new_reqs": new,
+        "scheduled_cached_reqs": cached,
+        "scheduled_spec_decode_tokens": {k: list(v) for k, v in so.scheduled_spec_decode_tokens.items()},
+        "preempted_req_ids": sorted(so.preempted_req_ids or ()),
+        "finished_req_ids": sorted(so.finished_req_ids),
+    }
+
+
+def summary(scheduler: Any) -> dict[str, Any]:
+    """`StateSummary.to_json` of the scheduler's state now: the queues in order, free blocks, each live request."""
+    return {
+        "running": [r.request_id for r in scheduler.running],
+        "waiting": [r.request_id for r in scheduler.waiting],  # a priority queue iterates in pop order
+        "num_free_blocks": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+        "requests": {
+            rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
+            for rid, r in scheduler.requests.items()
+        },
+    }
+
+
+def sampled(so: Any, runner_output: Any) -> dict[str, list[int]]:
+    """`ModelRunnerOutput.to_json`: the tokens each request of `so` sampled, in `num_scheduled_tokens` order."""
+    index, tokens = runner_output.req_id_to_index, runner_output.sampled_token_ids
+    out: dict[str, list[int]] = {}
+    for rid in so.num_scheduled_tokens:
+        i = index.get(rid)
+        out[rid] = [] if i is None or i >= len(tokens) else [int(t) for t in tokens[i]]
+    return out
+
+
+def request(r: Any) -> dict[str, Any]:
+    """The spec `Request`'s JSON (as in a workload's request) of a vLLM `Request` just added.
+
+    `eos_token_id` is the effective one (None under ignore_eos, as vLLM's `SamplingParams` keeps it), which the
+    spec's `Request` also holds.
+    """
+    p = r.sampling_params
+    eos = getattr(p, "eos_token_id", None) if p is not None else None
+    return {
+        "request_id": r.request_id,
+        "prompt_token_ids": list(r.prompt_token_ids or ()),
+        "max_tokens": r.max_tokens,
+        "min_tokens": getattr(p, "min_tokens", 0) if p is not None else 0,
+        "eos_token_id": eos,
+        "ignore_eos": bool(getattr(p, "ignore_eos", False)) if p is not None else False,
+        "stop_token_ids": sorted(getattr(p, "stop_token_ids", None) or ()) if p is not None else [],
+        "priority": r.priority,
+        "arrival_time": r.arrival_time,
+    }
+
+
+def config(
+    vllm_config: Any, num_gpu_blocks: int, block_size: int, async_scheduling: bool, release: str
+) -> dict[str, Any]:
+    """The spec `SchedulerConfig`'s dict (`SchedulerConfig.from_dict`) of a built scheduler's VllmConfig."""
+    sc, cc = vllm_config.scheduler_config, vllm_config.cache_config
+    spec = vllm_config.speculative_config
+    # VllmConfig fills these two in with their fallbacks; the spec's None means the same, and is its default.
+    scheduled = getattr(sc, "max_num_scheduled_tokens", None)
+    active = getattr(sc, "max_num_active_seqs", None)
+    return {
+        "max_num_batched_tokens": sc.max_num_batched_tokens,
+        "max_num_seqs": sc.max_num_seqs,
+        "max_model_len": vllm_config.model_config.max_model_len,
+        "block_size": block_size,
+        "num_gpu_blocks": num_gpu_blocks,
+        "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+        "long_prefill_token_threshold_adaptive": bool(getattr(sc, "long_prefill_token_threshold_adaptive", False)),
+        "enable_chunked_prefill": bool(sc.enable_chunked_prefill),
+        "policy": sc.policy,
+        "watermark": getattr(sc, "watermark", 0.0),
+        "scheduler_reserve_full_isl": bool(getattr(sc, "scheduler_reserve_full_isl", True)),
+        "max_num_scheduled_tokens": None if scheduled == sc.max_num_batched_tokens else scheduled,
+        "max_num_active_seqs": None if active == sc.max_num_seqs else active,
+        "enable_prefix_caching": bool(cc.enable_prefix_caching),
+        "num_speculative_tokens": int(spec.num_speculative_tokens) if spec is not None else 0,
+        "async_scheduling": async_scheduling,
+        "vllm_version": release,
+    }

@@ -1,0 +1,234 @@
+"""`schedspec.live` inside vLLM 0.33.0: its monitored scheduler classes, built by vLLM from `scheduler_cls`.
+
+The CPU driver builds vLLM's real VllmConfig with `scheduler_cls` set from
+$SCHEDSPEC_VLLM_SCHEDULER_CLS and the scheduler from vLLM's own
+`get_scheduler_cls()`. schedspec is not installed in the vLLM venv, so each
+test puts a folder on the driver's PYTHONPATH holding a `schedspec` package
+of symlinks (its `__init__.py`, `spec/` and `live/`: what `live` may import,
+the installed layout of pyproject's package-dir, as scripts/typecheck
+builds it). It shows:
+
+* both classes resolve through vLLM's setting and run workloads of several
+  families in `mode=raise` without a raise, and the capture holds exactly
+  the steps the driver reported (outputs, samples, finishes), one session
+  per workload, each ended by an `end` line;
+* a planted bug (a subclass of vLLM's Scheduler that appends a preempted
+  request instead of prepending it) under the monitored mixin raises, naming
+  `no-starvation-after-prepend`;
+* an out-of-scope deployment (LoRA on) logs one line, switches the monitors
+  off and raises nothing on the same bug.
+
+Skipped without the vLLM venv (CI builds it first).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedspec.conformance.differ import diff
+from schedspec.conformance.engines.vllm import VllmEngine, vllm_venv_ready
+from schedspec.conformance.families import generate
+from schedspec.conformance.live_replay import replay_live
+from schedspec.conformance.registry import engine_factory
+from schedspec.reference_impl import ReferenceEngine
+from schedspec.spec.engine import run
+from schedspec.spec.errors import SpecError
+from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput
+
+pytestmark = pytest.mark.skipif(
+    not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh"
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED = '''
+from vllm.v1.core.sched.scheduler import Scheduler
+from schedspec.live import MonitoredSchedulerMixin
+
+
+class AppendOnPreempt(Scheduler):
+    """vLLM's Scheduler with one rule changed: a preempted request goes to the back of the queue."""
+
+    def _preempt_request(self, request, timestamp, drop_stale_output=False):
+        super()._preempt_request(request, timestamp, drop_stale_output)
+        self.waiting.remove_request(request)
+        self.waiting.add_request(request)
+
+
+class Planted(MonitoredSchedulerMixin, AppendOnPreempt):
+    pass
+
+
+class PlantedWithLora(Planted):
+    """The same, with vLLM's config saying LoRA is on: outside the spec, so the monitors must stay quiet."""
+
+    def __init__(self, vllm_config, *args, **kwargs):
+        from vllm.config import LoRAConfig
+
+        object.__setattr__(vllm_config, "lora_config", LoRAConfig(max_loras=1, max_lora_rank=8))
+        super().__init__(vllm_config, *args, **kwargs)
+'''
+
+
+@pytest.fixture(scope="module")
+def pythonpath(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live-path")
+    pkg = root / "schedspec"
+    pkg.mkdir()
+    (pkg / "__init__.py").symlink_to(ROOT / "schedspec" / "__init__.py")
+    (pkg / "spec").symlink_to(ROOT / "spec")
+    (pkg / "live").symlink_to(ROOT / "live")
+    (root / "planted_sched.py").write_text(PLANTED)
+    return root
+
+
+def engine(monkeypatch, pythonpath, cls, live, config):
+    monkeypatch.setenv("PYTHONPATH", str(pythonpath))
+    monkeypatch.setenv("SCHEDSPEC_VLLM_SCHEDULER_CLS", cls)
+    monkeypatch.setenv("SCHEDSPEC_LIVE", live)
+    return VllmEngine(config)
+
+
+def plain_vllm_diff(workload):
+    """The workload on stock vLLM (`--engine vllm`), against the reference: a driver of its own, without the
+    monitored class or the live settings (the shared drivers outlive a test, and keep the environment they
+    were started in)."""
+    factory = engine_factory("vllm")
+    factory.close_all()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name in ("PYTHONPATH", "SCHEDSPEC_VLLM_SCHEDULER_CLS", "SCHEDSPEC_LIVE"):
+                env.delenv(name, raising=False)
+            return diff(workload, ReferenceEngine, factory, "blocks")
+    finally:
+        factory.close_all()
+
+
+def sessions(path):
+    """The capture's lines, one list per session (a header with a new session id starts one)."""
+    out, current = [], None
+    parts = [path] + sorted(path.parent.glob(path.name + ".*"), key=lambda p: int(p.suffix[1:]))
+    for part in parts:
+        for line in part.read_text().splitlines():
+            d = json.loads(line)
+            if d["kind"] == "header" and d["session"] != current:
+                current = d["session"]
+                out.append([])
+            out[-1].append(d)
+    return out
+
+
+SYNC = [
+    ("budget", 0),
+    ("kv-pressure", 2),
+    ("priority", 1),
+    ("prefix-caching", 0),
+    ("spec-decode", 1),
+    ("aborts", 0),
+    ("stops", 3),
+]
+ASYNC = [("async", 0), ("async", 1), ("async", 2)]
+
+
+@pytest.mark.parametrize(
+    "cls, cases",
+    [("schedspec.live.MonitoredScheduler", SYNC), ("schedspec.live.MonitoredAsyncScheduler", ASYNC)],
+    ids=["sync", "async"],
+)
+def test_monitored_classes_run_clean_and_capture_faithfully(monkeypatch, pythonpath, tmp_path, cls, cases):
+    workloads = [generate(family, 0, index) for family, index in cases]
+    cap = tmp_path / "cap.jsonl"
+    eng = engine(monkeypatch, pythonpath, cls, f"mode=raise,capture={cap}", workloads[0].config)
+    traces = []
+    try:
+        for w in workloads:
+            eng.reset(w.config)
+            traces.append(run(eng, w))  # mode=raise: a violation would fail the op, as a SpecError
+    finally:
+        eng.close()
+    got = sessions(cap)
+    # One session per scheduler: the driver's first init, then one per reset (the first reset replaces it).
+    got = [s for s in got if any(d["kind"] == "schedule" for d in s)]
+    assert len(got) == len(traces)
+    for trace, lines in zip(traces, got):
+        header = lines[0]
+        assert header["scheduler_class"] == cls and header["out_of_scope"] == [] and header["monitors_off"] == []
+        assert header["config"] == trace.workload.config.to_dict()
+        assert lines[-1] == {"kind": "end", "step": len([r for r in trace.steps if r.scheduled]), "reason": "shutdown"}
+        scheduled = [SchedulerOutput.from_json(d["output"]) for d in lines if d["kind"] == "schedule"]
+        assert scheduled == [r.output for r in trace.steps if r.scheduled]
+        sampled = [ModelRunnerOutput.from_json(d["sampled"]) for d in lines if d["kind"] == "update"]
+        absorbed = {r.step: r for r in trace.steps}
+        want = [absorbed[r.updated_step].model_output for r in trace.steps if r.updated_step is not None]
+        assert sampled == want
+        finished = {k: v for d in lines if d["kind"] in ("update", "abort") for k, v in d["finished"].items()}
+        assert finished == {k: v.to_json() for r in trace.steps for k, v in r.finished.items()}
+        added = [d["request"]["request_id"] for d in lines if d["kind"] == "add"]
+        assert added == [rid for r in trace.steps for rid in r.added]
+        # Replayed on the reference, the capture agrees step for step; and its rebuilt workload, run on vLLM
+        # itself through the harness, agrees with the reference too: the capture is a reproducer.
+        replay = replay_live(str(cap), session=header["session"])
+        busy = [r for r in trace.steps if r.scheduled or r.updated_step is not None]  # an idle step calls nothing
+        assert replay.divergence is None and replay.steps_compared == len(busy), replay.divergence
+        again = plain_vllm_diff(replay.workload)
+        assert again.divergence is None and again.error is None, again.divergence or again.error
+
+
+def planted_workload():
+    w = generate("kv-pressure", 0, 2)  # preempts behind a waiting request (test_vllm_source.py)
+    return w
+
+
+def test_a_planted_bug_inside_vllm_is_caught_by_name(monkeypatch, pythonpath):
+    w = planted_workload()
+    eng = engine(monkeypatch, pythonpath, "planted_sched.Planted", "mode=raise", w.config)
+    try:
+        with pytest.raises(SpecError, match="no-starvation-after-prepend"):
+            run(eng, w)
+    finally:
+        eng.close()
+
+
+def test_the_planted_bug_runs_to_the_end_unmonitored(monkeypatch, pythonpath):
+    """The same bug, monitors off: the workload completes, so the raise above is the monitors' doing."""
+    w = planted_workload()
+    eng = engine(monkeypatch, pythonpath, "planted_sched.Planted", "mode=off", w.config)
+    try:
+        trace = run(eng, w)
+    finally:
+        eng.close()
+    assert trace.steps and any(r.output.preempted_req_ids for r in trace.steps)
+
+
+def test_replay_finds_the_planted_bug_in_an_unmonitored_capture(monkeypatch, pythonpath, tmp_path):
+    """Monitors off, capture on: the capture alone convicts the planted scheduler, at the step it preempted."""
+    w = planted_workload()
+    cap = tmp_path / "cap.jsonl"
+    eng = engine(monkeypatch, pythonpath, "planted_sched.Planted", f"mode=off,capture={cap}", w.config)
+    try:
+        run(eng, w)
+    finally:
+        eng.close()
+    session = [s for s in sessions(cap) if any(d["kind"] == "schedule" for d in s)][-1][0]["session"]
+    replay = replay_live(str(cap), session=session)
+    assert replay.divergence is not None, "the reference agreed with a scheduler that appends preempted requests"
+    first_preemption = next(
+        d["step"] for s in sessions(cap) for d in s if d["kind"] == "schedule" and d["output"]["preempted_req_ids"]
+    )
+    assert replay.divergence.step > first_preemption, replay.divergence
+
+
+def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pythonpath, tmp_path):
+    w = planted_workload()
+    cap = tmp_path / "cap.jsonl"
+    eng = engine(monkeypatch, pythonpath, "planted_sched.PlantedWithLora", f"mode=raise,capture={cap}", w.config)
+    try:
+        run(eng, w)  # the same bug; nothing raised, because the monitors know they are out of scope
+        eng._stderr.seek(0)
+        log = eng._stderr.read().decode(errors="replace")
+    finally:
+        eng.close()
+    lines = [line for line in log.splitlines() if "outside what the spec models" in line]
+    assert len(lines) == 1 and "lora (lora_config)" in lines[0], log[-3000:]
+    header = sessions(cap)[-1][0]
+    assert header["out_of_scope"] == ["lora (lora_config)"] and "no-starvation-after-prepend" in header["monitors_off"]

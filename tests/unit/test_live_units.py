@@ -1,0 +1,221 @@
+"""The pure parts of `schedspec.live`: settings, capture rotation, scope detection, token hashing, step cutting.
+
+They load without vLLM (the scheduler classes, which import it, are resolved lazily), so they are tested here
+in the project venv; tests/campaigns/test_live_monitored.py runs the whole inside vLLM.
+"""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from schedspec.live import capture, hashing, scope, settings
+from schedspec.live.online import monitor_names
+from schedspec.live.steps import StepAssembler
+from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput
+from schedspec.spec.trace import StateSummary
+
+# ---- settings -------------------------------------------------------------------------------------------------
+
+
+def test_settings_parse_every_field():
+    s = settings.parse(
+        "mode=raise,capture=/tmp/c.jsonl,sample=3,invariants=a;b,hash_token_ids=1,max_bytes=8192,max_parts=2"
+    )
+    assert (s.mode, s.capture, s.sample, s.invariants, s.hash_token_ids, s.max_bytes, s.max_parts) == (
+        "raise",
+        "/tmp/c.jsonl",
+        3,
+        ("a", "b"),
+        True,
+        8192,
+        2,
+    )
+    assert settings.parse("") == settings.LiveSettings()
+
+
+@pytest.mark.parametrize(
+    "text, field, value",
+    [
+        ("mode=loud", "mode", "loud"),
+        ("sample=0", "sample", "0"),
+        ("sample=x", "sample", "x"),
+        ("hash_token_ids=maybe", "hash_token_ids", "maybe"),
+        ("max_bytes=10", "max_bytes", "10"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_field_and_value(text, field, value):
+    with pytest.raises(settings.LiveSettingsError) as e:
+        settings.parse(text)
+    msg = str(e.value)
+    assert "\n" not in msg and f"field {field!r} = {value!r}" in msg
+
+
+def test_unknown_fields_and_bad_syntax_are_refused():
+    with pytest.raises(settings.LiveSettingsError, match="'mod' is not a setting"):
+        settings.parse("mod=raise")
+    with pytest.raises(settings.LiveSettingsError, match="not key=value"):
+        settings.parse("raise")
+
+
+def test_the_config_file_wins_over_the_env_var(tmp_path):
+    path = tmp_path / "live.json"
+    path.write_text(json.dumps({"mode": "off", "invariants": ["block-conservation"]}))
+    s = settings.from_environ({settings.ENV: "mode=raise", settings.CONFIG_ENV: str(path)})
+    assert s.mode == "off" and s.invariants == ("block-conservation",)
+    path.write_text("[1]")
+    with pytest.raises(settings.LiveSettingsError, match="JSON object"):
+        settings.from_environ({settings.CONFIG_ENV: str(path)})
+
+
+# ---- capture --------------------------------------------------------------------------------------------------
+
+
+def lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_capture_rotates_at_max_bytes_and_stops_at_max_parts(tmp_path):
+    path = tmp_path / "cap.jsonl"
+    w = capture.CaptureWriter(str(path), {"kind": "header", "session": "s"}, max_bytes=4096, max_parts=3)
+    n = 0
+    while w.write({"kind": "schedule", "step": n, "pad": "x" * 200}):
+        n += 1
+    assert w.full and n > 10
+    parts = [path, tmp_path / "cap.jsonl.1", tmp_path / "cap.jsonl.2"]
+    assert all(p.exists() for p in parts) and not (tmp_path / "cap.jsonl.3").exists()
+    for i, p in enumerate(parts[:2]):
+        assert p.stat().st_size <= 4096
+        head = lines(p)[0]
+        assert head["part"] == i and head["session"] == "s"
+    assert lines(parts[1])[0]["first_step"] == lines(parts[0])[-1]["step"] + 1
+    assert lines(parts[2])[-1] == {"kind": "end", "step": n - 1, "reason": "capture-full"}
+    w.close(n)  # nothing after capture-full
+    assert lines(parts[2])[-1]["reason"] == "capture-full"
+
+
+def test_a_second_session_appends_and_never_overwrites(tmp_path):
+    path = tmp_path / "cap.jsonl"
+    for session in ("a", "b"):
+        w = capture.CaptureWriter(str(path), {"kind": "header", "session": session}, 1 << 20, 8)
+        w.write({"kind": "schedule", "step": 0})
+        w.close(1)
+    got = [(d["kind"], d.get("session")) for d in lines(path)]
+    assert got == [
+        ("header", "a"),
+        ("schedule", None),
+        ("end", None),
+        ("header", "b"),
+        ("schedule", None),
+        ("end", None),
+    ]
+
+
+# ---- scope ----------------------------------------------------------------------------------------------------
+
+
+def fake_config(**changes):
+    base = {
+        "lora_config": None,
+        "kv_transfer_config": None,
+        "model_config": SimpleNamespace(is_multimodal_model=False, is_encoder_decoder=False, runner_type="generate"),
+        "parallel_config": SimpleNamespace(pipeline_parallel_size=1),
+        "scheduler_config": SimpleNamespace(max_num_queued_reqs=None, prefill_schedule_interval=1),
+        "speculative_config": None,
+    }
+    return SimpleNamespace(**{**base, **changes})
+
+
+def test_scope_sees_nothing_in_what_the_spec_models():
+    assert scope.config_features(fake_config()) == []
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"lora_config": object()}, "lora"),
+        ({"kv_transfer_config": object()}, "kv-connector"),
+        ({"parallel_config": SimpleNamespace(pipeline_parallel_size=2)}, "pipeline-parallel"),
+        ({"model_config": SimpleNamespace(is_multimodal_model=True)}, "multimodal"),
+        ({"model_config": SimpleNamespace(runner_type="pooling")}, "pooling"),
+        ({"speculative_config": SimpleNamespace(method="eagle", max_num_new_slots_for_drafting=1)}, "lookahead"),
+    ],
+)
+def test_scope_names_each_unmodelled_feature(changes, name):
+    (found,) = scope.config_features(fake_config(**changes))
+    assert name in found
+
+
+def test_scope_per_request_and_release():
+    plain = SimpleNamespace(prompt_token_ids=[1], mm_features=[])
+    assert scope.request_features(plain) == []
+    grammar = SimpleNamespace(prompt_token_ids=[1], structured_output_request=object())
+    assert "structured output" in scope.request_features(grammar)[0]
+    assert scope.release_feature("0.33.0") is None and "0.34.0" in scope.release_feature("0.34.0")
+
+
+# ---- hashing --------------------------------------------------------------------------------------------------
+
+
+def test_hashing_is_keyed_deterministic_and_keeps_placeholders():
+    h = hashing.TokenHasher(b"k" * 16)
+    a = h.many([1, 2, 1, -1])
+    assert a[0] == a[2] != a[1] and a[3] == -1 and all(0 <= t < hashing.SPACE for t in a[:3])
+    assert hashing.TokenHasher(b"k" * 16).many([1]) == a[:1] != hashing.TokenHasher(b"j" * 16).many([1])
+    assert len(set(h.many(range(20000)))) == 20000
+
+
+# ---- step cutting ---------------------------------------------------------------------------------------------
+
+
+def test_steps_are_cut_as_the_engine_loop_runs_them():
+    """Async: A S | A S U | U — the schedule-only step waits for its own samples, which a later update brings."""
+    out = []
+    asm = StepAssembler(True, lambda: StateSummary(), lambda rec, call: out.append((rec, call)))
+    a, b = object(), object()
+    o = SchedulerOutput(num_scheduled_tokens={"r": 1})
+    asm.add("r")
+    asm.prepare("S")
+    asm.schedule(a, o)
+    asm.prepare("A")
+    asm.add("q")
+    asm.schedule(b, o)
+    asm.update(a, ModelRunnerOutput({"r": (5,)}), {})
+    assert [(r.step, r.added, r.updated_step, r.in_flight, r.model_output.sampled_token_ids) for r, _ in out] == [
+        (0, ("r",), None, (0,), {"r": (5,)})
+    ]
+    asm.prepare("U")
+    asm.update(b, ModelRunnerOutput({"r": (6,)}), {})
+    asm.close()
+    got = [(r.step, r.added, r.updated_step, r.scheduled, r.in_flight) for r, _ in out]
+    assert got == [(0, ("r",), None, True, (0,)), (1, ("q",), 0, True, (1,)), (2, (), 1, False, ())]
+
+
+def test_monitor_names_cover_the_catalogue():
+    names = monitor_names()
+    assert "no-starvation-after-prepend" in names and "finished-reported-once" in names
+
+
+def test_live_imports_only_spec_and_itself():
+    """README's layout row for `live/` (`spec` only, plus vLLM at run time), checked as test_layers.py checks the
+    others: `live` is not among test_layers.py's LAYERS, so it is checked here."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "live"
+    broken = []
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = (node.module or "").split(".")[0] if node.level == 2 else "live"
+                if node.level > 2 or (node.level == 2 and target != "spec"):
+                    broken.append(f"{path.name}: {'.' * node.level}{node.module}")
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "schedspec" and (len(parts) < 2 or parts[1] not in ("spec", "live")):
+                    broken.append(f"{path.name}: {name}")
+                if parts[0] not in ("schedspec", "vllm") and name.split(".")[0] in ("torch", "jsonschema", "rich"):
+                    broken.append(f"{path.name}: {name} (not in vLLM's venv)")
+    assert not broken
