@@ -19,27 +19,11 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..spec.request import Request
 from ..spec.trace import Trace
 from .live_capture import CAPTURE_FORMAT, CAPTURE_VERSION
 
 SESSION = "0" * 32
 SCHEDULER_CLASS = "schedspec.live.MonitoredScheduler"
-
-
-def request_json(q: Request) -> dict[str, Any]:
-    """A request as an `add` line holds it: the workload's request fields, less the workload's own."""
-    return {
-        "request_id": q.request_id,
-        "prompt_token_ids": list(q.prompt_token_ids),
-        "max_tokens": q.max_tokens,
-        "min_tokens": q.min_tokens,
-        "eos_token_id": q.eos_token_id,
-        "ignore_eos": q.ignore_eos,
-        "stop_token_ids": list(q.stop_token_ids),
-        "priority": q.priority,
-        "arrival_time": q.arrival_time,
-    }
 
 
 def keyed_hash(key: bytes) -> Callable[[int], int]:
@@ -91,7 +75,7 @@ def capture_of(
     index_of: dict[int, int] = {}  # loop step -> its schedule() call
     for r in trace.steps:
         for rid in r.added:
-            q = request_json(workload.request(rid).request)
+            q = workload.request(rid).request.to_json()
             q["prompt_token_ids"], q["stop_token_ids"] = ids(q["prompt_token_ids"]), ids(q["stop_token_ids"])
             q["eos_token_id"] = None if q["eos_token_id"] is None else h(q["eos_token_id"])
             lines.append({"kind": "add", "step": calls, "request": q})

@@ -130,18 +130,7 @@ def rebuild(s: Session) -> tuple[Workload, list[StepRecord], set[int], list[str]
 
 
 def _request(line: Line, index: int) -> Request:
-    d = line.data["request"]
-    return Request(
-        request_id=d["request_id"],
-        prompt_token_ids=tuple(d["prompt_token_ids"]),
-        max_tokens=d["max_tokens"],
-        min_tokens=d.get("min_tokens", 0),
-        eos_token_id=d.get("eos_token_id"),
-        ignore_eos=d.get("ignore_eos", False),
-        stop_token_ids=tuple(d.get("stop_token_ids", ())),
-        priority=d.get("priority", 0),
-        arrival_time=float(d.get("arrival_time", index)),
-    )
+    return Request.from_json(line.data["request"], default_arrival_time=index)
 
 
 def _position(out: SchedulerOutput, rid: str, prompt: Mapping[str, int], u: Line) -> int:

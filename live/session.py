@@ -59,20 +59,6 @@ def _finished(r: Any) -> FinishedRequest:
     return FinishedRequest(RequestStatus[r.status.name], tuple(r.output_token_ids))
 
 
-def _spec_request(d: dict[str, Any]) -> Request:
-    return Request(
-        d["request_id"],
-        tuple(d["prompt_token_ids"]),
-        d["max_tokens"],
-        d["min_tokens"],
-        d["eos_token_id"],
-        d["ignore_eos"],
-        tuple(d["stop_token_ids"]),
-        d["priority"],
-        d["arrival_time"],
-    )
-
-
 class LiveSession:
     def __init__(
         self, scheduler: Any, logger: Any, async_scheduling: bool, settings: LiveSettings | None = None
@@ -180,7 +166,7 @@ class LiveSession:
             self.live[request.request_id] = request
             if self.assembler is not None and self.monitor is not None:
                 self.assembler.add(request.request_id)
-                self.monitor.add(_spec_request(d))
+                self.monitor.add(Request.from_json(d))
             if self.capture is not None:
                 d["prompt_token_ids"] = self.tokens(d["prompt_token_ids"])
                 d["stop_token_ids"] = self.tokens(d["stop_token_ids"])

@@ -9,7 +9,9 @@ of `Request`s plus the fake model's outputs, and nothing else.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 class RequestStatus(enum.IntEnum):
@@ -59,6 +61,35 @@ class Request:
     stop_token_ids: tuple[int, ...] = ()
     priority: int = 0
     arrival_time: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The request's fields, as workloads, traces, states and live captures all write them."""
+        return {
+            "request_id": self.request_id,
+            "prompt_token_ids": list(self.prompt_token_ids),
+            "max_tokens": self.max_tokens,
+            "min_tokens": self.min_tokens,
+            "eos_token_id": self.eos_token_id,
+            "ignore_eos": self.ignore_eos,
+            "stop_token_ids": list(self.stop_token_ids),
+            "priority": self.priority,
+            "arrival_time": self.arrival_time,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], default_arrival_time: float = 0.0) -> Request:
+        """The inverse of `to_json`; a field left out takes its default (a workload file may omit them)."""
+        return cls(
+            request_id=d["request_id"],
+            prompt_token_ids=tuple(d["prompt_token_ids"]),
+            max_tokens=d["max_tokens"],
+            min_tokens=d.get("min_tokens", 0),
+            eos_token_id=d.get("eos_token_id"),
+            ignore_eos=d.get("ignore_eos", False),
+            stop_token_ids=tuple(d.get("stop_token_ids", ())),
+            priority=d.get("priority", 0),
+            arrival_time=float(d.get("arrival_time", default_arrival_time)),
+        )
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -165,17 +165,7 @@ class SchedulerState:
 def request_state_to_json(r: RequestState) -> dict[str, Any]:
     q = r.request
     return {
-        "request": {
-            "request_id": q.request_id,
-            "prompt_token_ids": list(q.prompt_token_ids),
-            "max_tokens": q.max_tokens,
-            "min_tokens": q.min_tokens,
-            "eos_token_id": q.eos_token_id,
-            "ignore_eos": q.ignore_eos,
-            "stop_token_ids": list(q.stop_token_ids),
-            "priority": q.priority,
-            "arrival_time": q.arrival_time,
-        },
+        "request": q.to_json(),
         "status": r.status.name,
         "output_token_ids": list(r.output_token_ids),
         "num_computed_tokens": r.num_computed_tokens,

@@ -203,17 +203,7 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
 
 
 def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
-    request = Request(
-        request_id=d["request_id"],
-        prompt_token_ids=tuple(d["prompt_token_ids"]),
-        max_tokens=d["max_tokens"],
-        min_tokens=d.get("min_tokens", 0),
-        eos_token_id=d.get("eos_token_id"),
-        ignore_eos=d.get("ignore_eos", False),
-        stop_token_ids=tuple(d.get("stop_token_ids", ())),
-        priority=d.get("priority", 0),
-        arrival_time=float(d.get("arrival_time", index)),
-    )
+    request = Request.from_json(d, default_arrival_time=index)
     return WorkloadRequest(
         request,
         d.get("arrival_step", 0),
