@@ -14,9 +14,16 @@ Design notes
   kept incrementally: a later arrival time gets the next rank; one that is
   not later (clock skew, equal times) re-ranks the live requests, which is
   what `arrival_ranks` would give over them.
-* Sampling (`sample=N`) thins the predicates, not the replay: the replay
-  rebuilds block tables and the shadow block pool from every record, and a
-  skipped record would leave them wrong. One step in N is judged.
+* Sampling (`sample=N`, N > 1) judges one record in N and does not replay
+  the others: at 1,000 running requests replaying a step costs a few times
+  vLLM's own step (benchmarks/RESULTS.md). The replay `skip`s a record it
+  does not judge, and before a judged one it is reseeded from vLLM's own
+  pool and requests (`vllm_seed.py`), read as the record before it closed
+  (`wants_seed`, `seed`); the prefix-cache keys are then vLLM's own
+  (`add(..., hashes=request.block_hashes)`). So a judged step is judged in
+  full, from the state vLLM really had, and what sampling gives up is the
+  steps between (docs/live.md). The trace-wide checks still see every record:
+  they are cheap.
 * A release's known violations (`spec.versions.KNOWN_VIOLATIONS`) are
   counted but never reported as alarms, as `schedspec check` marks them.
 * Every violation is counted per invariant; `report` (the caller logs or
@@ -26,13 +33,13 @@ Design notes
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from ..spec.config import SchedulerConfig
 from ..spec.invariants.catalogue import Invariant
 from ..spec.invariants.decisions import MONITORED, MONITORED_BY_NAME
 from ..spec.invariants.monitor import History, Violation, problem_detail
-from ..spec.invariants.replay import TraceReplay
+from ..spec.invariants.replay import ReplaySeed, TraceReplay
 from ..spec.request import Request
 from ..spec.trace import StepRecord, Trace
 from ..spec.versions import known_violation
@@ -72,15 +79,25 @@ class OnlineMonitor:
         self.replay = TraceReplay(Trace(workload, ()))
         self.history = History(workload) if trace_wide else None
         self.sample, self.report = sample, report
+        self.sampled = sample > 1  # reseeded before each judged record, skipping the others
+        self.hash_lists: dict[str, Sequence[Hashable]] = {}  # sampled: each request's vLLM block hashes
+        self.seeds: dict[int, ReplaySeed] = {}
+        self.steps_skipped = 0
+        # Records before a judged one that it reads: its pre-state's, and under async scheduling the batch
+        # queue's (vLLM's depth is 2; pipeline parallelism, which deepens it, is out of scope).
+        self.window = 3 if config.async_scheduling else 1
         self.counts: dict[str, int] = {}
         self.known_counts: dict[str, int] = {}
         self.steps_judged = 0
         self.latest = float("-inf")
         self.forget: deque[tuple[int, list[str]]] = deque()
 
-    def add(self, request: Request) -> None:
+    def add(self, request: Request, hashes: Sequence[Hashable] | None = None) -> None:
+        """A request arrives; `hashes` (sampled mode) is the engine's list of its block hashes, which grows."""
         rid = request.request_id
         self.replay.requests[rid] = request
+        if hashes is not None:
+            self.hash_lists[rid] = hashes
         if self.history is not None:
             self.history.requests[rid] = request
         ranks = self.replay.ranks
@@ -93,10 +110,36 @@ class OnlineMonitor:
             ranks.clear()
             ranks.update({k: rank[r.arrival_time] for k, r in self.replay.requests.items()})
 
+    def judged(self, step: int) -> bool:
+        return step % self.sample == 0
+
+    def full(self, step: int) -> bool:
+        """Whether record `step` must be assembled in full: a judged one, or one a judged step reads (the record
+        before it, whose state is its pre-state, and under async scheduling the ones still in flight at it)."""
+        return not self.sampled or any(self.judged(s) for s in range(step, step + self.window + 1))
+
+    def wants_seed(self, step: int) -> bool:
+        """Whether record `step` is judged after skipped ones: the engine's state is read as record step-1 closes."""
+        return self.sampled and step > 0 and self.judged(step)
+
+    def seed(self, step: int, seed: ReplaySeed) -> None:
+        self.seeds[step] = seed
+        for old in [s for s in self.seeds if s < step - 8]:  # a record never emitted (a shutdown mid-step)
+            del self.seeds[old]
+
+    def hashes_of(self, rid: str) -> Sequence[Hashable]:
+        return self.hash_lists.get(rid, ())
+
     def step(self, rec: StepRecord, schedule_call: int) -> None:
-        view = self.replay.step(rec)
         found: list[Violation] = []
-        if rec.step % self.sample == 0:
+        seed = self.seeds.pop(rec.step, None)
+        if seed is not None and all(self.full(s) for s in self.replay.in_flight):
+            self.replay.reseed(seed)
+        if self.sampled and (not self.judged(rec.step) or self.replay.stale):
+            self.replay.skip(rec)
+            self.steps_skipped += 1
+        else:
+            view = self.replay.step(rec)
             self.steps_judged += 1
             for inv in self.step_invariants:
                 if not inv.holds(view):
@@ -122,6 +165,7 @@ class OnlineMonitor:
                 if rid in rec.state.requests:  # a reused id that is live again
                     continue
                 self.replay.requests.pop(rid, None)
+                self.hash_lists.pop(rid, None)
                 self.replay.ranks.pop(rid, None)
                 self.replay.last_preempted.pop(rid, None)
                 self.replay.prefill_chunk.pop(rid, None)

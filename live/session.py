@@ -11,7 +11,8 @@ Design notes
 * Cost when nothing is asked (`mode=off`, no capture): one attribute test per
   call. The capture alone converts each output once (`vllm_json`) and writes
   a line; the monitors also read a state summary per step and run the
-  replay and the predicates.
+  replay and the predicates, or with `sample=N` (N > 1) only in one step in
+  N, reading vLLM's pool before it (`vllm_seed`).
 * Failure policy: in `raise` mode every problem propagates (a violation as
   `LiveInvariantViolation`, naming the invariant and the step); in `log`
   mode a violation is one warning (the first of each invariant, then at
@@ -36,7 +37,7 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
 from ..spec.versions import DEFAULT_RELEASE
-from . import scope, vllm_json
+from . import scope, vllm_json, vllm_seed
 from .capture import CaptureWriter
 from .hashing import TokenHasher, identity
 from .online import OnlineMonitor, monitor_names
@@ -53,6 +54,15 @@ class LiveInvariantViolation(AssertionError):
             f"schedspec.live: invariant {violation.invariant} broken at step {schedule_call} "
             f"(record {violation.step}): {violation.detail}"
         )
+
+
+def _light_output(so: Any) -> SchedulerOutput:
+    """What a light record keeps of vLLM's output (steps.py): the ids, none of the requests' data."""
+    return SchedulerOutput(
+        num_scheduled_tokens=dict(so.num_scheduled_tokens),
+        preempted_req_ids=frozenset(so.preempted_req_ids or ()),
+        finished_req_ids=frozenset(so.finished_req_ids),
+    )
 
 
 def _finished(r: Any) -> FinishedRequest:
@@ -93,7 +103,9 @@ class LiveSession:
                     f"{self.settings.source}: field 'invariants' = {e.args[0]!r}: names no invariant "
                     f"(known: {', '.join(monitor_names())})"
                 ) from None
-        self.assembler = StepAssembler(async_scheduling, self._summary, self._judge) if self.monitor else None
+        self.assembler = (
+            StepAssembler(async_scheduling, self._summary, self._judge, self.monitor.full) if self.monitor else None
+        )
         for feature in features:
             self.scope_out(feature)
         self.capture: CaptureWriter | None = None
@@ -166,7 +178,7 @@ class LiveSession:
             self.live[request.request_id] = request
             if self.assembler is not None and self.monitor is not None:
                 self.assembler.add(request.request_id)
-                self.monitor.add(Request.from_json(d))
+                self.monitor.add(Request.from_json(d), request.block_hashes if self.monitor.sampled else None)
             if self.capture is not None:
                 d["prompt_token_ids"] = self.tokens(d["prompt_token_ids"])
                 d["stop_token_ids"] = self.tokens(d["stop_token_ids"])
@@ -212,10 +224,16 @@ class LiveSession:
             self.schedule_calls += 1
             if self.assembler is None and self.capture is None:
                 return
-            d = vllm_json.scheduler_output(so, self.sched)
+            d = vllm_json.scheduler_output(so, self.sched) if self.capture is not None else None
             if self.assembler is not None:
-                self.assembler.schedule(so, SchedulerOutput.from_json(d))
-            if self.capture is not None:
+                self.assembler.schedule(
+                    so,
+                    lambda: SchedulerOutput.from_json(
+                        d if d is not None else vllm_json.scheduler_output(so, self.sched)
+                    ),
+                    lambda: _light_output(so),
+                )
+            if d is not None and self.capture is not None:
                 spec = d["scheduled_spec_decode_tokens"]
                 if self.hasher is not None and spec:
                     d["scheduled_spec_decode_tokens"] = {k: self.tokens(v) for k, v in spec.items()}
@@ -241,12 +259,16 @@ class LiveSession:
         if not self.on or sampled is None:
             return
         try:
-            done = {rid: r for rid, r in self.live.items() if r.is_finished()}
+            # vLLM notes every request it frees since the last schedule() (Scheduler._free_request); scanning
+            # only those keeps this O(finished), not O(running).
+            freed = getattr(self.sched, "finished_req_ids", None)
+            candidates = list(self.live) if freed is None else [rid for rid in freed if rid in self.live]
+            done = {rid: self.live[rid] for rid in candidates if self.live[rid].is_finished()}
             for rid in done:
                 del self.live[rid]
             finished = {rid: _finished(r) for rid, r in done.items()}
             if self.assembler is not None:
-                self.assembler.update(so, ModelRunnerOutput.from_json(sampled), finished)
+                self.assembler.update(so, lambda: ModelRunnerOutput.from_json(sampled), finished)
                 if not self.async_scheduling and self.config is not None and self.config.num_speculative_tokens == 0:
                     self.assembler.close()  # no drafts can follow: judge the step now
             if self.capture is not None:
@@ -256,7 +278,7 @@ class LiveSession:
                         "kind": "update",
                         "step": self.schedule_calls - 1,
                         "of_step": of_step,
-                        "sampled": {k: self.tokens(v) for k, v in sampled.items()},
+                        "sampled": sampled if self.hasher is None else {k: self.tokens(v) for k, v in sampled.items()},
                         "finished": {k: self._finished_json(v) for k, v in finished.items()},
                     }
                 )
@@ -303,7 +325,10 @@ class LiveSession:
         if self.monitor is not None:
             self.monitor.step(record, schedule_call)
 
-    def _summary(self) -> StateSummary:
+    def _summary(self, step: int) -> StateSummary:
+        """The state as record `step` closes; and the pool, when the next record is judged after skipped ones."""
+        if self.monitor is not None and self.monitor.wants_seed(step + 1):
+            self.monitor.seed(step + 1, vllm_seed.replay_seed(self.sched, self.monitor.hashes_of))
         return StateSummary.from_json(vllm_json.summary(self.sched))
 
     def _finished_json(self, f: FinishedRequest) -> dict[str, Any]:

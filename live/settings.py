@@ -12,8 +12,9 @@ Design notes
   one is one line naming the field and the value (`LiveSettingsError`), the
   way the spec's configs report theirs. Unknown fields are refused, so a typo
   never silently turns monitoring off.
-* `sample=N` thins the monitors only (one step in N is judged); the capture
-  always keeps every step, or it could not be replayed.
+* `sample=N` thins the monitors only (one step in N is judged, from vLLM's
+  state read before it: online.py); the capture always keeps every step, or
+  it could not be replayed.
 * Pure: no vLLM, no spec import; the unit tests call `parse` directly.
 """
 

@@ -21,6 +21,12 @@ Design notes
   records, so memory stays bounded. An output that scheduled nothing needs
   no answer (the driver may never absorb it; vLLM's own async tests drop
   them), and is dropped from the in-flight list when a later one is absorbed.
+* Light records (sampled monitoring, `full`): a record no judged step needs
+  is assembled without the conversions that cost O(N) (the output's
+  requests, the sampled tokens, the summary). It keeps what the trace-wide
+  checks and the batch queue read: the ids scheduled, preempted, finished
+  and aborted. The converters come as thunks, so a light record never runs
+  them.
 * Record numbers are the records' own (what `StepRecord.step`,
   `updated_step` and `in_flight` refer to); `schedule_calls` is the capture's
   step, for messages that name a step a reader can find.
@@ -61,11 +67,12 @@ class StepAssembler:
     def __init__(
         self,
         async_scheduling: bool,
-        summary: Callable[[], StateSummary],
+        summary: Callable[[int], StateSummary],  # called with the closing record's step
         emit: Callable[[StepRecord, int], None],
+        full: Callable[[int], bool] = lambda step: True,
     ) -> None:
         self.async_scheduling = async_scheduling
-        self.summary, self.emit = summary, emit
+        self.summary, self.emit, self.full = summary, emit, full
         self.next_step = 0
         self.schedule_calls = 0
         self.current: _Open | None = None
@@ -99,16 +106,21 @@ class StepAssembler:
         rec.aborted.extend(rids)
         rec.finished.update(finished)
 
-    def schedule(self, key: Any, output: SchedulerOutput) -> None:
+    def schedule(
+        self, key: Any, output: Callable[[], SchedulerOutput], light: Callable[[], SchedulerOutput] | None = None
+    ) -> None:
         rec = self._open("S")
-        rec.output, rec.scheduled = output, True
+        rec.output = output() if light is None or self.full(rec.step) else light()
+        rec.scheduled = True
         rec.schedule_call = self.schedule_calls
         self.schedule_calls += 1
-        if not output.num_scheduled_tokens:
+        if not rec.output.num_scheduled_tokens:
             rec.own = ModelRunnerOutput()
         self.flight.append((rec.step, key, rec))
 
-    def update(self, key: Any, sampled: ModelRunnerOutput, finished: Mapping[str, FinishedRequest]) -> None:
+    def update(
+        self, key: Any, sampled: Callable[[], ModelRunnerOutput], finished: Mapping[str, FinishedRequest]
+    ) -> None:
         rec = self._open("U")
         rec.updated = True
         at = next((i for i, (_, k, _) in enumerate(self.flight) if k is key), None)
@@ -118,7 +130,7 @@ class StepAssembler:
                     skipped.own = ModelRunnerOutput()
             step, _, owner = self.flight[at]
             self.flight = self.flight[at + 1 :]
-            owner.own = sampled
+            owner.own = sampled() if self.full(step) else ModelRunnerOutput()
             rec.updated_step = step
         rec.finished.update(finished)
         if not self.async_scheduling and not rec.scheduled:
@@ -134,7 +146,7 @@ class StepAssembler:
         rec, self.current = self.current, None
         if rec is None:
             return
-        rec.state = self.summary()
+        rec.state = self.summary(rec.step) if self.full(rec.step) else StateSummary()
         rec.in_flight = tuple(s for s, _, _ in self.flight) if self.async_scheduling else ()
         if not rec.scheduled:
             rec.own = ModelRunnerOutput()

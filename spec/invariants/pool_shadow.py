@@ -23,12 +23,22 @@ The shadow is monitor-only and concrete: it is how the decision invariants
 which blocks a hit returns, and which block an allocation must take. It
 never reads an engine's state, only the trace's events, so it holds the
 engine to the rules, not to itself.
+
+One exception, made on purpose: a sampled live monitor (`live/online.py`,
+`sample=N`) cannot afford to replay every step, so before each step it
+judges it seeds a shadow from the engine's own pool (`seeded`), and reads
+the prefix-cache keys the engine computed (`hash_source`). A hash is an
+opaque key here: the shadow only asks which blocks are cached under the
+key of each prefix, so the engine's sha256 keys serve as well as the spec's
+(`spec/block_hash.py`). What a seeded shadow gives up is named in
+docs/live.md: the rules are checked from the engine's pool at each judged
+step, not the pool's whole history.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ..block_hash import block_hashes
 from ..config import SchedulerConfig
@@ -37,18 +47,48 @@ from ..rules import max_prefix_hit_blocks
 
 
 class PoolShadow:
-    def __init__(self, config: SchedulerConfig, requests: Mapping[str, Request]) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        requests: Mapping[str, Request],
+        hash_source: Callable[[str], Sequence[Hashable]] | None = None,
+    ) -> None:
         self.block_size = config.block_size
         self.caching = config.enable_prefix_caching
         self.requests = requests
+        self.hash_source = hash_source  # None: the spec's hashes of the tokens the trace shows
         self.queue: deque[int] = deque(range(1, config.num_gpu_blocks))
         self.refs: dict[int, int] = {}
         self.tables: dict[str, list[int]] = {}
-        self.hash_of: dict[int, int] = {}  # block -> the hash it is cached under
-        self.cached: dict[int, list[int]] = {}  # hash -> its blocks, first registered first
+        self.hash_of: dict[int, Hashable] = {}  # block -> the hash it is cached under
+        self.cached: dict[Hashable, list[int]] = {}  # hash -> its blocks, first registered first
         self.num_cached: dict[str, int] = {}  # leading blocks of a table already registered
         self.outputs: dict[str, list[int]] = {}  # prefix caching only: each live request's output tokens
         self._hashes: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def seeded(
+        cls,
+        config: SchedulerConfig,
+        requests: Mapping[str, Request],
+        hash_source: Callable[[str], Sequence[Hashable]],
+        free_queue: Sequence[int],
+        tables: Mapping[str, Sequence[int]],
+        cached: Mapping[Hashable, Sequence[int]],
+        num_cached: Mapping[str, int],
+    ) -> PoolShadow:
+        """A shadow holding an engine's pool as it stands: the free queue in order, the block tables, the cache
+        (each hash's blocks, first registered first) and how many leading blocks of each table are registered."""
+        shadow = cls(config, requests, hash_source)
+        shadow.queue = deque(free_queue)
+        shadow.tables = {rid: list(t) for rid, t in tables.items() if t}
+        for table in shadow.tables.values():
+            for b in table:
+                shadow.refs[b] = shadow.refs.get(b, 0) + 1
+        shadow.cached = {h: list(blocks) for h, blocks in cached.items() if blocks}
+        shadow.hash_of = {b: h for h, blocks in shadow.cached.items() for b in blocks}
+        shadow.num_cached = {rid: n for rid, n in num_cached.items() if rid in shadow.tables}
+        return shadow
 
     @property
     def num_free(self) -> int:
@@ -63,8 +103,10 @@ class PoolShadow:
         if self.caching and tokens:
             self.outputs.setdefault(rid, []).extend(tokens)
 
-    def hashes(self, rid: str) -> tuple[int, ...]:
+    def hashes(self, rid: str) -> tuple[Hashable, ...]:
         """The hashes of every full block of the request's tokens, extended as outputs arrive."""
+        if self.hash_source is not None:
+            return tuple(self.hash_source(rid))
         known = self._hashes.get(rid, ())
         outputs = self.outputs.get(rid, [])
         prompt = self.requests[rid].prompt_token_ids

@@ -37,11 +37,22 @@ Beside the view, the replay walks every step's decisions in vLLM's order
 (`decisions.decide`) against the block pool and prefix cache it rebuilds
 from the same records (`pool_shadow.PoolShadow`), and puts the first wrong
 decision of each decision invariant in the view (`decision_problems`).
+
+Rebuilding needs every record, and at 1,000 running requests it costs a few
+times what vLLM's own step does. A live monitor that judges one step in N
+(`live/online.py`) therefore `skip`s the records it does not judge (keeping
+only what the steps in flight need: the records and the last preemptions)
+and, before each step it judges, `reseed`s the block tables, drafts,
+`is_prefill_chunk` flags and pool from the engine's own state
+(`ReplaySeed`), read as the previous record closed. The step itself is then
+judged exactly as in a full replay; `tests/unit/test_replay_reseed.py` pins
+that a reseeded replay's views equal the full replay's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ..request import RequestStatus
 from ..rules import heap_key
@@ -50,6 +61,22 @@ from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared
 from .decisions import decide
 from .pool_shadow import PoolShadow
 from .views import StepView
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySeed:
+    """An engine's state between two steps, beyond the summary: what `reseed` takes instead of every earlier record.
+
+    `hash_source` gives each request's prefix-cache keys, the same keys `cached` is keyed by.
+    """
+
+    blocks: Mapping[str, tuple[int, ...]]  # each request's block table
+    drafts: Mapping[str, int]  # S: draft (or placeholder) tokens held
+    prefill_chunk: Mapping[str, bool]  # is_prefill_chunk
+    free_queue: Sequence[int]  # front first
+    cached: Mapping[Hashable, Sequence[int]]  # hash -> its blocks, first registered first
+    num_cached: Mapping[str, int]  # leading blocks of each table registered in the cache
+    hash_source: Callable[[str], Sequence[Hashable]]
 
 
 class TraceReplay:
@@ -72,6 +99,8 @@ class TraceReplay:
         # The decision walk's own state: the pool and cache, and is_prefill_chunk per live request.
         self.shadow = PoolShadow(self.config, self.requests)
         self.prefill_chunk: dict[str, bool] = {}
+        self.in_flight: tuple[int, ...] = ()  # the last record's steps in flight, for `reseed`
+        self.stale = False  # a record was skipped: `step` needs a `reseed` first
 
     def _holders(self) -> dict[int, int]:
         holders: dict[int, int] = {}
@@ -100,7 +129,30 @@ class TraceReplay:
             stale,
         )
 
+    def skip(self, rec: StepRecord) -> None:
+        """A record not judged: kept while in flight, its preemptions noted; the tables are stale until `reseed`."""
+        self.records[rec.step] = rec
+        for rid in rec.output.preempted_req_ids:
+            self.last_preempted[rid] = rec.step
+        self.in_flight = rec.in_flight
+        self.stale = True
+        self.last = rec.state
+        self._forget(rec)
+
+    def reseed(self, seed: ReplaySeed) -> None:
+        """Take the engine's state as the previous record closed (`skip` has seen that record)."""
+        self.blocks = {rid: tuple(t) for rid, t in seed.blocks.items() if t}
+        self.spec = {rid: n for rid, n in seed.drafts.items() if n}
+        self.prefill_chunk = {rid: True for rid, chunk in seed.prefill_chunk.items() if chunk}
+        self.shadow = PoolShadow.seeded(
+            self.config, self.requests, seed.hash_source, seed.free_queue, seed.blocks, seed.cached, seed.num_cached
+        )
+        self._counters(self.in_flight)
+        self.stale = False
+
     def step(self, rec: StepRecord) -> StepView:
+        if self.stale:
+            raise RuntimeError(f"record {rec.step}: the replay skipped a record and was not reseeded")
         config, last = self.config, self.last
         self.records[rec.step] = rec
         gone = set(rec.aborted)
@@ -194,8 +246,11 @@ class TraceReplay:
                     self.spec[rid] = k
         for rid, drafts in rec.draft_token_ids.items():
             self.spec[rid] = len(drafts)
+        self._counters(rec.in_flight)
+
+    def _counters(self, steps_in_flight: tuple[int, ...]) -> None:
         self.counters = {}
-        for s in rec.in_flight:
+        for s in steps_in_flight:
             old = self.records.get(s)
             if old is None:  # names no step seen: the consistency check reports it (trace-in-flight)
                 continue

@@ -16,7 +16,11 @@ builds it). It shows:
   request instead of prepending it) under the monitored mixin raises, naming
   `no-starvation-after-prepend`;
 * an out-of-scope deployment (LoRA on) logs one line, switches the monitors
-  off and raises nothing on the same bug.
+  off and raises nothing on the same bug;
+* sampled monitoring (`sample=N`): the state it reseeds each judged step from
+  (`live/vllm_seed.py`, read from vLLM's pool) is, at every step, the state the
+  full replay rebuilt from the records; sampled monitors stay silent on the
+  families, sync and async, and still catch the planted bug.
 
 Skipped without the vLLM venv (CI builds it first).
 """
@@ -43,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = '''
 from vllm.v1.core.sched.scheduler import Scheduler
-from schedspec.live import MonitoredSchedulerMixin
+from schedspec.live import MonitoredScheduler, MonitoredSchedulerMixin
 
 
 class AppendOnPreempt(Scheduler):
@@ -57,6 +61,49 @@ class AppendOnPreempt(Scheduler):
 
 class Planted(MonitoredSchedulerMixin, AppendOnPreempt):
     pass
+
+
+class SeedChecked(MonitoredScheduler):
+    """Full monitors; after each record is judged, vLLM's pool read as a seed must be the replay's own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        emit = self.live.assembler.emit
+
+        def judged_then_compared(record, call):
+            emit(record, call)
+            compare_seed(self, self.live.monitor.replay)
+
+        self.live.assembler.emit = judged_then_compared
+
+
+def compare_seed(scheduler, replay):
+    from schedspec.live.vllm_seed import replay_seed
+
+    seed, sh = replay_seed(scheduler, lambda rid: ()), replay.shadow
+    got = (
+        dict(seed.blocks),
+        dict(seed.drafts),
+        set(seed.prefill_chunk),
+        tuple(seed.free_queue),
+        sorted(seed.cached.values()),
+        dict(seed.num_cached) if sh.caching else {},
+    )
+    want = (
+        dict(replay.blocks),
+        {rid: n for rid, n in replay.spec.items() if n},
+        {rid for rid, chunk in replay.prefill_chunk.items() if chunk},
+        tuple(sh.queue),
+        sorted(tuple(b) for b in sh.cached.values()),
+        {rid: n for rid, n in sh.num_cached.items() if rid in sh.tables},
+    )
+    names = ("blocks", "drafts", "prefill_chunk", "free_queue", "cached", "num_cached")
+    for name, g, w in zip(names, got, want):
+        assert g == w, f"seed {name}: vLLM {g!r} != replay {w!r}"
+    SEEN.append(1)
+
+
+SEEN = []
 
 
 class PlantedWithLora(Planted):
@@ -232,3 +279,50 @@ def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pytho
     assert len(lines) == 1 and "lora (lora_config)" in lines[0], log[-3000:]
     header = sessions(cap)[-1][0]
     assert header["out_of_scope"] == ["lora (lora_config)"] and "no-starvation-after-prepend" in header["monitors_off"]
+
+
+def test_the_seed_read_from_vllm_is_the_state_the_full_replay_rebuilt(monkeypatch, pythonpath):
+    """Sync families (a record is judged as it closes, so vLLM's state then is the record's): at every step the
+    block tables, drafts, prefill-chunk flags, free queue, cache and cached counts vLLM holds are the replay's."""
+    cases = [generate(family, 0, index) for family, index in SYNC]
+    eng = engine(monkeypatch, pythonpath, "planted_sched.SeedChecked", "mode=raise", cases[0].config)
+    try:
+        for w in cases:
+            eng.reset(w.config)
+            trace = run(eng, w)  # a mismatch raises inside vLLM, and fails the op as a SpecError
+            assert trace.steps
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize(
+    "cls, cases",
+    [("schedspec.live.MonitoredScheduler", SYNC), ("schedspec.live.MonitoredAsyncScheduler", ASYNC)],
+    ids=["sync", "async"],
+)
+def test_sampled_monitors_run_clean(monkeypatch, pythonpath, cls, cases):
+    """sample=2 and 3: judged steps are judged from reseeded state, and no step raises a false alarm."""
+    for sample in (2, 3):
+        workloads = [generate(family, 0, index) for family, index in cases]
+        eng = engine(monkeypatch, pythonpath, cls, f"mode=raise,sample={sample}", workloads[0].config)
+        try:
+            for w in workloads:
+                eng.reset(w.config)
+                assert run(eng, w).steps
+        finally:
+            eng.close()
+
+
+def test_sampled_monitors_catch_the_planted_bug(monkeypatch, pythonpath):
+    w = planted_workload()
+    caught = []
+    for sample in (2, 3):
+        eng = engine(monkeypatch, pythonpath, "planted_sched.Planted", f"mode=raise,sample={sample}", w.config)
+        try:
+            run(eng, w)
+        except SpecError as e:
+            caught.append((sample, str(e)))
+        finally:
+            eng.close()
+    assert caught, "sampled monitors saw nothing of a scheduler that appends preempted requests"
+    assert all("schedspec.live: invariant" in e for _, e in caught), caught

@@ -171,24 +171,51 @@ def test_hashing_is_keyed_deterministic_and_keeps_placeholders():
 def test_steps_are_cut_as_the_engine_loop_runs_them():
     """Async: A S | A S U | U — the schedule-only step waits for its own samples, which a later update brings."""
     out = []
-    asm = StepAssembler(True, lambda: StateSummary(), lambda rec, call: out.append((rec, call)))
+    asm = StepAssembler(True, lambda step: StateSummary(), lambda rec, call: out.append((rec, call)))
     a, b = object(), object()
     o = SchedulerOutput(num_scheduled_tokens={"r": 1})
     asm.add("r")
     asm.prepare("S")
-    asm.schedule(a, o)
+    asm.schedule(a, lambda: o)
     asm.prepare("A")
     asm.add("q")
-    asm.schedule(b, o)
-    asm.update(a, ModelRunnerOutput({"r": (5,)}), {})
+    asm.schedule(b, lambda: o)
+    asm.update(a, lambda: ModelRunnerOutput({"r": (5,)}), {})
     assert [(r.step, r.added, r.updated_step, r.in_flight, r.model_output.sampled_token_ids) for r, _ in out] == [
         (0, ("r",), None, (0,), {"r": (5,)})
     ]
     asm.prepare("U")
-    asm.update(b, ModelRunnerOutput({"r": (6,)}), {})
+    asm.update(b, lambda: ModelRunnerOutput({"r": (6,)}), {})
     asm.close()
     got = [(r.step, r.added, r.updated_step, r.scheduled, r.in_flight) for r, _ in out]
     assert got == [(0, ("r",), None, True, (0,)), (1, ("q",), 0, True, (1,)), (2, (), 1, False, ())]
+
+
+def test_a_light_record_runs_no_converter():
+    """Sampled monitoring: a record no judged step needs keeps only the ids, and never converts vLLM's objects."""
+    out, called = [], []
+    full = SchedulerOutput(num_scheduled_tokens={"r": 1}, finished_req_ids=frozenset({"q"}))
+    light = SchedulerOutput(num_scheduled_tokens={"r": 1}, finished_req_ids=frozenset({"q"}))
+
+    def summary(step):
+        called.append(("summary", step))
+        return StateSummary(running=("r",))
+
+    def sampled():
+        called.append("sampled")
+        return ModelRunnerOutput({"r": (5,)})
+
+    asm = StepAssembler(False, summary, lambda rec, call: out.append(rec), full=lambda step: step == 1)
+    for _ in range(2):
+        asm.prepare("S")
+        asm.schedule(object(), lambda: full, lambda: light)
+        key = asm.flight[-1][1]
+        asm.update(key, sampled, {})
+        asm.close()
+    assert called == ["sampled", ("summary", 1)]
+    assert [r.state for r in out] == [StateSummary(), StateSummary(running=("r",))]
+    assert [r.model_output for r in out] == [ModelRunnerOutput(), ModelRunnerOutput({"r": (5,)})]
+    assert out[0].output.finished_req_ids == {"q"} and out[0].output is light and out[1].output is full
 
 
 def test_monitor_names_cover_the_catalogue():
