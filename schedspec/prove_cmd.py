@@ -107,6 +107,12 @@ def _run(todo: Sequence[Job], run_job: Callable[[Job], Result], jobs: int) -> li
 def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     from .proofs.runs.report import write_state_counterexample
 
+    if args.every_n:
+        from .every_n_cmd import cmd_every_n
+
+        check_seconds("--timeout", args.timeout)
+        return cmd_every_n(args, console)
+
     # A mode's jobs() and run_job() go together: feature mode's run_job takes only the feature Jobs its own jobs()
     # makes, a pairing the types cannot say when the mode is picked at run time (hence Any).
     jobs: Callable[[int, list[str], list[str], float, str | None], Sequence[Job]]
@@ -210,6 +216,12 @@ def add_prove_parser(sub: Subcommands) -> None:
     p = sub.add_parser("prove", help="prove the invariants inductive with Z3 for up to N requests")
     p.add_argument(
         "--max-requests", type=int, default=None, help="prove for every N from 1 to this (default 8; 4 with --feature)"
+    )
+    p.add_argument(
+        "--every-n",
+        action="store_true",
+        help="prove for every number of requests, by a loop invariant over the step's events "
+        "(proofs/runs/every_n.py; core scope, four invariants so far)",
     )
     p.add_argument("--invariant", action="append", help="only this invariant (repeatable)")
     p.add_argument("--policy", action="append", choices=["fcfs", "priority"], help="only this policy (repeatable)")

@@ -17,7 +17,7 @@ from ...spec.arith import and_, ite, min_, not_, or_, plus
 from ...spec.rules import PreemptedCounters, num_owed_tokens, preempted_counters
 from .order import count, key_eq, key_gt
 from .prefix_caching import release
-from .state import STATE, Bool, Int, Pre, StepState
+from .state import STATE, Bool, Config, Int, Pre, StepState
 
 Cut = Callable[[int, dict[str, Any]], dict[str, Any]]
 
@@ -99,16 +99,15 @@ def _serve(
 ) -> None:
     """Slot i's turn: its grant, the preemption rounds until its blocks fit or it is gone, and its allocation."""
     c, s, N = pre.config, pre.slots[i], len(pre.slots)
-    L, spec, asy = c.max_model_len, c.spec_decode, c.async_scheduling
+    spec, asy = c.spec_decode, c.async_scheduling
     st.active = and_(st.active, st.budget > 0)
     owed = num_owed_tokens(plus(s.num_tokens, st.S[i] if spec else 0), st.P[i] if asy else 0, st.C[i])
-    n_i = rules.running_num_new_tokens(owed, thr, st.budget, L, st.C[i])
+    n_i, need = grant(c, owed, st.C[i], st.blocks[i], st.budget, thr)
     trying = and_(st.active, st.in_run[i], n_i > 0)  # n == 0: `continue`
     # The step in flight already reaches max_tokens: `continue`
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814)).
     if asy:
         trying = and_(trying, not_(rules.async_max_tokens_reached(st.P[i], st.C[i], s.num_prompt_tokens, s.max_tokens)))
-    need = rules.num_blocks_to_allocate(rules.num_tokens_need_slot(st.C[i], n_i, 0, L), st.blocks[i], c.block_size)
     # Each round preempts one victim until `need` fits or i is gone
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (912-994)). In the case where nothing is preempted,
     # the first round pops nobody, nor would the rest.
@@ -131,6 +130,15 @@ def _serve(
     st.free = st.free - ite(ok, need, 0)
     st.blocks[i] = st.blocks[i] + ite(ok, need, 0)
     st.budget = st.budget - ite(ok, n_i, 0)
+
+
+def grant(c: Config, owed: Int, C: Int, blocks: Int, budget: Int, thr: Int) -> tuple[Int, Int]:
+    """A running request's turn: its grant from the owed tokens and the budget left, and the blocks it needs
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (839-857); `allocate_slots`). One home for the
+    bounded pass (`_serve`) and the proofs for every N (`one_request.turn`)."""
+    L = c.max_model_len
+    n = rules.running_num_new_tokens(owed, thr, budget, L, C)
+    return n, rules.num_blocks_to_allocate(rules.num_tokens_need_slot(C, n, 0, L), blocks, c.block_size)
 
 
 def _preemption_round(

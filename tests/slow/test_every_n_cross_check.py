@@ -1,0 +1,55 @@
+"""The proofs for every N against the bounded proofs (`schedspec prove`), cell for cell.
+
+* Unmutated: each invariant proved for every N is proved by the bounded run at N = 1..8 too.
+* Under each mutant of a shared rule: wherever the bounded proof refutes an invariant at N <= 3, the proof for
+  every N does not say `proved` (it says `violated`, with that counterexample replayed); and wherever the proof
+  for every N says `proved`, the bounded proof finds nothing. A mutant that breaks the loop invariant for reasons
+  of its own (Z10, budget-off-by-one) leaves the other invariants `unknown`: a counterexample to induction with
+  no real counterexample behind it, never `proved`.
+"""
+
+import pytest
+
+from schedspec.mutants import BY_NAME, applied
+from schedspec.proofs.runs.every_n import EVERY_N, prove_every_n
+from schedspec.proofs.runs.prove import check
+from schedspec.spec.invariants.catalogue import BY_NAME as INVARIANTS
+
+RULE_MUTANTS = [
+    "Z4-min-tokens-first",
+    "Z10-admit-after-preemption",
+    "Z13-length-before-stop",
+    "stop-at-L-off-by-one",
+    "threshold-off-by-one",
+    "budget-off-by-one",
+    "blocks-off-by-one",
+    "wrong-victim",
+]
+
+
+@pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
+def test_the_bounded_proof_agrees_up_to_eight(fcfs):
+    for name in EVERY_N:
+        assert prove_every_n(name, fcfs).verdict == "proved"
+        for n in range(1, 9):
+            assert check(INVARIANTS[name], n, fcfs, 600, reuse=True).verdict == "proved", (name, n)
+
+
+@pytest.mark.parametrize("mutant", RULE_MUTANTS)
+def test_under_each_rule_mutant_the_two_proofs_agree(mutant):
+    refuted = 0
+    with applied(BY_NAME[mutant]):
+        for fcfs in (True, False):
+            for name in EVERY_N:
+                bounded = next(
+                    (r for n in (1, 2, 3) if (r := check(INVARIANTS[name], n, fcfs, 600)).verdict != "proved"), None
+                )
+                every = prove_every_n(name, fcfs, 600)
+                if bounded is not None:
+                    refuted += 1
+                    assert bounded.verdict == "violated", (mutant, name, bounded)
+                    assert every.verdict == "violated" and every.counterexample is not None, (mutant, name, every)
+                else:
+                    assert every.verdict in ("proved", "unknown"), (mutant, name, every)
+    expected = {"budget-off-by-one": 2, "Z10-admit-after-preemption": 2}
+    assert refuted == expected.get(mutant, 0)
