@@ -113,9 +113,7 @@ def shape_facts(c: Any, g: ev.Globals, x: ev.Request) -> list[Any]:
         implies(and_(g.owner == x.ident, x.trying), _and(x.turn_n > 0, x.turn_n <= g.budget)),
         implies(and_(x.running0, not_(x.popped)), not_(x.in_wait)),
         # Until its update, a running request not popped is where the step found it, with its C.
-        implies(
-            and_(x.running0, not_(x.popped), not_(x.updated)), _and(x.in_run, x.C == x.slot.num_computed_tokens)
-        ),
+        implies(and_(x.running0, not_(x.popped), not_(x.updated)), _and(x.in_run, x.C == x.slot.num_computed_tokens)),
         implies(and_(not_(x.running0), not_(x.admitted), not_(x.updated)), x.in_wait),
         implies(x.popped, g.pops >= 1),
         implies(and_(x.popped, x.admitted), rules.waiting_pass_allowed(g.pops)),  # Z10 is what allows it
