@@ -61,23 +61,20 @@ class Globals:
     H: Any  # ghost: sum of blocks held
     R: Any  # ghost: how many are in `running`
     A: Any  # ghost: how many were admitted
+    # The waiting pass's walk, in queue order: the key of the last request it reached, whether it has reached
+    # any, and the key of the first it did not admit (after which it admits nobody).
+    cursor: Any = 0
+    started: Any = False
+    stopped: Any = False
+    stop_key: Any = 0
 
     @classmethod
     def fresh(cls, tag: str) -> Globals:
-        i, b = (lambda n: z3.Int(f"{tag}_{n}")), (lambda n: z3.Bool(f"{tag}_{n}"))
+        i, b, r = (lambda n: z3.Int(f"{tag}_{n}")), (lambda n: z3.Bool(f"{tag}_{n}")), (lambda n: z3.Real(f"{tag}_{n}"))
         return cls(
-            i("budget"),
-            i("free"),
-            i("pops"),
-            b("active"),
-            b("go"),
-            i("phase"),
-            i("owner"),
-            i("U"),
-            i("H"),
-            i("R"),
-            i("A"),
-        )
+            i("budget"), i("free"), i("pops"), b("active"), b("go"), i("phase"), i("owner"), i("U"), i("H"), i("R"),
+            i("A"), r("cursor"), b("started"), b("stopped"), r("stop_key"),
+        )  # fmt: skip
 
 
 @dataclass
@@ -102,6 +99,9 @@ class Request:
     updated: Any
     finished: Any
     T: Any  # num_tokens after its update
+    key0: Any = 0  # its place in `waiting` when the step began (waiting requests)
+    key: Any = 0  # its place in `waiting` now, as a real: a victim goes in front (FCFS) or anywhere (PRIORITY)
+    processed: Any = False  # the waiting pass has reached it
     extra: dict[str, Any] = field(default_factory=dict)  # the update's verdicts (`_update_slot`'s Post row)
 
     @classmethod
@@ -110,7 +110,7 @@ class Request:
         return cls(
             slot, i("id"), b("running0"), b("in_run"), b("in_wait"), b("sched"), i("n"), b("popped"), b("admitted"),
             i("C"), i("blocks"), b("turned"), b("trying"), i("turn_n"), i("turn_need"), b("updated"), b("finished"),
-            i("T"),
+            i("T"), i("key0"), z3.Real(f"{tag}_key"), b("processed"),
         )  # fmt: skip
 
 
@@ -156,8 +156,18 @@ def pop(c: Config, g: Globals, x: Request, fcfs_pops_tail: bool = True) -> tuple
         H=g.H - x.blocks + st.blocks[0],
         R=g.R - 1,
     )
+    # FCFS prepends (the last victim first); PRIORITY pushes into the heap, at a place the lemmas leave free.
+    key = z3.ToReal(-1 - g.pops) if c.fcfs else z3.FreshReal("victim_key")
     x2 = replace(
-        x, in_run=st.in_run[0], in_wait=True, sched=st.sched[0], n=st.n[0], popped=True, C=st.C[0], blocks=st.blocks[0]
+        x,
+        in_run=st.in_run[0],
+        in_wait=True,
+        sched=st.sched[0],
+        n=st.n[0],
+        popped=True,
+        C=st.C[0],
+        blocks=st.blocks[0],
+        key=key,
     )
     return guard, g2, x2
 
@@ -191,12 +201,15 @@ def allocate(c: Config, g: Globals, x: Request) -> tuple[Any, Globals, Request]:
 def enter_waiting(g: Globals) -> tuple[Any, Globals]:
     """The running pass is over; the waiting pass runs only if `rules.waiting_pass_allowed` (Z10)."""
     guard = and_(g.phase == RUNNING, g.owner == NOBODY)
-    return guard, replace(g, phase=WAITING, go=rules.waiting_pass_allowed(g.pops))
+    return guard, replace(g, phase=WAITING, go=rules.waiting_pass_allowed(g.pops), started=False, stopped=False)
 
 
 def admit(c: Config, g: Globals, x: Request, thr: Any) -> tuple[Any, Globals, Request]:
-    """x at the head of `waiting`: admitted if the pass goes on and every gate of `size_admission` passes."""
-    guard = and_(g.phase == WAITING, x.in_wait)
+    """x at the head of `waiting`: admitted if the pass goes on and every gate of `size_admission` passes.
+
+    The walk goes in queue order: x's key is past the last one reached, and (what `every_n` adds to the frame
+    lemma) below every other request still waiting and not reached."""
+    guard = and_(g.phase == WAITING, x.in_wait, not_(x.processed), or_(not_(g.started), x.key > g.cursor))
     pre, st = _one_slot(c, x, g)
     gates, n_p, need, _ = size_admission(
         c, [x.slot], [True], x.slot.num_tokens, x.C, x.blocks, g.free, g.budget, thr, g.R, False, False, []
@@ -211,9 +224,14 @@ def admit(c: Config, g: Globals, x: Request, thr: Any) -> tuple[Any, Globals, Re
         H=g.H + ite(go, need, 0),
         R=g.R + ite(go, 1, 0),
         A=g.A + ite(go, 1, 0),
+        cursor=x.key,
+        started=True,
+        stopped=or_(g.stopped, not_(go)),
+        stop_key=ite(and_(not_(g.stopped), not_(go)), x.key, g.stop_key),
     )
     x2 = replace(
         x,
+        processed=True,
         admitted=or_(x.admitted, go),
         in_run=or_(x.in_run, go),
         in_wait=and_(x.in_wait, not_(go)),

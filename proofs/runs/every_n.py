@@ -54,6 +54,7 @@ from .prove import BLOCK_SIZE, Result, check
 EVERY_N = (
     "owed-nonnegative",
     "budget-conservation",
+    "no-starvation-after-prepend",
     "no-admission-after-preemption",
     "block-conservation",
     "scheduled-subset-running",
@@ -132,6 +133,17 @@ def shape_facts(c: Any, g: ev.Globals, x: ev.Request) -> list[Any]:
         implies(and_(x.updated, x.in_run), x.blocks == _blocks_for(c, x.C)),
         implies(and_(x.in_wait, not_(x.popped)), _and(x.C == 0, x.blocks == 0)),
         implies(and_(g.owner == x.ident, x.trying, x.in_run), x.blocks + x.turn_need == _blocks_for(c, x.C + x.turn_n)),
+        # The queue: a waiting request keeps its place; FCFS victims go in front of everyone who waited.
+        implies(not_(x.running0), x.key0 >= 0),
+        implies(and_(not_(x.running0), not_(x.popped)), x.key == z3.ToReal(x.key0)),
+        implies(x.popped, x.key < 0) if c.fcfs else True,
+        # The waiting pass walks the queue in order, and admits a prefix of what it reaches.
+        implies(g.phase == ev.RUNNING, _and(not_(g.started), not_(g.stopped), not_(x.processed))),
+        implies(g.stopped, _and(g.started, g.stop_key <= g.cursor, not_(g.go))),
+        implies(x.processed, _and(g.started, x.key <= g.cursor)),
+        implies(and_(g.started, x.in_wait, not_(x.processed), not_(x.updated)), x.key > g.cursor),
+        implies(x.admitted, _and(x.processed, implies(g.stopped, x.key < g.stop_key))),
+        implies(and_(x.processed, not_(x.admitted)), _and(g.stopped, g.stop_key <= x.key)),
     ]
 
 
@@ -180,7 +192,7 @@ def _row(x: ev.Request, tag: str) -> Row:
         pre_preempted=and_(not_(x.running0), s.preempted),
         # Positions are not modelled: any value, of the right sign (-1 means not in that queue).
         pre_run_pos=ite(x.running0, z3.Abs(z3.Int(f"{tag}_pre_run_pos")), -1),
-        pre_wait_pos=ite(x.running0, -1, z3.Abs(z3.Int(f"{tag}_pre_wait_pos"))),
+        pre_wait_pos=ite(x.running0, -1, x.key0),
         pre_num_computed_tokens=s.num_computed_tokens,
         pre_num_tokens=s.num_tokens,
         pre_num_blocks=s.num_blocks,
@@ -192,7 +204,7 @@ def _row(x: ev.Request, tag: str) -> Row:
         post_running=x.in_run,
         post_waiting=x.in_wait,
         post_run_pos=ite(x.in_run, z3.Abs(z3.Int(f"{tag}_post_run_pos")), -1),
-        post_wait_pos=ite(x.in_wait, z3.Abs(z3.Int(f"{tag}_post_wait_pos")), -1),
+        post_wait_pos=ite(x.in_wait, x.key + BIG, -1),  # the order of the keys, shifted to >= 0
         post_num_computed_tokens=x.C,
         post_num_tokens=x.T,
         post_num_blocks=x.blocks,
@@ -228,7 +240,10 @@ def _view(pre: Any, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = F
     )
 
 
-SUMS = ("budget-conservation", "block-conservation")  # the predicates that add a count over the rows
+SUMS = ("budget-conservation", "block-conservation")
+BIG = z3.Real(
+    "big"
+)  # above minus every key in a run: the queue's positions are the keys shifted by it  # the predicates that add a count over the rows
 
 
 def goal(name: str, pre: Any, g: ev.Globals, free0: Any, x: ev.Request, y: ev.Request) -> Any:
@@ -279,6 +294,8 @@ def model(fcfs: bool, release: str) -> Model:
     y = ev.Request.fresh("y", pre_y.slots[0])
     facts += [x.running0 == pre_x.running(0), y.running0 == pre_y.running(0), x.ident != y.ident]
     facts += [x.ident != ev.NOBODY, y.ident != ev.NOBODY]
+    facts += [implies(and_(not_(x.running0), not_(y.running0)), x.key0 != y.key0)]  # one place each in `waiting`
+    facts += [implies(not_(r.running0), r.key0 >= 0) for r in (x, y)]
     thr = z3.Int("threshold")  # any threshold: the real one (rules.effective_threshold) is one of them
     return Model(pre_x, x, y, ev.Globals.fresh("g"), thr, z3.Int("free0"), facts + [thr >= 0])
 
@@ -302,6 +319,8 @@ def _start(m: Model, x: ev.Request) -> ev.Request:
         updated=False,
         finished=False,
         T=s.num_tokens,
+        key=z3.ToReal(x.key0),
+        processed=False,
     )
 
 
@@ -323,7 +342,8 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     tail = fcfs_pops_tail()
     g0 = ev.Globals(
         budget=c.token_budget, free=m.free0, pops=0, active=True, go=False, phase=ev.RUNNING, owner=ev.NOBODY,
-        U=0, H=c.num_usable_blocks - m.free0, R=g.R, A=0,
+        U=0, H=c.num_usable_blocks - m.free0, R=g.R, A=0, cursor=g.cursor, started=False, stopped=False,
+        stop_key=g.stop_key,
     )  # fmt: skip
     x0 = _start(m, x)
     start = [m.free0 >= 0, m.free0 <= c.num_usable_blocks, implies(x.running0, g.R >= 1), g.R >= 0]
@@ -341,7 +361,10 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
         # Not vacuous: some state satisfying the loop invariant takes this event (a model is wanted, `sat`).
         out.append((f"{event}: reachable", hyp + [_b(guard), _b(getattr(x2, WITNESS[event]))]))
         out.append((f"{event}: own", hyp + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x2)))]))
-        out.append((f"{event}: frame", hyp + [_b(guard), z3.Not(J(g2, y))]))
+        # The waiting pass reaches the head first: y, waiting and not reached, is behind x (an instance, at y, of
+        # the real guard "x's key is the least of those not reached").
+        head = [implies(and_(y.in_wait, not_(y.processed)), y.key > x.key)] if event == "admit" else []
+        out.append((f"{event}: frame", hyp + head + [_b(guard), z3.Not(J(g2, y))]))
     for phase, fn2 in (("enter_waiting", ev.enter_waiting), ("enter_update", ev.enter_update)):
         guard, g2 = fn2(g)
         out.append((f"{phase}", hyp + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x)))]))
@@ -351,7 +374,7 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     else:  # a request's row after the step is its update applied to it as the waiting pass left it
         _, g1, x1 = ev.update(c, g, x)
         _, g2, y1 = ev.update(c, g1, y)
-        before = [g.phase == ev.UPDATE, not_(x.updated), not_(y.updated)]
+        before = [g.phase == ev.UPDATE, not_(x.updated), not_(y.updated), BIG + x.key >= 0, BIG + y.key >= 0]
         out.append(("exit", hyp + before + [z3.Not(goal(name, m.pre, g2, m.free0, x1, y1))]))
     return sorted(out, key=lambda o: not o[0].endswith("reachable"))  # not vacuous, first: then the lemmas
 

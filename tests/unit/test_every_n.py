@@ -99,6 +99,20 @@ def test_a_sum_read_on_one_row_beside_the_lumped_rest_is_the_sum_over_the_rows(n
     assert _valid(holds(view) == z3.And(*per_row), well_formed(pre))
 
 
+def test_a_victim_appended_instead_of_prepended_breaks_no_starvation(monkeypatch):
+    """The queue's keys are what no-starvation-after-prepend is proved from: put an FCFS victim at the back
+    (vLLM's append-not-prepend bug) and the proof for every N no longer goes through."""
+    pop = every_n.ev.pop
+
+    def appended(c, g, x, tail=True):
+        guard, g2, x2 = pop(c, g, x, tail)
+        return guard, g2, dataclasses.replace(x2, key=z3.FreshReal("back"))
+
+    monkeypatch.setattr(every_n.ev, "pop", appended)
+    r = every_n.prove_every_n("no-starvation-after-prepend", True)
+    assert r.verdict != "proved", r
+
+
 def test_an_fcfs_victim_is_the_tail_unless_a_mutant_says_otherwise():
     assert every_n.fcfs_pops_tail()
     with applied(MUTANTS["wrong-victim"]):
