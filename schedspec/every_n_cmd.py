@@ -5,7 +5,8 @@ none vacuous), `violated` (a lemma failed and the bounded proof found a real
 counterexample at small N, replayed on the reference and written to --out),
 `unknown` (Z3 gave up, or a counterexample to induction with no real
 counterexample behind it), or `error` (a lemma's hypotheses admit no state).
-Exit status as `schedspec prove`: 0 when every cell is proved (or, with
+A victim invariant of one policy is `n/a` under the other. Exit status as
+`schedspec prove`: 0 when every cell is proved or n/a (or, with
 --allow-unknown, unknown), 1 otherwise, 2 on bad input.
 """
 
@@ -28,6 +29,7 @@ MARK = {
     "unconfirmed": "[magenta]unconfirmed",
     "unknown": "[yellow]unknown",
     "error": "[red]error",
+    "n/a": "[dim]n/a",
 }
 
 

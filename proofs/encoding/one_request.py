@@ -100,6 +100,7 @@ class Request:
     finished: Any
     T: Any  # num_tokens after its update
     key0: Any = 0  # its place in `waiting` when the step began (waiting requests)
+    rpos0: Any = 0  # its place in `running` when the step began (running requests)
     key: Any = 0  # its place in `waiting` now, as a real: a victim goes in front (FCFS) or anywhere (PRIORITY)
     processed: Any = False  # the waiting pass has reached it
     extra: dict[str, Any] = field(default_factory=dict)  # the update's verdicts (`_update_slot`'s Post row)
@@ -110,7 +111,7 @@ class Request:
         return cls(
             slot, i("id"), b("running0"), b("in_run"), b("in_wait"), b("sched"), i("n"), b("popped"), b("admitted"),
             i("C"), i("blocks"), b("turned"), b("trying"), i("turn_n"), i("turn_need"), b("updated"), b("finished"),
-            i("T"), i("key0"), z3.Real(f"{tag}_key"), b("processed"),
+            i("T"), i("key0"), i("rpos0"), z3.Real(f"{tag}_key"), b("processed"),
         )  # fmt: skip
 
 

@@ -43,11 +43,12 @@ from typing import Any
 import z3
 
 from ...reference_impl import rules
-from ...spec.arith import and_, cdiv, implies, ite, min_, not_
+from ...spec.arith import and_, cdiv, implies, ite, min_, not_, or_
 from ...spec.invariants.catalogue import BY_NAME
 from ...spec.invariants.views import Row, StepView
 from ...spec.versions import DEFAULT_RELEASE
 from ..encoding import one_request as ev
+from ..encoding.order import key_eq, key_gt
 from ..encoding.symbolic import _caching, _globals, fresh, state_view, well_formed
 from .prove import BLOCK_SIZE, Result, check
 
@@ -66,7 +67,11 @@ EVERY_N = (
     "running-owes-tokens",
     "computed-behind-known-tokens",
     "no-decode-past-max-tokens",
+    "fcfs-victim-is-latest",
+    "priority-victim-is-least-important",
 )
+# An invariant of one policy holds trivially under the other (its predicate says so): the cell is n/a there.
+POLICY_ONLY = {"fcfs-victim-is-latest": "fcfs", "priority-victim-is-least-important": "priority"}
 PER_REQUEST = (
     "owed-nonnegative",
     "blocks-match-tokens",
@@ -168,6 +173,29 @@ def _no_global_part(c: Any, g: ev.Globals) -> Any:
     return True  # a per-request invariant: J_X alone carries it
 
 
+def _victims_pair(c: Any, x: ev.Request, y: ev.Request) -> Any:
+    """Of two requests, when x is a victim: PRIORITY, y still running has a key no larger; FCFS, y behind x in the
+    old running order is a victim too. Preserved by a pop of x because the pop's guard, instantiated at y
+    (`victim_instance`), says x is the policy's pick among those running."""
+    if c.fcfs:
+        return implies(and_(x.popped, y.running0, y.rpos0 > x.rpos0), y.popped)
+    return implies(and_(x.popped, y.in_run), or_(key_gt(x.slot, y.slot), key_eq(x.slot, y.slot)))
+
+
+def victim_instance(c: Any, x: ev.Request, y: ev.Request, tail: bool) -> Any:
+    """The victim rule's guard for popping x, instantiated at another request y: x is the policy's pick among
+    those in `running` (PRIORITY: the first maximum of the victim key; FCFS: the tail, when the rule pops it)."""
+    if c.fcfs:
+        return implies(y.in_run, y.rpos0 < x.rpos0) if tail else True
+    return implies(y.in_run, or_(key_gt(x.slot, y.slot), key_eq(x.slot, y.slot)))
+
+
+PAIR_PARTS: dict[str, Callable[[Any, ev.Request, ev.Request], Any]] = {
+    "fcfs-victim-is-latest": _victims_pair,
+    "priority-victim-is-least-important": _victims_pair,
+}
+
+
 GLOBAL_PARTS: dict[str, Callable[[Any, ev.Globals], Any]] = {
     "budget-conservation": _budget,
     "no-admission-after-preemption": _admission,
@@ -191,7 +219,7 @@ def _row(x: ev.Request, tag: str) -> Row:
         pre_waiting=not_(x.running0),
         pre_preempted=and_(not_(x.running0), s.preempted),
         # Positions are not modelled: any value, of the right sign (-1 means not in that queue).
-        pre_run_pos=ite(x.running0, z3.Abs(z3.Int(f"{tag}_pre_run_pos")), -1),
+        pre_run_pos=ite(x.running0, x.rpos0, -1),
         pre_wait_pos=ite(x.running0, -1, x.key0),
         pre_num_computed_tokens=s.num_computed_tokens,
         pre_num_tokens=s.num_tokens,
@@ -279,25 +307,44 @@ class Model:
     g: ev.Globals
     thr: Any
     free0: Any
-    facts: list[Any] = field(default_factory=list)
+    facts: list[Any] = field(default_factory=list)  # x's pre-state, and the config
+    y_facts: list[Any] = field(default_factory=list)  # y's pre-state, and how x and y differ
 
 
 def model(fcfs: bool, release: str) -> Model:
     pre_x = fresh(1, fcfs, BLOCK_SIZE, prefix="x_", release=release)
     pre_y = fresh(1, fcfs, BLOCK_SIZE, prefix="y_", release=release)
     pre_y.config = pre_x.config
-    facts = well_formed(pre_x) + well_formed(pre_y)
-    for p in (pre_x, pre_y):
-        view = state_view(p)
-        facts += [BY_NAME[n].holds(view) for n in PER_REQUEST]
     x = ev.Request.fresh("x", pre_x.slots[0])
     y = ev.Request.fresh("y", pre_y.slots[0])
-    facts += [x.running0 == pre_x.running(0), y.running0 == pre_y.running(0), x.ident != y.ident]
-    facts += [x.ident != ev.NOBODY, y.ident != ev.NOBODY]
-    facts += [implies(and_(not_(x.running0), not_(y.running0)), x.key0 != y.key0)]  # one place each in `waiting`
-    facts += [implies(not_(r.running0), r.key0 >= 0) for r in (x, y)]
     thr = z3.Int("threshold")  # any threshold: the real one (rules.effective_threshold) is one of them
-    return Model(pre_x, x, y, ev.Globals.fresh("g"), thr, z3.Int("free0"), facts + [thr >= 0])
+    facts_of = []
+    for r, p in ((x, pre_x), (y, pre_y)):
+        own = well_formed(p) + [BY_NAME[n].holds(state_view(p)) for n in PER_REQUEST]
+        facts_of.append(
+            own
+            + [
+                r.running0 == p.running(0),
+                r.ident != ev.NOBODY,
+                implies(not_(r.running0), r.key0 >= 0),
+                implies(r.running0, r.rpos0 >= 0),
+            ]
+        )
+    pair = [
+        x.ident != y.ident,
+        implies(and_(not_(x.running0), not_(y.running0)), x.key0 != y.key0),  # one place each in `waiting`
+        implies(and_(x.running0, y.running0), x.rpos0 != y.rpos0),  # ... and in `running`
+    ]
+    return Model(
+        pre_x,
+        x,
+        y,
+        ev.Globals.fresh("g"),
+        thr,
+        z3.Int("free0"),
+        facts_of[0] + [thr >= 0],
+        facts_of[1] + pair,
+    )
 
 
 def _start(m: Model, x: ev.Request) -> ev.Request:
@@ -355,27 +402,39 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
         "admit": lambda gg, xx: ev.admit(c, gg, xx, m.thr),
         "update": lambda gg, xx: ev.update(c, gg, xx),
     }
-    hyp = m.facts + [JG(c, g), J(g, x), J(g, y)]
+    # The own lemmas and the phase changes speak of x alone: with one request there is no y. The frame lemma and
+    # the pairwise exit have y as their subject.
+    own = m.facts + [JG(c, g), J(g, x)]
+    hyp = own + m.y_facts + [J(g, y)]
+    JP = PAIR_PARTS.get(name)
+    pair = [JP(c, x, y), JP(c, y, x)] if JP is not None else []
+    if JP is not None:
+        y0 = _start(m, y)
+        out.append(("init: pair", m.facts + m.y_facts + [z3.Not(_and(JP(c, x0, y0), JP(c, y0, x0)))]))
     for event, fn in events.items():
         guard, g2, x2 = fn(g, x)
         # Not vacuous: some state satisfying the loop invariant takes this event (a model is wanted, `sat`).
-        out.append((f"{event}: reachable", hyp + [_b(guard), _b(getattr(x2, WITNESS[event]))]))
-        out.append((f"{event}: own", hyp + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x2)))]))
+        out.append((f"{event}: reachable", own + [_b(guard), _b(getattr(x2, WITNESS[event]))]))
+        out.append((f"{event}: own", own + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x2)))]))
         # The waiting pass reaches the head first: y, waiting and not reached, is behind x (an instance, at y, of
         # the real guard "x's key is the least of those not reached").
         head = [implies(and_(y.in_wait, not_(y.processed)), y.key > x.key)] if event == "admit" else []
         out.append((f"{event}: frame", hyp + head + [_b(guard), z3.Not(J(g2, y))]))
+        if JP is not None:  # the pair part, both ways round; an event on a third request changes neither
+            pick = [victim_instance(c, x, y, tail)] if event == "pop" else []
+            kept = _and(JP(c, x2, y), JP(c, y, x2))
+            out.append((f"{event}: pair", hyp + pair + pick + [_b(guard), z3.Not(kept)]))
     for phase, fn2 in (("enter_waiting", ev.enter_waiting), ("enter_update", ev.enter_update)):
         guard, g2 = fn2(g)
-        out.append((f"{phase}", hyp + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x)))]))
+        out.append((f"{phase}", own + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x)))]))
     if name in SUMS:  # a sum is read when every request has been updated: the ghosts then are the totals
-        done = [g.phase == ev.UPDATE, x.updated, y.updated]
-        out.append(("exit", hyp + done + [z3.Not(goal(name, m.pre, g, m.free0, x, y))]))
+        done = [g.phase == ev.UPDATE, x.updated]
+        out.append(("exit", own + done + [z3.Not(goal(name, m.pre, g, m.free0, x, y))]))
     else:  # a request's row after the step is its update applied to it as the waiting pass left it
         _, g1, x1 = ev.update(c, g, x)
         _, g2, y1 = ev.update(c, g1, y)
         before = [g.phase == ev.UPDATE, not_(x.updated), not_(y.updated), BIG + x.key >= 0, BIG + y.key >= 0]
-        out.append(("exit", hyp + before + [z3.Not(goal(name, m.pre, g2, m.free0, x1, y1))]))
+        out.append(("exit", hyp + pair + before + [z3.Not(goal(name, m.pre, g2, m.free0, x1, y1))]))
     return sorted(out, key=lambda o: not o[0].endswith("reachable"))  # not vacuous, first: then the lemmas
 
 
@@ -386,7 +445,7 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
 class EveryN:
     invariant: str
     policy: str
-    verdict: str  # proved | violated (a bounded counterexample, replayed) | unconfirmed | unknown | error (vacuous)
+    verdict: str  # proved | violated (a bounded counterexample, replayed) | unconfirmed | unknown | error | n/a
     seconds: float
     queries: int
     detail: str = ""
@@ -400,6 +459,8 @@ def prove_every_n(
     looks for a real one at small N (replayed on the reference); one that is unknown makes the cell unknown."""
     t0 = time.perf_counter()
     policy = "fcfs" if fcfs else "priority"
+    if POLICY_ONLY.get(name, policy) != policy:
+        return EveryN(name, policy, "n/a", 0.0, 0, f"an invariant of {POLICY_ONLY[name].upper()} only")
     obligations_ = obligations(model(fcfs, release), name)
     for label, facts in obligations_:
         s = z3.Solver()
