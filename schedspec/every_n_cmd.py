@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .outdir import OutDir
+from .proofs.runs.every_n import EveryN
 from .spec.errors import SpecError
 
 MARK = {
@@ -33,8 +34,46 @@ MARK = {
 }
 
 
+def run_and_print(names: list[str], policies: list[str], args: argparse.Namespace, console: Console) -> list[EveryN]:
+    """The proofs for every N of `names`, under `args.mutant` if any, printed as one table."""
+    from .proofs.runs.every_n import run
+
+    if args.mutant:
+        from .mutants import BY_NAME as MUTANTS, applied
+
+        if args.mutant not in MUTANTS:
+            raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
+        planted: contextlib.AbstractContextManager[object] = applied(MUTANTS[args.mutant])
+    else:
+        planted = contextlib.nullcontext()
+    t0 = time.perf_counter()
+    with planted:
+        results = run(names, policies, args.timeout, args.vllm_version)
+    table = Table(
+        title="Each invariant proved for every number of requests (proofs/runs/every_n.py)"
+        + (f" at vLLM {args.vllm_version}" if args.vllm_version != "0.33.0" else "")
+        + (f" (mutant {args.mutant})" if args.mutant else "")
+    )
+    for col in ("invariant", "policy", "verdict", "time", "queries", "detail"):
+        table.add_column(col, justify="right" if col in ("time", "queries") else "left")
+    for r in results:
+        table.add_row(r.invariant, r.policy, MARK[r.verdict], f"{r.seconds:.2f}s", str(r.queries), r.detail)
+    console.print(table)
+    counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
+    console.print(
+        f"{len(results)} cells for every N in {time.perf_counter() - t0:.1f} s: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+    )
+    return results
+
+
+def failed(results: list[EveryN], allow_unknown: bool) -> bool:
+    bad = sum(1 for r in results if r.verdict in ("violated", "unconfirmed", "error"))
+    return bool(bad or (not allow_unknown and any(r.verdict == "unknown" for r in results)))
+
+
 def cmd_every_n(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.runs.every_n import EVERY_N, run
+    from .proofs.runs.every_n import EVERY_N
     from .proofs.runs.report import write_state_counterexample
 
     names = list(dict.fromkeys(args.invariant or EVERY_N))
@@ -47,28 +86,7 @@ def cmd_every_n(args: argparse.Namespace, console: Console) -> int:
     created = not os.path.exists(args.out)
     out = OutDir(args.out, args.force, "--out", "prove")
     out.prepare(patterns=["proof-*.json"])
-    t0 = time.perf_counter()
-    if args.mutant:
-        from .mutants import BY_NAME as MUTANTS, applied
-
-        if args.mutant not in MUTANTS:
-            raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
-        planted: contextlib.AbstractContextManager[object] = applied(MUTANTS[args.mutant])
-    else:
-        planted = contextlib.nullcontext()
-    with planted:
-        results = run(names, policies, args.timeout, args.vllm_version)
-    elapsed = time.perf_counter() - t0
-    table = Table(
-        title="Each invariant proved for every number of requests (proofs/runs/every_n.py)"
-        + (f" at vLLM {args.vllm_version}" if args.vllm_version != "0.33.0" else "")
-        + (f" (mutant {args.mutant})" if args.mutant else "")
-    )
-    for col in ("invariant", "policy", "verdict", "time", "queries", "detail"):
-        table.add_column(col, justify="right" if col in ("time", "queries") else "left")
-    for r in results:
-        table.add_row(r.invariant, r.policy, MARK[r.verdict], f"{r.seconds:.2f}s", str(r.queries), r.detail)
-    console.print(table)
+    results = run_and_print(names, policies, args, console)
     written = []
     for r in results:
         cx = r.counterexample
@@ -81,9 +99,4 @@ def cmd_every_n(args: argparse.Namespace, console: Console) -> int:
     else:
         with contextlib.suppress(OSError):
             os.rmdir(args.out)
-    counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
-    console.print(f"{len(results)} cells in {elapsed:.1f} s: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
-    failed = counts["violated"] + counts["unconfirmed"] + counts["error"]
-    if failed or (counts["unknown"] and not args.allow_unknown):
-        return 1
-    return 0
+    return 1 if failed(results, args.allow_unknown) else 0

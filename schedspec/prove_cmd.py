@@ -135,6 +135,8 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         jobs = lambda n, invariants, policies, timeout_s, mutant: core_jobs(  # noqa: E731
             n, invariants, policies, timeout_s, mutant, release=args.vllm_version
         )
+    # The default run (no bound given, no feature) ends with the proofs for every N: they take seconds.
+    with_every_n = args.max_requests is None and not args.feature
     if args.max_requests is None:
         args.max_requests = 4 if args.feature else 8
     names = _check_args(args)
@@ -190,7 +192,16 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
     )
-    return _verdict(counts, args.allow_unknown)
+    status = _verdict(counts, args.allow_unknown)
+    if with_every_n:
+        from .every_n_cmd import failed, run_and_print
+        from .proofs.runs.every_n import EVERY_N
+
+        chosen = [n for n in names if n in EVERY_N]
+        if chosen and failed(run_and_print(chosen, policies, args, console), args.allow_unknown):
+            progress("prove", "FAILED: a proof for every N did not go through (the table above says which)")
+            status = 1
+    return status
 
 
 def _verdict(counts: dict[str, int], allow_unknown: bool) -> int:

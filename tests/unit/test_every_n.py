@@ -129,3 +129,20 @@ def test_an_fcfs_victim_is_the_tail_unless_a_mutant_says_otherwise():
     assert every_n.fcfs_pops_tail()
     with applied(MUTANTS["wrong-victim"]):
         assert not every_n.fcfs_pops_tail()
+
+
+def test_the_default_prove_run_ends_with_the_proofs_for_every_n(tmp_path, capsys):
+    from schedspec.cli import main
+
+    argv = ["prove", "--invariant", "no-admission-after-preemption", "--policy", "fcfs", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "8 checks in" in out and "1 cells for every N" in out and "1 proved" in out
+
+
+def test_every_n_names_the_invariants_it_has_proofs_for(capsys):
+    from schedspec.cli import main
+
+    assert main(["prove", "--every-n", "--invariant", "seqs-limit"]) == 2
+    err = capsys.readouterr().err
+    assert "seqs-limit" in err and "no-starvation-after-prepend" in err and "Traceback" not in err
