@@ -69,6 +69,7 @@ EVERY_N = (
     "no-decode-past-max-tokens",
     "fcfs-victim-is-latest",
     "priority-victim-is-least-important",
+    "skipped-keep-order",
 )
 # An invariant of one policy holds trivially under the other (its predicate says so): the cell is n/a there.
 POLICY_ONLY = {"fcfs-victim-is-latest": "fcfs", "priority-victim-is-least-important": "priority"}
