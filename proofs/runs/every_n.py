@@ -43,13 +43,14 @@ from typing import Any
 import z3
 
 from ...reference_impl import rules
-from ...spec.arith import and_, cdiv, implies, ite, min_, not_, or_
+from ...spec.arith import and_, implies, not_
 from ...spec.invariants.catalogue import BY_NAME
-from ...spec.invariants.views import Row, StepView
 from ...spec.versions import DEFAULT_RELEASE
 from ..encoding import one_request as ev
-from ..encoding.order import key_eq, key_gt
-from ..encoding.symbolic import _caching, _globals, fresh, state_view, well_formed
+from ..encoding.symbolic import fresh, state_view, well_formed
+from . import every_n_loop as loop
+from .every_n_goal import BIG, SUMS, goal
+from .every_n_loop import GLOBAL_PARTS, PAIR_PARTS, _and, _b, _no_global_part
 from .prove import BLOCK_SIZE, Result, check
 
 EVERY_N = (
@@ -82,209 +83,6 @@ PER_REQUEST = (
     "computed-behind-known-tokens",
 )
 BOUNDED_SEARCH = 3  # a failed lemma: the bounded proof looks for a real counterexample at N = 1 .. this
-
-
-def _b(x: Any) -> Any:
-    return z3.BoolVal(x) if isinstance(x, bool) else x
-
-
-def _and(*xs: Any) -> Any:
-    return z3.And(*[_b(x) for x in xs])
-
-
-# ---- the loop invariants: per invariant, (J_G, J_X) ------------------------------------------------------
-
-
-def _shape(c: Any, g: ev.Globals, x: ev.Request) -> Any:
-    """What every J_X says: where x is, and what its turn and grant look like; the globals' own ranges."""
-    return _and(*shape_facts(c, g, x))
-
-
-def shape_facts(c: Any, g: ev.Globals, x: ev.Request) -> list[Any]:
-    return [
-        g.pops >= 0,
-        g.A >= 0,
-        z3.Or(g.phase == ev.RUNNING, g.phase == ev.WAITING, g.phase == ev.UPDATE),
-        implies(and_(g.go, g.phase == ev.WAITING), rules.waiting_pass_allowed(g.pops)),
-        z3.Not(_and(x.in_run, x.in_wait)),
-        implies(and_(x.popped, not_(x.admitted)), _and(not_(x.in_run), x.C == 0, x.blocks == 0, not_(x.sched))),
-        implies(and_(x.popped, not_(x.updated), not_(x.admitted)), x.in_wait),
-        implies(not_(x.sched), x.n == 0),
-        implies(x.sched, x.n > 0),
-        implies(and_(x.running0, not_(x.turned)), not_(x.sched)),
-        implies(not_(x.running0), x.turned),
-        implies(and_(not_(x.running0), not_(x.admitted)), _and(not_(x.popped), not_(x.sched), not_(x.in_run))),
-        implies(x.admitted, _and(g.phase != ev.RUNNING, x.sched, g.A >= 1)),
-        implies(and_(x.admitted, not_(x.updated)), _and(x.C == 0, x.in_run)),
-        implies(g.owner == x.ident, _and(x.running0, not_(x.turned), g.phase == ev.RUNNING)),
-        implies(and_(g.owner == x.ident, x.trying), _and(x.turn_n > 0, x.turn_n <= g.budget)),
-        implies(and_(x.running0, not_(x.popped)), not_(x.in_wait)),
-        # Until its update, a running request not popped is where the step found it, with its C.
-        implies(and_(x.running0, not_(x.popped), not_(x.updated)), _and(x.in_run, x.C == x.slot.num_computed_tokens)),
-        implies(and_(not_(x.running0), not_(x.admitted), not_(x.updated)), x.in_wait),
-        implies(x.popped, g.pops >= 1),
-        implies(and_(x.popped, x.admitted), rules.waiting_pass_allowed(g.pops)),  # Z10 is what allows it
-        implies(g.phase != ev.UPDATE, not_(x.updated)),
-        implies(not_(x.updated), _and(not_(x.finished), x.T == x.slot.num_tokens)),
-        implies(x.finished, _and(x.blocks == 0, not_(x.in_run), not_(x.in_wait))),
-        x.blocks >= 0,
-        x.turn_need >= 0,
-        x.C >= 0,
-        implies(not_(x.updated), _and(x.C <= x.slot.num_tokens, implies(x.sched, x.C + x.n <= x.slot.num_tokens))),
-        implies(and_(g.owner == x.ident, x.trying), x.C + x.turn_n <= x.slot.num_tokens),
-        implies(x.updated, x.C <= x.T),
-        # Blocks follow the tokens computed (blocks-match-tokens), which the grant's allocation keeps.
-        implies(and_(x.in_run, not_(x.sched), not_(x.updated)), x.blocks == _blocks_for(c, x.C)),
-        implies(and_(x.sched, not_(x.updated)), x.blocks == _blocks_for(c, x.C + x.n)),
-        implies(and_(x.updated, x.in_run), x.blocks == _blocks_for(c, x.C)),
-        implies(and_(x.in_wait, not_(x.popped)), _and(x.C == 0, x.blocks == 0)),
-        implies(and_(g.owner == x.ident, x.trying, x.in_run), x.blocks + x.turn_need == _blocks_for(c, x.C + x.turn_n)),
-        # The queue: a waiting request keeps its place; FCFS victims go in front of everyone who waited.
-        implies(not_(x.running0), x.key0 >= 0),
-        implies(and_(not_(x.running0), not_(x.popped)), x.key == z3.ToReal(x.key0)),
-        implies(x.popped, x.key < 0) if c.fcfs else True,
-        # The waiting pass walks the queue in order, and admits a prefix of what it reaches.
-        implies(g.phase == ev.RUNNING, _and(not_(g.started), not_(g.stopped), not_(x.processed))),
-        implies(g.stopped, _and(g.started, g.stop_key <= g.cursor, not_(g.go))),
-        implies(x.processed, _and(g.started, x.key <= g.cursor)),
-        implies(and_(g.started, x.in_wait, not_(x.processed), not_(x.updated)), x.key > g.cursor),
-        implies(x.admitted, _and(x.processed, implies(g.stopped, x.key < g.stop_key))),
-        implies(and_(x.processed, not_(x.admitted)), _and(g.stopped, g.stop_key <= x.key)),
-    ]
-
-
-def _blocks_for(c: Any, tokens: Any) -> Any:
-    """The blocks `tokens` computed tokens fill (blocks-match-tokens, with no drafts)."""
-    return cdiv(min_(tokens, c.max_model_len), c.block_size)
-
-
-def _budget(c: Any, g: ev.Globals) -> Any:
-    return _and(g.budget >= 0, g.budget + g.U == c.token_budget)
-
-
-def _blocks(c: Any, g: ev.Globals) -> Any:
-    return _and(g.free >= 0, g.free + g.H == c.num_usable_blocks)
-
-
-def _admission(c: Any, g: ev.Globals) -> Any:
-    return _and(implies(g.phase == ev.RUNNING, g.A == 0), implies(g.pops > 0, g.A == 0))
-
-
-def _no_global_part(c: Any, g: ev.Globals) -> Any:
-    return True  # a per-request invariant: J_X alone carries it
-
-
-def _victims_pair(c: Any, x: ev.Request, y: ev.Request) -> Any:
-    """Of two requests, when x is a victim: PRIORITY, y still running has a key no larger; FCFS, y behind x in the
-    old running order is a victim too. Preserved by a pop of x because the pop's guard, instantiated at y
-    (`victim_instance`), says x is the policy's pick among those running."""
-    if c.fcfs:
-        return implies(and_(x.popped, y.running0, y.rpos0 > x.rpos0), y.popped)
-    return implies(and_(x.popped, y.in_run), or_(key_gt(x.slot, y.slot), key_eq(x.slot, y.slot)))
-
-
-def victim_instance(c: Any, x: ev.Request, y: ev.Request, tail: bool) -> Any:
-    """The victim rule's guard for popping x, instantiated at another request y: x is the policy's pick among
-    those in `running` (PRIORITY: the first maximum of the victim key; FCFS: the tail, when the rule pops it)."""
-    if c.fcfs:
-        return implies(y.in_run, y.rpos0 < x.rpos0) if tail else True
-    return implies(y.in_run, or_(key_gt(x.slot, y.slot), key_eq(x.slot, y.slot)))
-
-
-PAIR_PARTS: dict[str, Callable[[Any, ev.Request, ev.Request], Any]] = {
-    "fcfs-victim-is-latest": _victims_pair,
-    "priority-victim-is-least-important": _victims_pair,
-}
-
-
-GLOBAL_PARTS: dict[str, Callable[[Any, ev.Globals], Any]] = {
-    "budget-conservation": _budget,
-    "no-admission-after-preemption": _admission,
-    "block-conservation": _blocks,
-}
-
-
-# ---- the views the goals are read on ----------------------------------------------------------------------
-
-
-def _row(x: ev.Request, tag: str) -> Row:
-    s = x.slot
-    return Row(
-        request_id=tag,
-        num_prompt_tokens=s.num_prompt_tokens,
-        max_tokens=s.max_tokens,
-        priority=s.priority,
-        arrival=s.arrival,
-        pre_live=True,
-        pre_running=x.running0,
-        pre_waiting=not_(x.running0),
-        pre_preempted=and_(not_(x.running0), s.preempted),
-        # Positions are not modelled: any value, of the right sign (-1 means not in that queue).
-        pre_run_pos=ite(x.running0, x.rpos0, -1),
-        pre_wait_pos=ite(x.running0, -1, x.key0),
-        pre_num_computed_tokens=s.num_computed_tokens,
-        pre_num_tokens=s.num_tokens,
-        pre_num_blocks=s.num_blocks,
-        scheduled=x.sched,
-        num_scheduled=ite(x.sched, x.n, 0),
-        admitted=x.admitted,
-        preempted=x.popped,
-        post_live=not_(x.finished),
-        post_running=x.in_run,
-        post_waiting=x.in_wait,
-        post_run_pos=ite(x.in_run, z3.Abs(z3.Int(f"{tag}_post_run_pos")), -1),
-        post_wait_pos=ite(x.in_wait, x.key + BIG, -1),  # the order of the keys, shifted to >= 0
-        post_num_computed_tokens=x.C,
-        post_num_tokens=x.T,
-        post_num_blocks=x.blocks,
-        sampled_stop=x.extra.get("sampled_stop", False),
-        finished_stopped=x.extra.get("finished_stopped", False),
-        min_tokens=s.min_tokens,
-    )
-
-
-def _view(pre: Any, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = False) -> StepView:
-    """The view of x (and y); with `lumped`, beside x one row standing for every other request at once."""
-    rows = [_row(x, f"r{i}") for i, x in enumerate(xs)]
-    if lumped:
-        x = xs[0]
-        rest_n = g.U - ite(x.sched, x.n, 0)  # the budget's ghost sum less x's term
-        rows.append(
-            replace(
-                rows[0],
-                request_id="rest",
-                scheduled=rest_n > 0,
-                num_scheduled=rest_n,
-                pre_live=True,
-                post_live=True,
-                post_num_blocks=g.H - x.blocks,  # the pool's ghost sum less x's term
-            )
-        )
-    return StepView(
-        rows=tuple(rows),
-        pre_num_free_blocks=free0,
-        post_num_free_blocks=g.free,
-        **_globals(pre),
-        **_caching(pre, 0),
-    )
-
-
-SUMS = ("budget-conservation", "block-conservation")
-BIG = z3.Real(
-    "big"
-)  # above minus every key in a run: the queue's positions are the keys shifted by it  # the predicates that add a count over the rows
-
-
-def goal(name: str, pre: Any, g: ev.Globals, free0: Any, x: ev.Request, y: ev.Request) -> Any:
-    """The invariant after the step, for every N: the catalogue's own predicate, on x's view and on x beside y,
-    or for a sum on x beside one lumped row holding the rest of the ghost sum. Every other invariant of EVERY_N
-    is a conjunction over rows and pairs of rows (`test_every_n.py` checks it at N = 3), so it holds of N rows
-    iff it holds of each row and each pair; a sum's total is x's term plus the rest, which the lumped row holds."""
-    holds = BY_NAME[name].holds
-    if name in SUMS:
-        return holds(_view(pre, g, free0, x, lumped=True))
-    return _and(holds(_view(pre, g, free0, x)), holds(_view(pre, g, free0, x, y)))
-
 
 # ---- the obligations ---------------------------------------------------------------------------------------
 
@@ -384,7 +182,7 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     JG = GLOBAL_PARTS.get(name, _no_global_part)
 
     def J(gg: ev.Globals, xx: ev.Request) -> Any:
-        return _shape(c, gg, xx)
+        return loop._shape(c, gg, xx)
 
     out: list[tuple[str, list[Any]]] = []
     tail = fcfs_pops_tail()
@@ -422,7 +220,7 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
         head = [implies(and_(y.in_wait, not_(y.processed)), y.key > x.key)] if event == "admit" else []
         out.append((f"{event}: frame", hyp + head + [_b(guard), z3.Not(J(g2, y))]))
         if JP is not None:  # the pair part, both ways round; an event on a third request changes neither
-            pick = [victim_instance(c, x, y, tail)] if event == "pop" else []
+            pick = [loop.victim_instance(c, x, y, tail)] if event == "pop" else []
             kept = _and(JP(c, x2, y), JP(c, y, x2))
             out.append((f"{event}: pair", hyp + pair + pick + [_b(guard), z3.Not(kept)]))
     for phase, fn2 in (("enter_waiting", ev.enter_waiting), ("enter_update", ev.enter_update)):

@@ -19,7 +19,7 @@ from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs.encoding.state import Pre
 from schedspec.proofs.encoding.step import step
 from schedspec.proofs.encoding.symbolic import fresh, state_view, step_view, well_formed
-from schedspec.proofs.runs import every_n
+from schedspec.proofs.runs import every_n, every_n_loop
 from schedspec.proofs.runs.prove import BLOCK_SIZE
 from schedspec.spec.invariants.catalogue import BY_NAME
 
@@ -68,8 +68,8 @@ def test_every_event_can_happen_under_the_loop_invariant():
 
 
 def test_a_contradictory_loop_invariant_is_an_error_not_a_proof(monkeypatch):
-    shape = every_n.shape_facts
-    monkeypatch.setattr(every_n, "shape_facts", lambda c, g, x: [*shape(c, g, x), x.C < 0])
+    shape = every_n_loop.shape_facts
+    monkeypatch.setattr(every_n_loop, "shape_facts", lambda c, g, x: [*shape(c, g, x), x.C < 0])
     r = every_n.prove_every_n("owed-nonnegative", True)
     assert r.verdict == "error" and "vacuous" in r.detail
 
@@ -121,7 +121,9 @@ def test_a_priority_victim_of_the_least_key_breaks_the_victim_rule(monkeypatch):
     from schedspec.proofs.encoding.order import key_gt
     from schedspec.spec.arith import implies
 
-    monkeypatch.setattr(every_n, "victim_instance", lambda c, x, y, tail: implies(y.in_run, key_gt(y.slot, x.slot)))
+    monkeypatch.setattr(
+        every_n_loop, "victim_instance", lambda c, x, y, tail: implies(y.in_run, key_gt(y.slot, x.slot))
+    )
     assert every_n.prove_every_n("priority-victim-is-least-important", False).verdict != "proved"
 
 
