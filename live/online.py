@@ -82,7 +82,6 @@ class OnlineMonitor:
         self.sampled = sample > 1  # reseeded before each judged record, skipping the others
         self.hash_lists: dict[str, Sequence[Hashable]] = {}  # sampled: each request's vLLM block hashes
         self.seeds: dict[int, ReplaySeed] = {}
-        self.steps_skipped = 0
         # Records before a judged one that it reads: its pre-state's, and under async scheduling the batch
         # queue's (vLLM's depth is 2; pipeline parallelism, which deepens it, is out of scope).
         self.window = 3 if config.async_scheduling else 1
@@ -137,7 +136,6 @@ class OnlineMonitor:
             self.replay.reseed(seed)
         if self.sampled and (not self.judged(rec.step) or self.replay.stale):
             self.replay.skip(rec)
-            self.steps_skipped += 1
         else:
             view = self.replay.step(rec)
             self.steps_judged += 1

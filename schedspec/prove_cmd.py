@@ -110,7 +110,9 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     if args.every_n:
         from .every_n_cmd import cmd_every_n
 
-        check_seconds("--timeout", args.timeout)
+        if args.max_requests is None:
+            args.max_requests = 8  # unused by the proofs for every N; only so that _check_args checks the rest
+        _check_args(args)
         return cmd_every_n(args, console)
 
     # A mode's jobs() and run_job() go together: feature mode's run_job takes only the feature Jobs its own jobs()

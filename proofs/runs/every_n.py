@@ -251,9 +251,7 @@ class EveryN:
     counterexample: Result | None = None
 
 
-def prove_every_n(
-    name: str, fcfs: bool, timeout_s: float = 60.0, release: str = DEFAULT_RELEASE, rlimit: int | None = None
-) -> EveryN:
+def prove_every_n(name: str, fcfs: bool, timeout_s: float = 60.0, release: str = DEFAULT_RELEASE) -> EveryN:
     """Every obligation must be unsat. One that is sat is a counterexample to induction: the bounded proof then
     looks for a real one at small N (replayed on the reference); one that is unknown makes the cell unknown."""
     t0 = time.perf_counter()
@@ -264,8 +262,6 @@ def prove_every_n(
     for label, facts in obligations_:
         s = z3.Solver()
         s.set("timeout", max(50, int(timeout_s * 1000)))
-        if rlimit is not None:
-            s.set("rlimit", rlimit)
         s.add(*[_b(f) for f in facts])
         verdict = s.check()
         wanted = z3.sat if label.endswith("reachable") else z3.unsat

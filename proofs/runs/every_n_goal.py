@@ -13,53 +13,50 @@ from typing import Any
 
 import z3
 
-from ...spec.arith import and_, ite, not_
+from ...spec.arith import ite
 from ...spec.invariants.catalogue import BY_NAME
 from ...spec.invariants.views import Row, StepView
 from ..encoding import one_request as ev
-from ..encoding.symbolic import _caching, _globals
+from ..encoding.state import Post, Pre
+from ..encoding.symbolic import _caching, _globals, step_view
 from .every_n_loop import _and
 
+SUMS = ("budget-conservation", "block-conservation")  # the predicates that add a count over the rows
+BIG = z3.Real("big")  # above minus every key in a run: the queue's positions are the keys shifted by it
 
-def _row(x: ev.Request, tag: str) -> Row:
-    s = x.slot
-    return Row(
+
+def _row(pre: Pre, x: ev.Request, free0: Any, tag: str) -> Row:
+    """x's row, as the bounded encoding's `step_view` reads it from a one-slot state and step. Only the queue
+    positions are x's own: its places when the step began, and its key's order after it."""
+    one = Pre(pre.config, [x.slot], ite(x.running0, 1, 0), free0)
+    post = Post(
+        scheduled=[x.sched],
+        num_scheduled=[ite(x.sched, x.n, 0)],
+        admitted=[x.admitted],
+        preempted=[x.popped],
+        finished=[x.finished],
+        running=[x.in_run],
+        waiting=[x.in_wait],
+        run_pos=[ite(x.in_run, z3.Abs(z3.Int(f"{tag}_post_run_pos")), -1)],  # any place, of the right sign
+        wait_pos=[ite(x.in_wait, x.key + BIG, -1)],  # the order of the keys, shifted to >= 0
+        num_computed_tokens=[x.C],
+        num_tokens=[x.T],
+        num_blocks=[x.blocks],
+        sampled_stop=[x.extra.get("sampled_stop", False)],
+        finished_stopped=[x.extra.get("finished_stopped", False)],
+    )
+    (row,) = step_view(one, post).rows
+    return replace(
+        row,
         request_id=tag,
-        num_prompt_tokens=s.num_prompt_tokens,
-        max_tokens=s.max_tokens,
-        priority=s.priority,
-        arrival=s.arrival,
-        pre_live=True,
-        pre_running=x.running0,
-        pre_waiting=not_(x.running0),
-        pre_preempted=and_(not_(x.running0), s.preempted),
-        # Positions are not modelled: any value, of the right sign (-1 means not in that queue).
         pre_run_pos=ite(x.running0, x.rpos0, -1),
         pre_wait_pos=ite(x.running0, -1, x.key0),
-        pre_num_computed_tokens=s.num_computed_tokens,
-        pre_num_tokens=s.num_tokens,
-        pre_num_blocks=s.num_blocks,
-        scheduled=x.sched,
-        num_scheduled=ite(x.sched, x.n, 0),
-        admitted=x.admitted,
-        preempted=x.popped,
-        post_live=not_(x.finished),
-        post_running=x.in_run,
-        post_waiting=x.in_wait,
-        post_run_pos=ite(x.in_run, z3.Abs(z3.Int(f"{tag}_post_run_pos")), -1),
-        post_wait_pos=ite(x.in_wait, x.key + BIG, -1),  # the order of the keys, shifted to >= 0
-        post_num_computed_tokens=x.C,
-        post_num_tokens=x.T,
-        post_num_blocks=x.blocks,
-        sampled_stop=x.extra.get("sampled_stop", False),
-        finished_stopped=x.extra.get("finished_stopped", False),
-        min_tokens=s.min_tokens,
     )
 
 
-def _view(pre: Any, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = False) -> StepView:
+def _view(pre: Pre, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = False) -> StepView:
     """The view of x (and y); with `lumped`, beside x one row standing for every other request at once."""
-    rows = [_row(x, f"r{i}") for i, x in enumerate(xs)]
+    rows = [_row(pre, x, free0, f"r{i}") for i, x in enumerate(xs)]
     if lumped:
         x = xs[0]
         rest_n = g.U - ite(x.sched, x.n, 0)  # the budget's ghost sum less x's term
@@ -81,12 +78,6 @@ def _view(pre: Any, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = F
         **_globals(pre),
         **_caching(pre, 0),
     )
-
-
-SUMS = ("budget-conservation", "block-conservation")
-BIG = z3.Real(
-    "big"
-)  # above minus every key in a run: the queue's positions are the keys shifted by it  # the predicates that add a count over the rows
 
 
 def goal(name: str, pre: Any, g: ev.Globals, free0: Any, x: ev.Request, y: ev.Request) -> Any:

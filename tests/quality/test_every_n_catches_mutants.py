@@ -7,8 +7,18 @@ full cross-check over every rule mutant is `tests/slow/test_every_n_cross_check.
 
 import pytest
 
+from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME, applied
 from schedspec.proofs.runs.every_n import prove_every_n
+
+
+@pytest.fixture(autouse=True)
+def _counted():
+    """Z3 work units per query (`rlimit`), not seconds, decide every verdict here: the same on a loaded machine.
+    The timeouts are only a safety cap; a query at either limit is `unknown`, which fails the assertions."""
+    with z3_rlimit(DEFAULT_Z3_RLIMIT):
+        yield
+
 
 PINNED = {
     ("budget-off-by-one", "budget-conservation"): ("turn: own", 1),

@@ -10,11 +10,13 @@ globals, so what they prove must be what the catalogue states of N rows:
 Both are checked here with Z3 on symbolic two- and three-request states.
 """
 
+import contextlib
 import dataclasses
 
 import pytest
 import z3
 
+from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs.encoding.state import Pre
 from schedspec.proofs.encoding.step import step
@@ -22,6 +24,14 @@ from schedspec.proofs.encoding.symbolic import fresh, state_view, step_view, wel
 from schedspec.proofs.runs import every_n, every_n_loop
 from schedspec.proofs.runs.prove import BLOCK_SIZE
 from schedspec.spec.invariants.catalogue import BY_NAME
+
+
+@pytest.fixture(autouse=True)
+def _counted():
+    """Z3 work units per query (`rlimit`), not seconds, decide every verdict here: the same on a loaded machine.
+    The timeouts are only a safety cap; a query at either limit is `unknown`, which fails the assertions."""
+    with z3_rlimit(DEFAULT_Z3_RLIMIT):
+        yield
 
 
 def _valid(claim, facts=()):
@@ -148,3 +158,17 @@ def test_every_n_names_the_invariants_it_has_proofs_for(capsys):
     assert main(["prove", "--every-n", "--invariant", "seqs-limit"]) == 2
     err = capsys.readouterr().err
     assert "seqs-limit" in err and "no-starvation-after-prepend" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--vllm-version", "9.9"), ("--mutant", "nope"), ("--timeout", "0"), ("--policy", "lifo")]
+)
+def test_every_n_refuses_bad_input_before_writing_anything(tmp_path, capsys, flag, value):
+    from schedspec.cli import main
+
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) if flag == "--policy" else contextlib.nullcontext():
+        assert main(["prove", "--every-n", flag, value, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and value in err and "Traceback" not in err
+    assert not out.exists()
