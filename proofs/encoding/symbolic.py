@@ -233,6 +233,9 @@ def _globals(pre: Pre) -> dict[str, Any]:
         threshold_adaptive=c.adaptive,
         fcfs=c.fcfs,
         vllm_version=c.release,
+        watermark_blocks=c.watermark_blocks,
+        enable_chunked_prefill=c.enable_chunked_prefill,
+        scheduler_reserve_full_isl=c.scheduler_reserve_full_isl,
         **({"num_speculative_tokens": c.num_speculative_tokens} if c.spec_decode else {}),
         **({"async_scheduling": True} if c.async_scheduling else {}),
     )

@@ -28,7 +28,7 @@ from typing import Any
 import z3
 
 from ...spec.arith import and_, implies, not_
-from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
+from ...spec.invariants import DECISION_ROWS_BY_NAME, INVARIANTS, PROVABLE, Invariant
 from ...spec.versions import DEFAULT_RELEASE, known_violation
 from ..encoding.order import heap_before
 from ..encoding.state import Pre
@@ -184,23 +184,39 @@ def mark_known(r: Result, invariant: Invariant, release: str) -> Result:
     return r
 
 
+def _cases(invariant: Invariant, pre: Pre) -> list[list[Any]]:
+    """The facts that split one query into several, which together cover every state the context allows.
+
+    A decision invariant's row form reads queue positions, and a waiting slot's position is its index less the
+    number of running slots: with that number symbolic, Z3 has to rediscover which slot sits where in every
+    sum over the requests ahead. Fixed to each value `well_formed` allows (0 to N), each query is small:
+    admission-exact at N = 4 went from unknown after 60 s to 0.6 s in all. The catalogue is left whole: its
+    queries are fast already, and its cut proofs are built for the unsplit state."""
+    if invariant.name not in DECISION_ROWS_BY_NAME:
+        return [[]]
+    return [[pre.num_running == k] for k in range(len(pre.slots) + 1)]
+
+
 def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bool, release: str) -> Result:
     policy = "fcfs" if fcfs else "priority"
     t0 = time.perf_counter()
     deadline = t0 + timeout_s
     for preempts in (False, True):
         pre, context, post = _encoded(n, fcfs, preempts, reuse, release)
-        cut = preempts and not (fcfs and invariant.name in PRIORITY_ONLY)
+        cases = _cases(invariant, pre)
+        cut = preempts and not (fcfs and invariant.name in PRIORITY_ONLY) and len(cases) == 1
         proofs = _CUTS.setdefault((n, fcfs, release), {}) if reuse else None
         if cut and _by_cuts(invariant, pre, context, deadline, proofs):
             continue
-        facts = context + post.assume + [z3.Not(_goal(invariant, pre, post))]
-        verdict, solver = _solve(facts, deadline)
-        if verdict == z3.unsat:
-            continue
-        if verdict == z3.unknown:
-            return Result(invariant.name, n, policy, "unknown", time.perf_counter() - t0)
-        return replayed(invariant, n, policy, pre, _minimise(pre, facts, timeout_s) or solver.model(), t0)
+        refuted = z3.Not(_goal(invariant, pre, post))
+        for case in cases:
+            facts = context + post.assume + case + [refuted]
+            verdict, solver = _solve(facts, deadline)
+            if verdict == z3.unsat:
+                continue
+            if verdict == z3.unknown:
+                return Result(invariant.name, n, policy, "unknown", time.perf_counter() - t0)
+            return replayed(invariant, n, policy, pre, _minimise(pre, facts, timeout_s) or solver.model(), t0)
     return Result(invariant.name, n, policy, "proved", time.perf_counter() - t0)
 
 
@@ -241,11 +257,11 @@ class Job:
 
 def run_job(job: Job) -> Result:
     if job.mutant is None:
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True, release=job.release)
+        return check(PROVABLE[job.invariant], job.n, job.fcfs, job.timeout_s, reuse=True, release=job.release)
     from ...mutants import BY_NAME as MUTANTS, applied
 
     with applied(MUTANTS[job.mutant]):
-        return check(BY_NAME[job.invariant], job.n, job.fcfs, job.timeout_s, release=job.release)
+        return check(PROVABLE[job.invariant], job.n, job.fcfs, job.timeout_s, release=job.release)
 
 
 def jobs(

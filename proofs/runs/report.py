@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from ...spec.errors import SpecError
-from ...spec.invariants import BY_NAME
+from ...spec.invariants import PROVABLE
 from ...spec.jsonio import read_json, write_json_atomic
 from ...spec.state import SchedulerState, state_from_json, state_to_json
 from .concrete import Sampled, replay
@@ -51,8 +51,8 @@ def load_state_counterexample(path: str) -> dict[str, Any]:
     where = f"{path}:counterexample"
     if not isinstance(data, dict) or data.get("kind") != STATE_KIND:
         raise SpecError(f"{where}.kind", data.get("kind") if isinstance(data, dict) else data, f"is not {STATE_KIND!r}")
-    if data.get("invariant") not in BY_NAME:
-        raise SpecError(f"{where}.invariant", data.get("invariant"), "is not an invariant of the catalogue")
+    if data.get("invariant") not in PROVABLE:
+        raise SpecError(f"{where}.invariant", data.get("invariant"), f"must be one of {', '.join(PROVABLE)}")
     data["state"] = state_from_json(data.get("state", {}), f"{where}.state")
     _check_sampled(data.get("sampled_token"), data["state"], f"{where}.sampled_token")
     return data
@@ -146,7 +146,7 @@ def state_table(state: SchedulerState, title: str) -> Table:
 
 def replay_state(data: dict[str, Any]) -> tuple[bool, list[Any]]:
     """Step the reference from the stored state; whether the invariant breaks, and what to print."""
-    invariant = BY_NAME[data["invariant"]]
+    invariant = PROVABLE[data["invariant"]]
     if data.get("mutant"):  # the counterexample was found with a planted bug: replay it with that bug
         from ...mutants import BY_NAME as MUTANTS, applied
 

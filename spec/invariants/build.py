@@ -154,6 +154,9 @@ def make_view(
         refs_problem=blocks.refs_problem,
         cache_consistent=not blocks.cache_problem,
         cache_problem=blocks.cache_problem,
+        watermark_blocks=config.watermark_blocks,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
     )
 
 

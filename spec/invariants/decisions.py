@@ -32,11 +32,13 @@ using the rules of `spec/rules.py`, and keeps the first problem of each
 invariant. `replay.TraceReplay` runs it at every step and puts the problems
 in the view (`StepView.decision_problems`).
 
-All eight are monitor-only. A decision is a walk over a step's turns, with a
-block pool and a cache of hashes; the Z3 encoding (`proofs/`) abstracts the
-pool to counts and the order of turns to one symbolic pass, so they are not
-dual-use, and `catalogue.INVARIANTS` (what `schedspec prove` and the
-CrossHair contracts take) does not list them. A view built from states or
+A decision is a walk over a step's turns, with a block pool and a cache of
+hashes; the Z3 encoding (`proofs/`) abstracts the pool to counts and the
+order of turns to one symbolic pass, so the walks are not dual-use, and
+`catalogue.INVARIANTS` (what the CrossHair contracts take) does not list
+them. Six of the eight have a twin stated on a view's rows for Z3
+(`decision_rows.py`, proved by `schedspec prove --decisions`); the two
+about block ids and hashes have none. A view built from states or
 from Z3 terms has no problems (`decision_problems` is None), and every one
 of them holds there. `MONITORED` is what the monitors run: the catalogue,
 then these.

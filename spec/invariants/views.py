@@ -117,3 +117,7 @@ class StepView:
     # Concrete-only: the first wrong decision of each decision invariant (`decisions.py`), as the trace replay
     # walked the step; None where nothing walked it (views from states, or Z3 terms): they hold there.
     decision_problems: tuple[tuple[str, str], ...] | None = None
+    # The admission test's knobs, as configured (the decision invariants' row forms read them: decision_rows.py).
+    watermark_blocks: Int = 0
+    enable_chunked_prefill: Bool = True
+    scheduler_reserve_full_isl: Bool = True
