@@ -12,7 +12,7 @@ import pytest
 from schedspec.cli import main
 from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.proofs.runs.prove import check
-from schedspec.spec.invariants import DECISION_ROWS
+from schedspec.spec.invariants import DECISION_ROWS, INVARIANTS
 
 
 @pytest.fixture(autouse=True)
@@ -54,3 +54,24 @@ def test_bad_decision_arguments_are_one_line_errors(tmp_path, capsys, argv, fiel
     err = capsys.readouterr().err
     assert field in err and value in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_the_default_run_adds_the_decisions_up_to_three_requests(tmp_path, capsys, monkeypatch):
+    """The plumbing of the default run, with every check answered at once: the catalogue for N <= 8, then the six
+    row forms for N <= 3 (a `-` beyond), then the proofs for every N."""
+    from schedspec.proofs.runs import every_n, prove
+
+    ran = []
+
+    def answered(job):
+        ran.append((job.invariant, job.n))
+        return prove.Result(job.invariant, job.n, "fcfs" if job.fcfs else "priority", "proved", 0.0)
+
+    monkeypatch.setattr(prove, "run_job", answered)
+    monkeypatch.setattr(every_n, "run", lambda names, policies, *a: [])
+    assert main(["prove", "--policy", "fcfs", "--out", str(tmp_path / "o")]) == 0
+    decisions = {(name, n) for name, n in ran if name in {inv.name for inv in DECISION_ROWS}}
+    assert decisions == {(inv.name, n) for inv in DECISION_ROWS for n in (1, 2, 3)}
+    assert len(ran) - len(decisions) == len(INVARIANTS) * 8
+    out = capsys.readouterr().out
+    assert "grant-exact" in out and "prefix-hit-exact, block-choice-exact: n/a in Z3" in out
