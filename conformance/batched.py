@@ -68,17 +68,26 @@ def applicable(tasks: Sequence[Task]) -> bool:
 
 
 def _result(
-    task: Task, workload: Workload, oracle: Trace, torch_trace: Trace, again: Trace | None, seconds: float
+    task: Task,
+    workload: Workload,
+    oracle: Trace,
+    torch_trace: Trace,
+    again: Trace | None,
+    seconds: dict[str, float],
 ) -> WorkloadResult:
+    """`seconds`: the workload's share of the batch ("engine") and its oracle run ("oracle")."""
     t0 = time.perf_counter()
     divergence, compared = compare_records(oracle.steps, torch_trace.steps, task.level)
+    t_differ = time.perf_counter() - t0
     out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
     out.cells = cells(workload, oracle.steps[:compared])
     complete = divergence is None and compared < workload.max_steps
     engine_trace = Trace(
         workload, tuple(torch_trace.steps[:compared]), task.engine, "drained" if complete else "max_steps"
     )
+    t1 = time.perf_counter()
     _judge(out, check_trace(engine_trace))
+    out.seconds_in.update(seconds, monitors=time.perf_counter() - t1, differ=t_differ)
     if divergence is not None:
         lock = run_task(task)  # shrinks and writes the counterexample
         if lock.divergence is not None:
@@ -100,10 +109,13 @@ def _result(
         cx.write(path)
         out.counterexample_file, out.shrunk_size = path, cx.to_json()["size"]
     elif again is not None:
+        t2 = time.perf_counter()
         nondet, _ = compare_records(torch_trace.steps, again.steps, "blocks")
+        out.seconds_in["differ"] += time.perf_counter() - t2
         if nondet is not None:
             out.nondeterministic = nondet.to_json()
-    out.seconds = seconds + time.perf_counter() - t0
+    out.seconds = sum(seconds.values()) + time.perf_counter() - t0
+    out.seconds_in["other"] = max(out.seconds - sum(out.seconds_in.values()), 0.0)
     return out
 
 
@@ -131,7 +143,8 @@ def run(
         for i, (task, workload) in enumerate(zip(part, workloads)):
             t1 = time.perf_counter()
             oracle = run_engine(engine_factory(task.against)(workload.config), workload)
-            results.append(_result(task, workload, oracle, traces[i], again.get(i), share + time.perf_counter() - t1))
+            spent = {"engine": share, "oracle": time.perf_counter() - t1}
+            results.append(_result(task, workload, oracle, traces[i], again.get(i), spent))
             on_done(results[-1])
     return results
 

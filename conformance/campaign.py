@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -86,6 +86,8 @@ class WorkloadResult:
     crash: bool = False  # the divergence is an engine raising
     shrink_note: str | None = None  # why the counterexample is not (fully) shrunk
     skipped: str | None = None  # why the run never reached this workload
+    # Seconds per part of the work (`PARTS`), every run of the workload included: what the certificate's shares add.
+    seconds_in: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     @property
     def outcome(self) -> str:
@@ -126,34 +128,54 @@ def skipped(task: Task, why: str) -> WorkloadResult:
     return WorkloadResult(task_workload(task).name, task.family, 0, 0.0, skipped=why)
 
 
+PARTS = ("oracle", "engine", "differ", "monitors", "other")
+
+
+def _timed(out: WorkloadResult, result: DiffResult, solo: bool = False) -> DiffResult:
+    """Add a diff's seconds to the workload's parts: side a is the oracle, side b the engine; alone, b is the
+    engine (the determinism rerun and the monitors' solo run drive the engine by itself)."""
+    out.seconds_in["oracle"] += 0.0 if solo else result.seconds["a"]
+    out.seconds_in["engine"] += result.seconds["b"]
+    out.seconds_in["differ"] += result.seconds["compare"]
+    return result
+
+
 def run_task(task: Task) -> WorkloadResult:
     t0 = time.perf_counter()
     workload = task_workload(task)
     result = _diff(task, workload, task.against, task.engine, task.level, keep_records=True)
     out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0, coverage(workload, result.records_a))
+    _timed(out, result)
     out.cells = cells(workload, result.records_a)
     if result.error is not None:
         out.error = result.error.to_json()
-        out.seconds = time.perf_counter() - t0
-        return out
+        return _finish(out, t0)
     _judge_engine_trace(task, workload, result, out)
     d = result.divergence
     if d is not None:
-        again = _diff(task, workload, task.against, task.engine, task.level)
+        again = _timed(out, _diff(task, workload, task.against, task.engine, task.level))
         if not d.same_as(again.divergence):
             out.nondeterministic = {"first": d.to_json(), "second": _outcome_json(again)}
         else:
             out.divergence, out.crash = d.to_json(), d.crash
             _write(task, workload, workload, d, out, 0)
     elif task.check_determinism:  # run it alone again, and hold the two runs against each other
-        again = _diff(task, workload, None, task.engine, "blocks", keep_records=True)
+        again = _timed(out, _diff(task, workload, None, task.engine, "blocks", keep_records=True), solo=True)
         if again.error is not None:
             out.error = again.error.to_json()
         else:
+            t1 = time.perf_counter()
             flip, _ = compare_records(result.records_b, again.records_b, "blocks")
+            out.seconds_in["differ"] += time.perf_counter() - t1
             if flip is not None:
                 out.nondeterministic = {"first": "matched", "second": flip.to_json()}
+    return _finish(out, t0)
+
+
+def _finish(out: WorkloadResult, t0: float) -> WorkloadResult:
+    """The workload's time, and what its parts leave of it: coverage, writing files, rebuilding the workload."""
     out.seconds = time.perf_counter() - t0
+    out.seconds_in["other"] = max(out.seconds - sum(out.seconds_in[p] for p in PARTS if p != "other"), 0.0)
     return out
 
 
@@ -164,11 +186,13 @@ def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out:
     if result.divergence is not None and not result.divergence.crash:
         # Past a divergence the oracle says nothing, but the monitors still judge the engine's whole run;
         # driven against itself it runs to the end (`--allow-divergence` rests on this).
-        solo = _diff(task, workload, None, task.engine, "blocks", keep_records=True)
+        solo = _timed(out, _diff(task, workload, None, task.engine, "blocks", keep_records=True), solo=True)
         if solo.divergence is None and solo.error is None:
             records_b, complete = solo.records_b, solo.steps_compared < workload.max_steps
     engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
+    t0 = time.perf_counter()
     violations = check_trace(engine_trace)
+    out.seconds_in["monitors"] += time.perf_counter() - t0
     out.known_violations = [str(v) for v in violations if v.known]  # the release breaks it: reported, not failed
     violations = [v for v in violations if not v.known]
     if result.divergence is not None:

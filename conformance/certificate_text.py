@@ -24,6 +24,14 @@ from .explain import markdown_table
 TABLES_SHOWN = 3  # counterexamples drawn as step tables in the Markdown; the rest are listed
 
 
+def _time_line(t: dict[str, Any] | None) -> str:
+    """Where the workloads' time went, in percent (`certify.time_shares`)."""
+    if not t:
+        return "- time: not recorded"
+    parts = ", ".join(f"{part} {100 * share:.0f}%" for part, share in t["shares"].items())
+    return f"- time, summed over workloads ({t['seconds']} s): {parts}"
+
+
 def markdown(cert: dict[str, Any]) -> str:
     verdict = {"passed": "PASSED", "failed": "FAILED", "error": "ERROR (incomplete)"}[cert["verdict"]]
     lines = [
@@ -34,6 +42,7 @@ def markdown(cert: dict[str, Any]) -> str:
         f"- campaign: seed {cert['campaign']['seed']}, {cert['campaign']['workloads']} workloads, shard {cert['campaign']['shard']}",
         f"- {cert['workloads_run']} workloads, {cert['steps_compared']} steps compared in {cert['elapsed_s']} s "
         f"({cert['steps_per_second']} steps/s)",
+        _time_line(cert.get("time_shares")),
         "- outcomes: " + ", ".join(f"{n} {k}" for k, n in cert["outcomes"].items()),
         "",
         "| family | workloads | matched | diverged | error | steps |",

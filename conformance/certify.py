@@ -43,7 +43,7 @@ from ..spec.errors import SpecError
 from ..spec.invariants import MONITORED
 from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from ..spec.versions import DEFAULT_RELEASE
-from .campaign import Task, WorkloadResult, run_task, shrink_result, skipped
+from .campaign import PARTS, Task, WorkloadResult, run_task, shrink_result, skipped
 from .certificate_text import junit, markdown
 from .compare import LEVELS
 from .coverage import BEHAVIOURS
@@ -262,6 +262,7 @@ def certificate(
         "steps_compared": steps,
         "elapsed_s": round(elapsed_s, 2),
         "steps_per_second": round(steps / elapsed_s, 1) if elapsed_s > 0 else None,
+        "time_shares": time_shares(results),
         "per_family": per_family,
         "coverage": {b: covered.get(b, 0) for b in BEHAVIOURS},
         "coverage_map": coverage_map_summary(reached),
@@ -274,6 +275,18 @@ def certificate(
         "known_violations": [{"workload": r.name, "violation": v} for r in results for v in r.known_violations],
         "invariants_checked": len(MONITORED) + 2,  # the catalogue and the decisions, plus two trace-level checks
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def time_shares(results: list[WorkloadResult]) -> dict[str, Any]:
+    """Where the workloads' time went, as a share of their summed seconds: the oracle's engine, the engine under
+    test, the differ, the monitors, and the rest (coverage, counterexample files). Summed over workers, so with
+    `--jobs` above 1 the seconds are more than the wall time; the shares say which part to make faster."""
+    spent = {p: sum(r.seconds_in[p] for r in results) for p in PARTS}
+    total = sum(spent.values())
+    return {
+        "seconds": round(total, 2),
+        "shares": {p: round(s / total, 3) if total > 0 else 0.0 for p, s in spent.items()},
     }
 
 

@@ -24,6 +24,8 @@ missed its start deadline usually makes it the second time.
 from __future__ import annotations
 
 import signal
+import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -124,6 +126,9 @@ class DiffResult:
     records_a: list[StepRecord] = field(default_factory=list)
     records_b: list[StepRecord] = field(default_factory=list)
     error: EngineError | None = None
+    # Seconds spent in each part: engine "a" and engine "b" (starting and stepping), and "compare" (the differ):
+    # the certificate's share of time per part (certify.time_shares).
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     @property
     def outcome(self) -> str:
@@ -235,17 +240,21 @@ def diff(
     sides = [("a", make_a, names[0]), ("b", make_b, names[1])] if make_a is not None else [("b", make_b, names[1])]
     try:
         for side, make, name in sides:
+            t0 = time.perf_counter()
             try:
                 engines.append(_start(make, workload.config, name, start_timeout))
             except _Failed as e:
                 result.error = EngineError(side, name, "start", None, e.cause)
                 return result
+            finally:
+                result.seconds[side] += time.perf_counter() - t0
         runs = [(side, engine, steps(engine, workload), name) for (side, _, name), engine in zip(sides, engines)]
         before: StateSummary | None = None
         step = 0
         while True:
             records: list[StepRecord | None] = []
             for side, engine, it, name in runs:
+                t0 = time.perf_counter()
                 try:
                     records.append(_next(it, getattr(engine, "name", name), step, timeout))
                 except _Failed as e:
@@ -257,6 +266,8 @@ def diff(
                         step, f"engine {side}", crash_a, crash_b, before, (records[0] if records else None, None)
                     )
                     return result
+                finally:
+                    result.seconds[side] += time.perf_counter() - t0
             ra, rb = records if len(records) == 2 else (records[0], records[0])
             if ra is None or rb is None:
                 if ra is not rb:
@@ -269,6 +280,7 @@ def diff(
                         (ra, rb),
                     )
                 return result
+            t0 = time.perf_counter()
             try:
                 d = first_difference(ra, rb, level)
             except Exception as e:  # noqa: BLE001 - a record that cannot even be read is malformed
@@ -276,6 +288,8 @@ def diff(
                     "b", names[1], "malformed", step, f"the step record cannot be compared: {type(e).__name__}: {e}"
                 )
                 return result
+            finally:
+                result.seconds["compare"] += time.perf_counter() - t0
             result.steps_compared += 1
             if keep_records:
                 result.records_a.append(ra)

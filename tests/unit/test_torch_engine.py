@@ -251,6 +251,23 @@ def test_lock_step_mode_still_available(monkeypatch, tmp_path):
     assert not batched.applicable(tasks)
     cert, _ = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=9)
     assert cert["passed"] and cert["workloads_run"] == 9
+    _every_part_timed(cert)
+
+
+def _every_part_timed(cert):
+    """The certificate says where the time went: each part's share of the workloads' summed seconds."""
+    t = cert["time_shares"]
+    assert list(t["shares"]) == ["oracle", "engine", "differ", "monitors", "other"]
+    assert t["seconds"] > 0 and abs(sum(t["shares"].values()) - 1) < 0.01
+    assert all(t["shares"][p] > 0 for p in ("oracle", "engine", "differ", "monitors"))
+
+
+def test_batched_certify_times_every_part(tmp_path):
+    tasks = plan("torch", "reference", "blocks", list(FAMILIES), 9, 1, (0, 1), str(tmp_path))
+    assert batched.applicable(tasks)
+    cert, _ = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=9)
+    assert cert["passed"]
+    _every_part_timed(cert)
 
 
 def test_batched_certify_reports_a_divergence_that_only_the_batch_shows(tmp_path, monkeypatch):
