@@ -13,5 +13,6 @@
   replayable concrete state (`concrete.py`, `report.py`).
 * `crosshair/`: the invariants as CrossHair contracts on the reference
   itself, over bounded symbolic scenarios (`contracts.py`, `bounded.py`),
-  each run and replayed in its own process (`runner.py`).
+  each run and replayed in a reused worker process that plants the same
+  mutant (`runner.py`, `pool.py`).
 """

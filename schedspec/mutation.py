@@ -220,7 +220,7 @@ def _crosshair(s: Subject, budget: Budget) -> Kill:
             # CPU time measured spans the whole check, so below the cap the cap cannot have been what stopped it.
             ran_out = r.cpu_seconds < budget.cap_s and not r.message.startswith(("killed", "worker exited"))
             what = f"no counterexample in {budget.examples} iterations" if ran_out else BUDGET_SPENT
-        if r.message.startswith("worker exited"):  # the worker crashed: no search happened at all
+        if r.verdict == "error" or r.message.startswith("worker exited"):  # no search happened at all
             what = f"checker error: {r.message}"[:120]
         return Kill(m.name, "crosshair", False, what, r.seconds, None, r.scenarios)
     replay = r.replay or {}

@@ -5,7 +5,9 @@ bounds" only when CrossHair explored every path; "unknown" when its time ran
 out first (the usual case: the bounded space is far larger than a run can
 cover, so "unknown" means "searched N scenarios, found nothing"); and
 "counterexample" only after the scenario was replayed concretely and broke
-again. The exit status is 1 if any contract has a confirmed counterexample,
+again; "error" when a worker crashed or hung and was killed, so the contract
+was not checked at all (never a pass; the run goes on with a fresh worker).
+The exit status is 1 if any contract has a confirmed counterexample,
 2 for bad input (an unknown contract or mutant, a bad timeout, an `--out`
 that cannot be written or holds an earlier run's results without `--force`),
 0 otherwise.
@@ -82,6 +84,7 @@ _STYLE = {
     "counterexample": "red",
     "unconfirmed": "yellow",
     "unknown": "yellow",
+    "error": "magenta",
     "no counterexample within bounds": "green",
 }
 
@@ -111,7 +114,7 @@ def _describe(replay: dict[str, Any] | None) -> str:
 
 
 def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.crosshair.runner import CX, UNKNOWN, check_mutant, check_names, run_contracts
+    from .proofs.crosshair.runner import CX, ERROR, UNKNOWN, check_mutant, check_names, run_contracts
 
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
@@ -126,10 +129,12 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
         with lock:
             done.append(r)
             cx, unknown = sum(x.verdict == CX for x in done), sum(x.verdict == UNKNOWN for x in done)
+            errors = sum(x.verdict == ERROR for x in done)
+            failed = f", {errors} error" if errors else ""
             progress(
                 "contracts",
                 f"{len(done)}/{len(names)} contracts done, {cx} with a counterexample, "
-                f"{unknown} unknown ({r.contract}: {r.verdict}, {r.seconds:.1f} s, "
+                f"{unknown} unknown{failed} ({r.contract}: {r.verdict}, {r.seconds:.1f} s, "
                 f"{r.scenarios} scenarios)",
             )
 
@@ -169,6 +174,9 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"results written to {written[0]}" + (", counterexample workloads beside it" if confirmed else "")
         )
+    errors = [r.contract for r in results if r.verdict == ERROR]
+    if errors:  # not checked at all: said apart from "unknown", which did search
+        console.print(f"[magenta]{len(errors)} contract(s) not checked, their worker failed: {', '.join(errors)}")
     if confirmed:
         console.print(f"[red]{len(confirmed)} contract(s) with a confirmed counterexample")
     return 1 if confirmed else 0

@@ -30,7 +30,7 @@ scenarios with that one of the three features on, taking one more argument,
 `Draws` (k and the drafts); each is a search of its own.
 
 `explain` replays a contract concretely on given arguments and says what
-broke, where: the runner calls it, in a fresh process with the same mutant
+broke, where: the runner calls it, in the worker that found it, with the same mutant
 applied, before it reports any counterexample.
 """
 

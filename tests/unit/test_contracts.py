@@ -16,7 +16,7 @@ from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs.crosshair import bounded, runner
 from schedspec.proofs.crosshair.bounded import Ask, Draws, Knobs, decode, workload
 from schedspec.proofs.crosshair.contracts import CONTRACTS, FEATURE_OF, HISTORY_CHECKS, contract, explain
-from schedspec.proofs.crosshair.runner import CX, NO_CX, UNCONFIRMED, UNKNOWN, classify, parse_args
+from schedspec.proofs.crosshair.runner import CX, ERROR, NO_CX, UNCONFIRMED, UNKNOWN, classify, parse_args
 from schedspec.spec.invariants import INVARIANTS
 
 ZERO = (Knobs(*[0] * 11), Ask(*[0] * 6), Ask(*[0] * 6), Ask(*[0] * 6), 0)
@@ -264,19 +264,18 @@ def test_arguments_are_parsed_not_evaluated():
         parse_args("Knobs('a'), 1")
 
 
-def test_a_counterexample_that_does_not_replay_is_unconfirmed(monkeypatch):
+def test_a_counterexample_that_does_not_replay_is_unconfirmed():
     # CrossHair's word alone is not enough: the Z14 scenario on the pristine reference holds, so it stays unconfirmed.
     name, text, _, _ = GOLDEN["Z14-double-free"]
     line = f"/x/contracts.py:76: error: false when calling {name}({text}) (which returns False)"
-
-    def fake(argv, wall_limit, env=None):
-        if "--replay" in argv:
-            return runner._replay(argv[0], argv[argv.index("--replay") + 1], None)
-        return {"rc": 1, "seconds": 0.1, "cpu_seconds": 0.1, "lines": [line], "scenarios": 1}
-
-    monkeypatch.setattr(runner, "_subprocess", fake)
-    r = runner.run_contract(name, 1)
+    got = {"rc": 1, "seconds": 0.1, "cpu_seconds": 0.1, "lines": [line], "scenarios": 1}
+    task = runner.Task(name, 1, None)
+    r = runner.outcome(task, {**got, "replay": runner._replay(name, text, None)})
     assert r.verdict == UNCONFIRMED and r.replay["holds"]
+    r = runner.outcome(task, {**got, "replay": "ValueError: unexpected call"})  # a replay that failed confirms nothing
+    assert r.verdict == UNCONFIRMED and "replay failed" in r.message
+    r = runner.outcome(task, runner.Failure("worker exited with status -11"))  # no answer at all: never a pass
+    assert r.verdict == ERROR and r.scenarios == 0
 
 
 def test_a_short_crosshair_run_finds_nothing_on_the_reference():
