@@ -60,4 +60,7 @@ def test_a_row_form_refutes_a_step_that_departs_from_its_rule(rule, monkeypatch)
         monkeypatch.setattr(scheduler_rules, rule, planted)
         verdicts = [check(invariant, n, policy == "fcfs", timeout_s=120) for n in range(1, first_n + 1)]
     assert [r.verdict for r in verdicts] == ["proved"] * (first_n - 1) + ["violated"], verdicts
-    assert verdicts[-1].counterexample == {"num_scheduled_tokens": grants, "preempted": victims}
+    # Which of two symmetric requests Z3 names is its choice, not the bug's: the step is pinned up to renaming.
+    cx = verdicts[-1].counterexample
+    assert sorted(cx["num_scheduled_tokens"].values()) == sorted(grants.values())
+    assert len(cx["preempted"]) == len(victims)
