@@ -35,31 +35,19 @@ the rules' arithmetic, which the catalogue's bounds check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from .. import rules
 from ..arith import and_, implies, ite, lex_eq, lex_ge, min_, not_, or_
-from .catalogue import Invariant
+from .catalogue import Invariant, _all, _sum
 from .decisions import DECISIONS
 from .step_walk import ADMISSION, GRANT, ROLLBACK, STOP, VICTIMS, WORK
 from .views import Row, StepView
 
 
-def _all(xs: list[Any]) -> Any:
-    return and_(*xs) if xs else True
-
-
 def _any(xs: list[Any]) -> Any:
     return or_(*xs) if xs else False
-
-
-def _sum(xs: Iterable[Any]) -> Any:
-    total: Any = 0
-    for x in xs:
-        total = total + x
-    return total
 
 
 def _threshold(v: StepView) -> Any:
