@@ -50,7 +50,7 @@ from .campaign import Task, WorkloadResult, run_task
 from .compare import compare_records
 from .counterexample import Counterexample
 from .coverage import coverage
-from .coverage_map import cells
+from .coverage_map import judge_and_cells
 from .families import generate
 from .registry import engine_factory, engine_version
 
@@ -80,14 +80,16 @@ def _result(
     divergence, compared = compare_records(oracle.steps, torch_trace.steps, task.level)
     t_differ = time.perf_counter() - t0
     out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
-    out.cells = cells(workload, oracle.steps[:compared])
     complete = divergence is None and compared < workload.max_steps
     engine_trace = Trace(
         workload, tuple(torch_trace.steps[:compared]), task.engine, "drained" if complete else "max_steps"
     )
     t1 = time.perf_counter()
-    _judge(out, check_trace(engine_trace))
-    out.seconds_in.update(seconds, monitors=time.perf_counter() - t1, differ=t_differ)
+    violations, out.cells, counting = judge_and_cells(
+        engine_trace, oracle.steps[:compared], divergence is None and task.level == "blocks"
+    )
+    _judge(out, violations)
+    out.seconds_in.update(seconds, monitors=time.perf_counter() - t1 - counting, differ=t_differ)
     if divergence is not None:
         lock = run_task(task)  # shrinks and writes the counterexample
         if lock.divergence is not None:

@@ -34,14 +34,13 @@ from functools import cache
 from typing import Any
 
 from ..spec.engine import EngineFactory
-from ..spec.invariants import check_trace
 from ..spec.invariants.decisions import DECISION_NAMES
 from ..spec.trace import Trace
 from ..spec.workload import Workload
 from .compare import compare_records
 from .counterexample import Counterexample
 from .coverage import coverage
-from .coverage_map import cells
+from .coverage_map import cells, judge_and_cells
 from .differ import DiffResult, Divergence, diff
 from .explain import step_table
 from .families import at_release, generate
@@ -146,11 +145,11 @@ def run_task(task: Task) -> WorkloadResult:
     result = _diff(task, workload, task.against, task.engine, task.level, keep_records=True)
     out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0, coverage(workload, result.records_a))
     _timed(out, result)
-    out.cells = cells(workload, result.records_a)
     if result.error is not None:
+        out.cells = cells(workload, result.records_a)
         out.error = result.error.to_json()
         return _finish(out, t0)
-    _judge_engine_trace(task, workload, result, out)
+    _judge_engine_trace(task, workload, result, out)  # and counts the cells
     d = result.divergence
     if d is not None:
         again = _timed(out, _diff(task, workload, task.against, task.engine, task.level))
@@ -180,7 +179,7 @@ def _finish(out: WorkloadResult, t0: float) -> WorkloadResult:
 
 
 def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out: WorkloadResult) -> None:
-    """The monitors judge the engine on its own, whatever the oracle says."""
+    """The monitors judge the engine on its own, whatever the oracle says; the oracle's records give the cells."""
     complete = result.divergence is None and result.steps_compared < workload.max_steps
     records_b = result.records_b
     if result.divergence is not None and not result.divergence.crash:
@@ -191,8 +190,9 @@ def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out:
             records_b, complete = solo.records_b, solo.steps_compared < workload.max_steps
     engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
     t0 = time.perf_counter()
-    violations = check_trace(engine_trace)
-    out.seconds_in["monitors"] += time.perf_counter() - t0
+    agree = result.divergence is None and task.level == "blocks"
+    violations, out.cells, counting = judge_and_cells(engine_trace, result.records_a, agree)
+    out.seconds_in["monitors"] += time.perf_counter() - t0 - counting
     out.known_violations = [str(v) for v in violations if v.known]  # the release breaks it: reported, not failed
     violations = [v for v in violations if not v.known]
     if result.divergence is not None:

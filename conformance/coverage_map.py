@@ -19,16 +19,19 @@ main job, the default campaign, reaches every other cell
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
 from ..spec.config import SchedulerConfig
-from ..spec.trace import StepRecord
+from ..spec.invariants import Violation, check_trace
+from ..spec.invariants.views import StepView
+from ..spec.trace import StepRecord, Trace
 from ..spec.workload import Workload
-from .events import events
+from .events import EventTracker, events
 
 EVENTS: dict[str, str] = {
     "skip": "the RUNNING pass passed a running request over (nothing owed below L - 1, or the async max_tokens rule Z2)",
@@ -152,6 +155,35 @@ def cells(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
     """How often each cell was reached in these records: the events, under the workload's mode."""
     mode = Mode.of(workload.config)
     return Counter({cell(e, mode): n for e, n in events(workload, records).items() if e in EVENTS})
+
+
+def judge_and_cells(
+    engine_trace: Trace, oracle_records: Sequence[StepRecord], agree: bool
+) -> tuple[list[Violation], Counter[str], float]:
+    """The monitors' verdict on the engine's trace, the cells the oracle's records reach, and the seconds the
+    cells took (a certificate counts them apart from the monitors).
+
+    `agree`: the two runs matched step for step at the `blocks` level, so the engine's records are the
+    oracle's, and one replay feeds both the monitors and the event tracker. Otherwise (a divergence, or a
+    coarser level) the oracle's records are replayed on their own.
+    """
+    if not agree:
+        violations = check_trace(engine_trace)
+        t0 = time.perf_counter()
+        reached = cells(engine_trace.workload, oracle_records)
+        return violations, reached, time.perf_counter() - t0
+    tracker, seen, counting = EventTracker(engine_trace.workload), Counter[str](), 0.0
+
+    def count(view: StepView, rec: StepRecord) -> None:
+        nonlocal counting
+        t0 = time.perf_counter()
+        seen.update(tracker.step(rec, view))
+        counting += time.perf_counter() - t0
+
+    violations = check_trace(engine_trace, on_view=count)
+    mode = Mode.of(engine_trace.workload.config)
+    reached = Counter({cell(e, mode): n for e, n in (seen + tracker.finish()).items() if e in EVENTS})
+    return violations, reached, counting
 
 
 def summary(reached: Mapping[str, int]) -> dict[str, Any]:

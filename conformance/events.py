@@ -64,9 +64,11 @@ class EventTracker:
         self.last_step = -1
         self.unexplained = 0  # steps whose RUNNING pass the replay could not reproduce
 
-    def step(self, rec: StepRecord) -> Counter[str]:
+    def step(self, rec: StepRecord, view: StepView | None = None) -> Counter[str]:
+        """This record's events. `view`: the record's view from a replay the caller runs anyway (the monitors'
+        `check_trace(on_view=...)`); then this tracker's own replay stays idle, and must stay so for the run."""
         seen: Counter[str] = Counter()
-        view = self.replay.step(rec)
+        view = self.replay.step(rec) if view is None else view
         seen["stale_output"] += self.features.observe(rec)["stale_output"]
         seen.update(self._aborts(rec))
         self.tables.drop(rec.aborted)

@@ -21,8 +21,8 @@ if full_sequence_must_fit:
     if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
         return None
 num_tokens_need_slot = rules.num_tokens_need_slot(num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
-required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs) + num_evictable_blocks
-if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
+num_new_blocks = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
+if not rules.allocation_fits(num_new_blocks + num_evictable_blocks, watermark_blocks, num_free_blocks):
     return None
 if new_computed_blocks:
     self.block_pool.touch(new_computed_blocks)"""
@@ -36,8 +36,8 @@ if full_sequence_must_fit:
     if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
         return None
 num_tokens_need_slot = rules.num_tokens_need_slot(num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L)
-required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
-if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
+num_new_blocks = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
+if not rules.allocation_fits(num_new_blocks, watermark_blocks, num_free_blocks):
     return None
 if new_computed_blocks:"""
 

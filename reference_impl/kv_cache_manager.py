@@ -31,6 +31,10 @@ from . import rules
 from .block_pool import BlockPool
 from .live_request import LiveRequest
 
+# The statuses the watermark applies to: a request that holds no KV yet. A module constant, because reading an
+# enum member costs a slow class-attribute lookup on Python 3.11, and this check runs for every running request.
+HOLDS_NO_KV = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
 
 class KVCacheManager:
     def __init__(self, config: SchedulerConfig, block_pool: BlockPool) -> None:
@@ -66,13 +70,15 @@ class KVCacheManager:
     ) -> list[int] | None:
         """Give `request` slots for `num_new_tokens` more tokens; the new block ids, or None if they do not fit."""
         bs, L = self.block_size, self.max_model_len
-        new_computed_blocks = new_computed_blocks or []
         num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         total_computed_tokens = min(num_local_computed_tokens, L)
-        num_held_blocks = len(request.block_ids) + len(new_computed_blocks)
-        num_evictable_blocks = sum(1 for b in new_computed_blocks if self.block_pool.ref_cnt.get(b, 0) == 0)
+        num_held_blocks = len(request.block_ids)
+        num_evictable_blocks = 0
+        if new_computed_blocks:  # only a waiting request's prefix hit brings blocks; a running one never does
+            num_held_blocks += len(new_computed_blocks)
+            num_evictable_blocks = sum(1 for b in new_computed_blocks if self.block_pool.ref_cnt.get(b, 0) == 0)
         watermark_blocks = 0
-        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in HOLDS_NO_KV:
             watermark_blocks = self.watermark_blocks
         num_free_blocks = self.block_pool.get_num_free_blocks()
 
@@ -85,8 +91,8 @@ class KVCacheManager:
         num_tokens_need_slot = rules.num_tokens_need_slot(
             num_local_computed_tokens, num_new_tokens, num_lookahead_tokens, L
         )
-        required = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs) + num_evictable_blocks
-        if not rules.allocation_fits(required, watermark_blocks, num_free_blocks):
+        num_new_blocks = rules.num_blocks_to_allocate(num_tokens_need_slot, num_held_blocks, bs)
+        if not rules.allocation_fits(num_new_blocks + num_evictable_blocks, watermark_blocks, num_free_blocks):
             return None
 
         if new_computed_blocks:
@@ -94,12 +100,15 @@ class KVCacheManager:
             self.block_pool.touch(new_computed_blocks)
             request.block_ids.extend(new_computed_blocks)
             request.num_cached_blocks = len(request.block_ids)
-        num_new_blocks = rules.num_blocks_to_allocate(num_tokens_need_slot, len(request.block_ids), bs)
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        # allocate_new_blocks: the table now holds the hit blocks, so what is missing is the count just checked
+        # (vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.allocate_new_blocks returns []
+        # when nothing is missing, as a decode inside its last block is).
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
         request.block_ids.extend(new_blocks)
-        # Drafts are not final, so caching stops at T
-        # (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (621-625)).
-        self.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
+        if self.enable_caching:
+            # Drafts are not final, so caching stops at T
+            # (vllm/v1/core/kv_cache_manager.py:KVCacheManager.allocate_slots (621-625)).
+            self.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
         return new_blocks
 
     def cache_blocks(self, request: LiveRequest, num_tokens: int) -> None:

@@ -10,13 +10,18 @@ crossings between the two worlds.
 from __future__ import annotations
 
 from ..spec.block_hash import block_hashes
-from ..spec.request import Request, RequestStatus
+from ..spec.request import FINISHED_STATUSES, Request, RequestStatus
 from ..spec.state import RequestProperties, RequestState
 
 
 class LiveRequest(RequestProperties):
     __slots__ = (
         "request",
+        "request_id",
+        "num_prompt_tokens",
+        "max_tokens",
+        "priority",
+        "arrival_time",
         "status",
         "output_token_ids",
         "num_computed_tokens",
@@ -34,8 +39,22 @@ class LiveRequest(RequestProperties):
         "_block_hashes",
     )
 
+    # Plain attributes here, where `RequestProperties` derives them from `request` (see `__init__`).
+    request_id: str
+    num_prompt_tokens: int
+    max_tokens: int
+    priority: int
+    arrival_time: float
+
     def __init__(self, request: Request, block_size: int = 16) -> None:
         self.request = request
+        # Fixed at arrival, and plain attributes as on vLLM's `Request`: the step reads them per request, where
+        # `RequestProperties`' delegating properties would cost a call each.
+        self.request_id = request.request_id
+        self.num_prompt_tokens = request.num_prompt_tokens
+        self.max_tokens = request.max_tokens
+        self.priority = request.priority
+        self.arrival_time = request.arrival_time
         self.status = RequestStatus.WAITING
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
@@ -69,7 +88,7 @@ class LiveRequest(RequestProperties):
         return self._block_hashes
 
     def is_finished(self) -> bool:
-        return self.status.is_finished
+        return self.status in FINISHED_STATUSES  # a set, not `status.is_finished`: that property costs a call
 
     # ---- the crossing ----
     @classmethod

@@ -26,6 +26,10 @@ def _z3() -> Any:  # the z3 module: it ships no stubs, so mypy sees it as Any
     return z3
 
 
+# The reference calls these helpers about ten times per request per step, always on plain ints, so each one
+# answers that case first without calling another function: a Python call costs more than the arithmetic.
+
+
 def ite(cond: Any, then: Any, otherwise: Any) -> Any:
     if (type(cond) not in _CONCRETE or type(then) not in _CONCRETE or type(otherwise) not in _CONCRETE) and (
         is_symbolic(cond) or is_symbolic(then) or is_symbolic(otherwise)
@@ -35,29 +39,28 @@ def ite(cond: Any, then: Any, otherwise: Any) -> Any:
 
 
 def min_(a: Any, b: Any) -> Any:
+    if type(a) is int and type(b) is int:
+        return a if a <= b else b
     return ite(a <= b, a, b)
 
 
 def max_(a: Any, b: Any) -> Any:
+    if type(a) is int and type(b) is int:
+        return a if a >= b else b
     return ite(a >= b, a, b)
 
 
-def _any_symbolic(xs: tuple[Any, ...]) -> bool:
+def and_(*xs: Any) -> Any:
     for x in xs:
         if type(x) not in _CONCRETE and is_symbolic(x):
-            return True
-    return False
-
-
-def and_(*xs: Any) -> Any:
-    if _any_symbolic(xs):
-        return _z3().And(*xs)
+            return _z3().And(*xs)
     return all(xs)
 
 
 def or_(*xs: Any) -> Any:
-    if _any_symbolic(xs):
-        return _z3().Or(*xs)
+    for x in xs:
+        if type(x) not in _CONCRETE and is_symbolic(x):
+            return _z3().Or(*xs)
     return any(xs)
 
 
@@ -73,6 +76,8 @@ def implies(a: Any, b: Any) -> Any:
 
 def cdiv(a: Any, b: Any) -> Any:
     """Ceiling division for a >= 0, b > 0 (vLLM's `cdiv`); Z3's `/` on Ints floors for b > 0."""
+    if type(a) is int and type(b) is int:
+        return -(-a // b)
     if is_symbolic(a) or is_symbolic(b):
         return (a + b - 1) / b
     return -(-a // b)

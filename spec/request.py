@@ -9,6 +9,7 @@ of `Request`s plus the fake model's outputs, and nothing else.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,11 +92,12 @@ class Request:
             arrival_time=float(d.get("arrival_time", default_arrival_time)),
         )
 
-    @property
+    @functools.cached_property
     def num_prompt_tokens(self) -> int:
+        # Cached: the reference reads it several times per request per step, and the prompt never changes.
         return len(self.prompt_token_ids)
 
-    @property
+    @functools.cached_property
     def effective_eos_token_id(self) -> int | None:
         # SamplingParams: `ignore_eos` nulls the EOS id; stop tokens still apply.
         return None if self.ignore_eos else self.eos_token_id

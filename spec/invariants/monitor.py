@@ -51,14 +51,20 @@ def check_trace(
     invariants: Iterable[Invariant] | None = None,
     history: bool = True,
     on_step: Callable[[int], None] | None = None,
+    on_view: Callable[[StepView, StepRecord], None] | None = None,
 ) -> list[Violation]:
     """Every violation, in step order (at most one per invariant: the first). `on_step(i)`: the i-th step is done.
 
-    One pass over `trace.steps`, so they may be a stream (`trace_stream.StreamedTrace`).
+    One pass over `trace.steps`, so they may be a stream (`trace_stream.StreamedTrace`). `on_view` gets each
+    step's view as well: a caller that also needs the views (the coverage map's event tracker) shares this
+    replay instead of running its own, which costs as much as the monitors.
     """
     replay, monitor = TraceReplay(trace), Monitor(trace.workload, invariants, history)
     for i, rec in enumerate(trace.steps):
-        monitor.step(replay.step(rec), rec)
+        view = replay.step(rec)
+        monitor.step(view, rec)
+        if on_view is not None:
+            on_view(view, rec)
         if on_step is not None:
             on_step(i)
     return mark_known(monitor.finish(trace.end), trace.workload.config.vllm_version)

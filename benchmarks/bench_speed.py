@@ -1,0 +1,167 @@
+"""Issue #20's table in one run: the reference against vLLM, the torch Engine API against its tensor step,
+`schedspec contracts`' wall time, and the state machine's examples per second before and after.
+
+Why one script: the machine is shared and its speed drifts by half within minutes, so a ratio is only worth
+reading when both of its sides were measured in the same run, close together. The reference and vLLM are
+measured in alternating rounds (`--rounds`), and each side's figure is the median over the rounds.
+
+"Before" is a git revision (`--before`, default the commit before #20's reference changes). Its tree is
+checked out into a temporary worktree and run by the same interpreter through a shim folder that maps the
+`schedspec.*` packages onto it, so the before/after pairs differ only in the code.
+
+    .venv/bin/python benchmarks/bench_speed.py [--before REV] [--results benchmarks/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_torch import PROMPT_LEN, decode_workload, time_python, time_torch  # siblings: this runs as a script
+
+from vllm_timer import time_vllm, vllm_python
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE = "71395a6"  # main before #20's reference changes (2026-12-02)
+PACKAGES = ("spec", "reference_impl", "gpu_impl", "conformance", "proofs", "mutants", "live")
+
+
+def per_step(n: int, rounds: int) -> dict[str, float]:
+    """Median over alternating rounds of seconds per step: reference, vLLM, torch tensor step, torch Engine API."""
+    w = decode_workload(n)
+    steps = 5 if n >= 10_000 else 20
+    got: dict[str, list[float]] = {"reference": [], "vllm": [], "torch tensor step": [], "torch Engine API": []}
+    for _ in range(rounds):
+        got["reference"].append(time_python("reference", w, 1, steps))
+        if vllm_python() is not None:
+            got["vllm"].append(time_vllm(w, 1, steps, PROMPT_LEN))
+        got["torch tensor step"].append(time_torch(w, 1, 50, "cpu"))
+        got["torch Engine API"].append(time_python("torch", w, 1, steps, "cpu"))
+    return {k: statistics.median(v) for k, v in got.items() if v}
+
+
+def contracts_wall(timeout: float, jobs: int) -> tuple[float, str]:
+    """Wall seconds of `schedspec contracts --timeout T --jobs J`, and its last summary line."""
+    cmd = [str(ROOT / ".venv/bin/schedspec"), "contracts", "--timeout", str(timeout), "--jobs", str(jobs)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    last = [line for line in done.stdout.splitlines() if line.strip()][-1:] or [f"exit {done.returncode}"]
+    return seconds, last[0].strip()
+
+
+def _shim(tree: Path, into: Path) -> Path:
+    """A folder whose `schedspec` package is `tree`'s, laid out as `pyproject.toml`'s package-dir maps it."""
+    pkg = into / "schedspec"
+    pkg.mkdir(parents=True)
+    for f in (tree / "schedspec").iterdir():
+        (pkg / f.name).symlink_to(f)
+    for name in PACKAGES:
+        if (tree / name).exists():
+            (pkg / name).symlink_to(tree / name)
+    return into
+
+
+def state_machine(tree: Path, pythonpath: Path | None, examples: int) -> dict[str, tuple[int, float]]:
+    """{bounds: (examples, seconds)} from `tree`'s own bench_state_machine.py."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    done = subprocess.run(
+        [sys.executable, str(tree / "benchmarks/bench_state_machine.py"), "--examples", str(examples)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=tree / "benchmarks",
+    )
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| ([\d.]+) \|", done.stdout, re.MULTILINE)
+    return {name: (int(n), float(s)) for name, n, s in rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})")
+    parser.add_argument("--running", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per N (default 3)")
+    parser.add_argument("--examples", type=int, default=200, help="state machine examples per row (default 200)")
+    parser.add_argument("--results", help="append the table, with the command, to this Markdown file")
+    args = parser.parse_args()
+    load0 = os.getloadavg()[0]
+
+    steps = {n: per_step(n, args.rounds) for n in args.running}
+    for n, row in steps.items():
+        print(f"N={n}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row.items()), flush=True)
+    wall, summary = contracts_wall(3, 2)
+    print(f"contracts: {wall:.1f} s ({summary})", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "before"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), args.before], cwd=ROOT, check=True, capture_output=True
+        )
+        try:
+            before = state_machine(tree, _shim(tree, Path(tmp) / "shim"), args.examples)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    after = state_machine(ROOT, None, args.examples)
+    print(f"state machine before {before}, after {after}", flush=True)
+
+    text = report(args, steps, wall, summary, before, after, load0)
+    print(text)
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+
+
+def report(args, steps, wall, summary, before, after, load0) -> str:
+    cmd = ".venv/bin/python benchmarks/bench_speed.py " + " ".join(sys.argv[1:])
+    ms = lambda s: f"{s * 1e3:,.2f}"  # noqa: E731
+    lines = [
+        f"## #20 in one run: reference vs vLLM, the torch Engine API, contracts, the state machine "
+        f"({time.strftime('%Y-%m-%d')})",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores, Python {platform.python_version()}; load average {load0:.1f} at "
+        f"the start, {os.getloadavg()[0]:.1f} at the end. Per-step times are medians over {args.rounds} "
+        "alternating rounds (`schedule()` + `update_from_output()`, N running decodes, the fake model outside "
+        "the timing, as in bench_torch.py).",
+        "",
+        "| N | reference ms | vLLM 0.33.0 ms | vLLM / reference | torch tensor step ms | torch Engine API ms "
+        "| Engine API / tensor step |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, r in steps.items():
+        v = r.get("vllm")
+        ratio = f"{v / r['reference']:.1f}x" if v else "-"
+        lines.append(
+            f"| {n:,} | {ms(r['reference'])} | {ms(v) if v else 'no venv'} | {ratio} | {ms(r['torch tensor step'])} | "
+            f"{ms(r['torch Engine API'])} | {r['torch Engine API'] / r['torch tensor step']:.1f}x |"
+        )
+    lines += [
+        "",
+        f"`schedspec contracts --timeout 3 --jobs 2`: {wall:.1f} s of wall time ({summary}).",
+        "",
+        f"State machine (`benchmarks/bench_state_machine.py --examples {args.examples}`), before = "
+        f"`{args.before}`, after = this tree:",
+        "",
+        "| bounds | before examples/s | after examples/s | after / before |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in after:
+        b, a = before.get(name), after[name]
+        rb, ra = (b[0] / b[1] if b else None), a[0] / a[1]
+        lines.append(f"| {name} | {f'{rb:.1f}' if rb else '-'} | {ra:.1f} | {f'{ra / rb:.2f}x' if rb else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
