@@ -21,9 +21,14 @@ Engines:
   simulator or a search built on the engine runs. The time includes every
   device synchronisation the step needs (CUDA is synchronised before the
   clock stops).
-* `torch-cpu (Engine API)`: `TorchEngine` behind the Engine protocol, which
-  also builds the spec's `SchedulerOutput` objects: the like-for-like
+* `torch-cpu (Engine API)`: `TorchEngine` behind the Engine protocol, with
+  every field of its `SchedulerOutput` read inside the timing and the
+  model's answer given as the spec's `ModelRunnerOutput`: the like-for-like
   comparison with the reference's Python objects.
+* `torch-cpu (Engine API, columnar)`: the same engine with the answer given
+  as tensors (`SampledTokens`) and the output's objects left unread inside
+  the timing: what a caller that reads aggregates, or that compares in
+  tensors, pays (`gpu_impl/columnar.py`).
 * `vllm`: vLLM 0.33.0's `Scheduler.schedule()` / `update_from_output()`,
   timed inside its own venv (`.venv-vllm-ref`) by calling them directly
   (`vllm_timer.py`): no pipe, no JSON. Skipped with a note if that venv is
@@ -49,8 +54,10 @@ from pathlib import Path
 
 import torch
 
+from schedspec.gpu_impl.device import cpu_threads
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import fake_model
+from schedspec.spec.output import SchedulerOutput
 from schedspec.spec.request import Request
 from schedspec.spec.workload import Workload, WorkloadRequest
 
@@ -58,6 +65,7 @@ from vllm_timer import time_vllm, vllm_python  # a sibling: this file runs as a 
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT_LEN = 16
+API, COLUMNAR = "torch-cpu (Engine API)", "torch-cpu (Engine API, columnar)"
 PER_INSTANCE = 256
 
 
@@ -106,9 +114,22 @@ def _python_engine(kind: str, config: SchedulerConfig, device: str):
     return TorchEngine(config, device)
 
 
-def time_python(kind: str, workload: Workload, instances: int, steps: int, device: str = "cpu") -> float:
-    """Median seconds per round (every instance steps once) once all requests decode."""
+def time_python(
+    kind: str, workload: Workload, instances: int, steps: int, device: str = "cpu", columnar: bool = False
+) -> float:
+    """Median seconds per round (every instance steps once) once all requests decode.
+
+    `columnar` (the torch engine): the model's answer goes in as tensors (`SampledTokens`, converted outside the
+    timing like the answer itself), and the output's per-request objects are left unread inside the timing
+    (the fake model reads them outside it). Otherwise the step reads every field of its output inside the
+    timing, and the answer goes in as the spec's `ModelRunnerOutput`.
+    """
     engines = [_python_engine(kind, workload.config, device) for _ in range(instances)]
+    with cpu_threads(torch.device(device)):  # held across the loop, as `time_torch` holds it
+        return _time_python(engines, workload, steps, columnar)
+
+
+def _time_python(engines: list, workload: Workload, steps: int, columnar: bool) -> float:
     for e in engines:
         if hasattr(e, "add_requests"):
             e.add_requests(r.request for r in workload.requests)
@@ -121,16 +142,28 @@ def time_python(kind: str, workload: Workload, instances: int, steps: int, devic
         for e in engines:
             t0 = time.perf_counter()
             output = e.schedule()
+            if not columnar:
+                _read(output)
             t1 = time.perf_counter()
             model_output = fake_model(workload, output, e.summary())
+            if columnar:
+                model_output = e.sampled_tokens(output, model_output)
             t2 = time.perf_counter()
             e.update_from_output(output, model_output)
             spent += time.perf_counter() - t2 + t1 - t0
+            del model_output  # freed here, outside the timing, not when the next step's answer replaces it
             all_decode &= len(output.num_scheduled_tokens) == n == output.total_num_scheduled_tokens
+            del output
         if steady >= 1:
             times.append(spent)
         steady = steady + 1 if all_decode else 0
     return statistics.median(times)
+
+
+def _read(output: SchedulerOutput) -> None:
+    """Every field of the output, as a consumer of the objects (the differ, a trace) reads them."""
+    for name in ("num_scheduled_tokens", "scheduled_new_reqs", "scheduled_cached_reqs", "preempted_req_ids"):
+        getattr(output, name)
 
 
 # ---- the torch tensor step ---------------------------------------------------------------------------------------
@@ -138,7 +171,6 @@ def time_python(kind: str, workload: Workload, instances: int, steps: int, devic
 
 def time_torch(workload: Workload, instances: int, steps: int, device: str) -> float:
     from schedspec.gpu_impl.batch import advance, build_state
-    from schedspec.gpu_impl.device import cpu_threads
 
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -175,13 +207,15 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw numbers here")
     args = parser.parse_args()
     q = args.quick
-    engines = ["reference"] + [f"torch-{d}" for d in args.device] + ["torch-cpu (Engine API)"]
+    engines = ["reference"] + [f"torch-{d}" for d in args.device] + [API, COLUMNAR]
     notes: list[str] = [
         "torch-cpu / torch-cuda: the tensor step (`gpu_impl.batch.advance`: schedule, tensor fake model, update) "
         "on the batched state, every device synchronisation included; no Python objects are built.",
-        "torch-cpu (Engine API): `TorchEngine` through the Engine protocol, building the spec's `SchedulerOutput` "
-        "objects like the reference does (the fake model's answer is built outside the timing for every engine). "
-        "One instance per engine, so n/a for B > 1.",
+        f"{API}: `TorchEngine` through the Engine protocol, every field of its `SchedulerOutput` read inside the "
+        "timing and the model's answer given as the spec's `ModelRunnerOutput` (the fake model's answer is built "
+        "outside the timing for every engine). One instance per engine, so n/a for B > 1.",
+        f"{COLUMNAR}: the same, with the answer given as tensors (`SampledTokens`, converted outside the timing) "
+        "and the output's objects left unread inside it (`gpu_impl/columnar.py`).",
         "vllm: `Scheduler.schedule()` + `update_from_output()` of vLLM 0.33.0 called directly inside its venv.",
         "skipped: a sequential engine with that many schedulers takes too long to build and step here "
         "(reference above B = 1,024, vLLM above B = 64); nothing is extrapolated.",
@@ -196,8 +230,8 @@ def main() -> None:
     def measure(engine: str, workload: Workload, instances: int, steps: int) -> float:
         if engine == "reference":
             return time_python("reference", workload, instances, steps)
-        if engine == "torch-cpu (Engine API)":
-            return time_python("torch", workload, instances, steps, "cpu")
+        if engine in (API, COLUMNAR):
+            return time_python("torch", workload, instances, steps, "cpu", columnar=engine == COLUMNAR)
         if engine == "vllm":
             return time_vllm(workload, instances, steps, PROMPT_LEN)
         return time_torch(workload, instances, steps, engine.removeprefix("torch-"))
@@ -206,7 +240,7 @@ def main() -> None:
     for n in args.running:
         w = decode_workload(n)
         for e in engines:
-            slow = e in ("reference", "vllm", "torch-cpu (Engine API)")
+            slow = e in ("reference", "vllm", API, COLUMNAR)
             steps = (3 if n >= 100_000 else 5 if n >= 10_000 else 20) if slow else (20 if n >= 100_000 else 50)
             per_step[e][n] = measure(e, w, 1, 2 if q else steps)
             print(f"per step  {e:24s} N={n:>6}: {per_step[e][n] * 1e3:10.3f} ms", flush=True)
@@ -215,13 +249,13 @@ def main() -> None:
     wi = instance_workload()
     for b in args.instances:
         for e in engines:
-            if e == "torch-cpu (Engine API)" and b > 1:
+            if e in (API, COLUMNAR) and b > 1:
                 rate[e][b] = "n/a"
                 continue
             if (e == "vllm" and b > 64) or (e == "reference" and b > 1024):
                 rate[e][b] = "skipped"
                 continue
-            slow = e in ("reference", "vllm", "torch-cpu (Engine API)")
+            slow = e in ("reference", "vllm", API, COLUMNAR)
             steps = 2 if q else (3 if slow and b >= 64 else 10 if slow else 10 if b >= 1024 else 30)
             if e.startswith("torch-cpu") and b >= 8192:
                 steps = 2 if q else 3

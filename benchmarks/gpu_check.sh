@@ -11,9 +11,11 @@
 #   2. `schedspec certify --engine torch --level blocks` with SCHEDSPEC_TORCH_DEVICE=cuda on
 #      $WORKLOADS workloads (default 900, every family, prefix caching, spec decode and async included; the batched path), then 45 workloads in
 #      lock-step mode (TorchEngine, B = 1, on CUDA).                                    -> cert/, certify.txt
-#   3. the unit tests of the torch engine and its three features (prefix caching, spec decode, async scheduling), with the CUDA-vs-CPU checks. -> tests.txt
+#   3. the unit tests of the torch engine, its three features (prefix caching, spec decode, async scheduling) and
+#      its columnar Engine API (outputs built when read), with the CUDA-vs-CPU checks.   -> tests.txt
 #   4. benchmarks/bench_torch.py on cpu and cuda (the reference and torch-cpu run on this machine's
-#      CPU, so the ratios are within one run; vLLM has no venv there and is skipped).     -> bench.md, bench.json
+#      CPU, so the ratios are within one run; vLLM has no venv there and is skipped), the Engine API
+#      both with its objects read and columnar.                                          -> bench.md, bench.json
 # 7 files come back (the device tool returns at most 8; junit.xml is dropped), plus counterexamples if any.
 #
 # PREPARE (once, on the development machine, in the repository root; needs pip access):
@@ -59,7 +61,7 @@ fi
 link_package() {  # the layout pyproject.toml's package-dir gives, as links: needs no setuptools
   rm -rf "$SITE/schedspec" "$SITE"/schedspec-*.dist-info && mkdir -p "$SITE/schedspec" "$SITE/schedspec-0.1.0.dist-info"
   for f in schedspec/*.py; do ln -s "$PWD/$f" "$SITE/schedspec/"; done
-  for d in spec reference_impl gpu_impl conformance proofs; do ln -s "$PWD/$d" "$SITE/schedspec/$d"; done
+  for d in spec reference_impl gpu_impl conformance proofs mutants live; do ln -s "$PWD/$d" "$SITE/schedspec/$d"; done
   printf 'Metadata-Version: 2.1\nName: schedspec\nVersion: 0.1.0\n' >"$SITE/schedspec-0.1.0.dist-info/METADATA"
 }
 if [ -z "${LINK_ONLY:-}" ] && $PY -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target "$SITE" . \
@@ -93,7 +95,8 @@ rm -f "$OUT/cert/junit.xml"  # the device tool returns 8 files at most
 
 # ---- 3. the torch engine's unit tests (CUDA vs CPU included) -----------------------------------------
 unset SCHEDSPEC_TORCH_DEVICE
-timeout 120 $PY -m pytest -q -p no:cacheprovider tests/unit/test_torch_engine.py tests/unit/test_torch_features.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
+timeout 120 $PY -m pytest -q -p no:cacheprovider tests/unit/test_torch_engine.py tests/unit/test_torch_features.py \
+  tests/unit/test_torch_columnar.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
 
 # ---- 4. the benchmark ----------------------------------------------------------------------------
 # shellcheck disable=SC2086

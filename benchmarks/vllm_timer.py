@@ -6,7 +6,9 @@ own torch and stack), so it is a script passed to that interpreter, with its
 own copy of the measurement loop. It loads `conformance/vllm_env/driver.py`
 by path for the driver's scheduler set-up, then calls `Scheduler.schedule()`
 and `update_from_output()` directly: no pipe, no JSON, so the numbers are
-vLLM's and not the adapter's.
+vLLM's and not the adapter's. The heap is frozen before the timing, as vLLM's
+EngineCore freezes it after start-up (`freeze_gc_heap`), so vLLM runs with the
+garbage-collector setting it ships with.
 
 The venv cannot receive `Request` objects, so the timer rebuilds the
 benchmark's decode requests from their shape (`b{i}`, a prompt of
@@ -30,11 +32,19 @@ a = json.loads(sys.argv[2])
 drv, scheds = d.Driver(), []
 for b in range(a["instances"]):
     drv.op_init(config=a["config"])
+    if b == 0 and a.get("freeze") == "start":
+        from vllm.utils.gc_utils import freeze_gc_heap
+        freeze_gc_heap()
     for i in range(a["requests"]):
         drv.op_add(request={"request_id": f"b{i}", "prompt_token_ids": [3 + i % 1000] * a["prompt"], "max_tokens": 100000,
                             "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "eos_token_id": None,
                             "arrival_time": float(i), "priority": 0})
     scheds.append(drv.scheduler)
+# vLLM's EngineCore freezes its heap once started (vllm/v1/engine/core.py:EngineCore.__init__), so that the
+# collector's full passes skip it; here it is frozen after the requests are in too, which can only help vLLM.
+if a.get("freeze", "after") == "after":
+    from vllm.utils.gc_utils import freeze_gc_heap
+    freeze_gc_heap()
 times, steady = [], 0
 while len(times) < a["steps"]:
     spent, all_decode = 0.0, True

@@ -30,10 +30,11 @@ from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
+from .columnar import DeferredSchedulerOutput, OutputTokens, SampledTokens
 from .device import cpu_threads, pick_device
 from .fake_model import update_draft_token_ids
 from .load import Entry, load, priority_ranks
-from .materialize import STATUS, outputs, summaries
+from .materialize import STATUS, columns, summaries
 from .state import BIG, BatchState
 from .step import StepOut, schedule
 from .update import abort, update_from_output
@@ -73,9 +74,9 @@ class TorchEngine:
         self.ids: list[str] = []  # slot -> request id
         self.requests: list[Request] = []  # slot -> request
         self.slot: dict[str, int] = {}
-        self.outputs: dict[str, list[int]] = {}
+        self.outputs = OutputTokens(self.device)  # each slot's output tokens, kept as tensors
         self.live: set[str] = set()
-        self._pending: deque[tuple[StepOut, list[str]]] = deque()
+        self._pending: deque[tuple[StepOut, DeferredSchedulerOutput]] = deque()
 
     # ---- requests in and out ----------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -93,7 +94,6 @@ class TorchEngine:
             self.ids.append(e.request.request_id)
             self.requests.append(e.request)
             self.slot[e.request.request_id] = e.slot
-            self.outputs[e.request.request_id] = []
             self.live.add(e.request.request_id)
         load(self.st, entries)
         if self.config.policy == "priority":
@@ -108,19 +108,20 @@ class TorchEngine:
         if request_id not in self.live:
             return None
         slot = torch.tensor([[self.slot[request_id]]], dtype=torch.int64, device=self.device)
+        (tokens,) = self.outputs.of(slot[0], self.st.num_out[0, slot[0]])
         hit = abort(self.st, slot, torch.ones_like(slot, dtype=torch.bool))
         if not bool(hit.all()):  # the glue thought it live; the state disagrees
             raise RuntimeError(f"abort of {request_id!r}: the request is not live in the tensor state")
         self.live.discard(request_id)
-        return FinishedRequest(RequestStatus.FINISHED_ABORTED, tuple(self.outputs[request_id]))
+        return FinishedRequest(RequestStatus.FINISHED_ABORTED, tokens)
 
     # ---- the step ----------------------------------------------------------------
     @_threads
     def schedule(self) -> SchedulerOutput:
         out = schedule(self.st)
-        result = outputs(self.st, out, [self.ids])[0]
+        result = DeferredSchedulerOutput.of(columns(self.st, out), self.ids)  # objects only when read (columnar.py)
         # Async scheduling schedules again before absorbing: outputs are absorbed oldest first.
-        self._pending.append((out, list(result.num_scheduled_tokens)))
+        self._pending.append((out, result))
         return result
 
     @_threads
@@ -128,37 +129,51 @@ class TorchEngine:
         return summaries(self.st, [self.ids])[0]
 
     @_threads
-    def update_from_output(
-        self, output: SchedulerOutput, model_output: ModelRunnerOutput
-    ) -> dict[str, FinishedRequest]:
-        if not self._pending:
-            raise RuntimeError("update_from_output without a preceding schedule")
-        out, ids = self._pending.popleft()
-        if list(output.num_scheduled_tokens) != ids:
-            raise RuntimeError("update_from_output: the output is not the oldest one schedule() returned")
-        got = model_output.sampled_token_ids
-        sampled = [tuple(got.get(rid, ())) for rid in ids]
+    def sampled_tokens(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> SampledTokens:
+        """The model's answer to the step that returned `output`, as tensors over this engine's slots.
+
+        Only the answer is read, not `output`: a deferred output stays unbuilt. An answer for a request the
+        step did not schedule is ignored (`update_from_output` masks it), as vLLM's update loop, which walks
+        the scheduled requests, never looks it up.
+        """
         G = 1 + self.st.kmax
-        if any(len(t) > G for t in sampled):
+        rows = [
+            (self.slot[rid], tuple(t)) for rid, t in model_output.sampled_token_ids.items() if t and rid in self.slot
+        ]
+        if any(len(t) > G for _, t in rows):
             raise ValueError(f"more than 1 + num_speculative_tokens = {G} sampled tokens for a request")
-        gen = torch.zeros((1, self.st.R, G), dtype=torch.int64)
-        num_gen = torch.zeros((1, self.st.R), dtype=torch.int64)
-        rows = [(self.slot[rid], t) for rid, t in zip(ids, sampled) if t]
-        if rows:  # glue: the model's answer into tensors, in one write
+        tokens = torch.zeros((self.st.R, G), dtype=torch.int64)
+        count = torch.zeros(self.st.R, dtype=torch.int64)
+        if rows:  # one write per tensor
             at = [(slot, j, x) for slot, t in rows for j, x in enumerate(t)]
             s_, j_, x_ = (torch.tensor(c, dtype=torch.int64) for c in zip(*at))
-            gen[0, s_, j_] = x_
-            num_gen[0, torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
+            tokens[s_, j_] = x_
+            count[torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
+        return SampledTokens(tokens.to(self.device), count.to(self.device))
+
+    @_threads
+    def update_from_output(
+        self, output: SchedulerOutput, model_output: ModelRunnerOutput | SampledTokens
+    ) -> dict[str, FinishedRequest]:
+        """`model_output` as the spec's `ModelRunnerOutput`, or already as tensors (`SampledTokens`)."""
+        if not self._pending:
+            raise RuntimeError("update_from_output without a preceding schedule")
+        out, scheduled = self._pending.popleft()
+        if output is not scheduled and list(output.num_scheduled_tokens) != list(scheduled.num_scheduled_tokens):
+            raise RuntimeError("update_from_output: the output is not the oldest one schedule() returned")
+        if not isinstance(model_output, SampledTokens):
+            model_output = self.sampled_tokens(scheduled, model_output)
         # A request added while this step was in flight may have grown the slots since `schedule()`.
         R = self.st.R
+        tokens, num_gen = model_output.tokens, _widen(model_output.count[None], R, 0)
+        if tokens.shape[0] < R:
+            tokens = torch.cat([tokens, tokens.new_zeros((R - tokens.shape[0], tokens.shape[1]))])
+        gen = tokens[None]
         n_sched, sched_key, n_spec = _widen(out.n_sched, R, 0), _widen(out.sched_key, R, BIG), _widen(out.n_spec, R, 0)
-        stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen.to(self.device), num_gen.to(self.device))
-        # The outputs each request kept: a stop trims what follows it.
-        counts = self.st.num_out[0, torch.tensor([r[0] for r in rows], device=self.device)].tolist() if rows else []
-        for (slot, t), count in zip(rows, counts):
-            have = self.outputs[self.ids[slot]]
-            if count > len(have):
-                have.extend(t[: count - len(have)])
+        num_gen = torch.where(n_sched > 0, num_gen, 0)  # only the scheduled requests' answers count
+        before = self.st.num_out[0].clone()
+        stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen, num_gen)
+        self.outputs.record(before, gen[0])
         count = int(stopped.sum())
         if count == 0:
             return {}
@@ -166,10 +181,11 @@ class TorchEngine:
         order = key.argsort()[:count]  # num_scheduled_tokens order, as vLLM's loop finds them
         statuses = self.st.status[0, order].tolist()
         finished: dict[str, FinishedRequest] = {}
-        for slot, status in zip(order.tolist(), statuses):
+        kept = self.outputs.of(order, self.st.num_out[0, order])
+        for slot, status, output_token_ids in zip(order.tolist(), statuses, kept):
             rid = self.ids[slot]
             self.live.discard(rid)
-            finished[rid] = FinishedRequest(STATUS[status], tuple(self.outputs[rid]))
+            finished[rid] = FinishedRequest(STATUS[status], output_token_ids)
         return finished
 
     @_threads

@@ -19,13 +19,12 @@ drafts among each grant, in grant order (-1 for padding and placeholders).
 
 from __future__ import annotations
 
-import functools
-import gc
-from collections.abc import Callable, Sequence
-from typing import ParamSpec, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
+from ..spec.engine import gc_paused
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import RequestSummary, StateSummary
@@ -35,25 +34,6 @@ from .step import CACHED, NEW, RESUMED, StepOut
 
 Tensor = torch.Tensor
 STATUS = {int(s): s for s in RequestStatus}
-Args = ParamSpec("Args")
-Result = TypeVar("Result")
-
-
-def _without_gc(build: Callable[Args, Result]) -> Callable[Args, Result]:
-    """Build the objects with the cyclic garbage collector paused: they hold no cycles, and with
-    100k requests its full collections, triggered by the allocations alone, cost more than the build."""
-
-    @functools.wraps(build)
-    def wrapper(*args: Args.args, **kwargs: Args.kwargs) -> Result:
-        if not gc.isenabled():
-            return build(*args, **kwargs)
-        gc.disable()
-        try:
-            return build(*args, **kwargs)
-        finally:
-            gc.enable()
-
-    return wrapper
 
 
 def _by_instance(mask: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,27 +56,74 @@ def _groups(bi: list[int], B: int) -> list[tuple[int, int]]:
     return [(bounds[b], bounds[b + 1]) for b in range(B)]
 
 
-@_without_gc
+@dataclass(frozen=True)
+class OutputColumns:
+    """One step's `SchedulerOutput`s as [B, R] tensors, copied while the state still holds the step's blocks.
+
+    Copying them is a few tensor operations; building the objects is Python work per scheduled request.
+    Split, the torch engine can hand out a step's output at tensor cost and build the objects only when
+    someone reads them (`columnar.DeferredSchedulerOutput`). By then the update has freed blocks and later
+    steps have taken them, so the new block ids are gathered here, and every column is a copy of its own.
+    """
+
+    n_sched: Tensor  # [B, R] tokens granted; 0 = not scheduled
+    sched_key: Tensor  # [B, R] position in num_scheduled_tokens
+    kind: Tensor  # [B, R] CACHED / NEW / RESUMED
+    c_before: Tensor  # [B, R] num_computed_tokens as the output reports it
+    n_spec: Tensor  # [B, R] drafts among the granted tokens
+    spec_vals: Tensor  # [B, R, k] their ids
+    new_blocks: Tensor  # [B, R] blocks allocated in this step
+    blocks: Tensor  # [sum of new_blocks] their ids, by instance, slot, then position in the table
+    preempted: Tensor  # [B, R]
+    finished: Tensor  # [B, R]
+
+
+def columns(st: BatchState, out: StepOut) -> OutputColumns:
+    count = torch.where(out.n_sched > 0, st.held - out.old_held, 0)
+    total = int(count.sum())
+    if total:  # a decode takes a new block once in block_size steps: gather only the slots that took one
+        bi, si = count.nonzero(as_tuple=True)
+        owner, q = _expand(count[bi, si], total)
+        blocks = st.table[bi[owner], si[owner], out.old_held[bi, si][owner] + q]
+    else:
+        blocks = torch.zeros(0, dtype=torch.int64, device=st.device)
+    return OutputColumns(
+        n_sched=out.n_sched.clone(),
+        sched_key=out.sched_key.clone(),
+        kind=out.kind.clone(),
+        c_before=out.c_before.clone(),
+        n_spec=out.n_spec.clone(),
+        spec_vals=out.spec_vals.clone(),
+        new_blocks=count,
+        blocks=blocks.long(),
+        preempted=out.preempted.clone(),
+        finished=out.finished.clone(),
+    )
+
+
 def outputs(
     st: BatchState, out: StepOut, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
 ) -> dict[int, SchedulerOutput]:
     """One `SchedulerOutput` per instance in `want` (default: every instance), by instance row."""
-    B = st.B
-    bi, si = _by_instance(out.n_sched > 0, out.sched_key)
-    lo = out.old_held[bi, si]
-    count = st.held[bi, si] - lo
-    total = int(count.sum()) if count.numel() else 0
-    if total:
-        owner, q = _expand(count, total)
-        blocks = st.table[bi[owner], si[owner], lo[owner] + q].tolist()
-    else:
-        blocks = []
+    return build_outputs(columns(st, out), ids, want)
+
+
+@gc_paused
+def build_outputs(
+    c: OutputColumns, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
+) -> dict[int, SchedulerOutput]:
+    """The objects of `columns`: the scheduled requests in grant order, one read-back per tensor, one walk."""
+    B, R = c.n_sched.shape
+    bi, si = _by_instance(c.n_sched > 0, c.sched_key)
+    flat = c.new_blocks.flatten()
+    first = (flat.cumsum(0) - flat)[bi * R + si]  # where each request's new blocks start in `blocks`
     cols = torch.stack(
-        [bi, si, out.n_sched[bi, si], out.kind[bi, si], out.c_before[bi, si], count, out.n_spec[bi, si]]
+        [bi, si, c.n_sched[bi, si], c.kind[bi, si], c.c_before[bi, si], c.new_blocks[bi, si], c.n_spec[bi, si], first]
     ).tolist()
-    spec_rows = out.spec_vals[bi, si].tolist() if out.spec_vals.shape[2] and any(cols[6]) else None
-    pb, ps = out.preempted.nonzero(as_tuple=True)
-    fb, fs = out.finished.nonzero(as_tuple=True)
+    blocks = c.blocks.tolist()
+    spec_rows = c.spec_vals[bi, si].tolist() if c.spec_vals.shape[2] and any(cols[6]) else None
+    pb, ps = c.preempted.nonzero(as_tuple=True)
+    fb, fs = c.finished.nonzero(as_tuple=True)
     preempted: list[set[str]] = [set() for _ in range(B)]
     finished: list[set[str]] = [set() for _ in range(B)]
     for b, s in zip(pb.tolist(), ps.tolist()):
@@ -105,9 +132,6 @@ def outputs(
         finished[b].add(ids[b][s])
     result: dict[int, SchedulerOutput] = {}
     groups = _groups(cols[0], B)
-    first_block = [0]
-    for c in cols[5]:
-        first_block.append(first_block[-1] + c)
     for b in range(B) if want is None else want:
         start, end = groups[b]
         names = ids[b]
@@ -119,10 +143,9 @@ def outputs(
             for i in range(start, end):
                 if cols[6][i]:
                     spec[names[cols[1][i]]] = tuple(spec_rows[i][: cols[6][i]])
-        pos = first_block[start]
-        for rid, kind, computed, n_blocks in zip(rids, cols[3][start:end], cols[4][start:end], cols[5][start:end]):
-            blk = tuple(blocks[pos : pos + n_blocks]) if n_blocks else ()
-            pos += n_blocks
+        rows = zip(rids, cols[3][start:end], cols[4][start:end], cols[5][start:end], cols[7][start:end])
+        for rid, kind, computed, n_blocks, at in rows:
+            blk = tuple(blocks[at : at + n_blocks]) if n_blocks else ()
             if kind == CACHED:
                 cached.append(CachedRequestData(rid, computed, blk or None))
             elif kind == NEW:
@@ -140,7 +163,7 @@ def outputs(
     return result
 
 
-@_without_gc
+@gc_paused
 def summaries(
     st: BatchState, ids: Sequence[Sequence[str]], want: Sequence[int] | None = None
 ) -> dict[int, StateSummary]:

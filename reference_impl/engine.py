@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig
+from ..spec.engine import gc_paused
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import SchedulerState
@@ -36,9 +37,11 @@ class ReferenceEngine:
         aborted = self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED)
         return FinishedRequest(aborted[0].status, tuple(aborted[0].output_token_ids)) if aborted else None
 
+    @gc_paused  # the step builds no cycles: see `spec.engine.gc_paused`
     def schedule(self) -> SchedulerOutput:
         return self.scheduler.schedule()
 
+    @gc_paused
     def update_from_output(
         self, output: SchedulerOutput, model_output: ModelRunnerOutput
     ) -> dict[str, FinishedRequest]:

@@ -15,9 +15,11 @@ drafter's proposals. Under async scheduling it mirrors
 
 from __future__ import annotations
 
+import functools
+import gc
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from .config import SchedulerConfig
 from .output import ModelRunnerOutput, SchedulerOutput
@@ -50,6 +52,33 @@ class Engine(Protocol):
 
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
+
+Args = ParamSpec("Args")
+Result = TypeVar("Result")
+
+
+def gc_paused(step: Callable[Args, Result]) -> Callable[Args, Result]:
+    """Run `step` with Python's cyclic garbage collector paused.
+
+    A step allocates a few objects per scheduled request (outputs, dicts, tuples) and none of them in a
+    cycle: they die by reference counting. The collector does not know that. At 10,000 running requests its
+    collections, triggered by the allocations alone, scan every live request again and again within one
+    step: a third of a reference step's median time, measured. Paused, the allocations are counted and
+    collected once, after the step. vLLM makes the same trade by freezing its startup heap
+    (vllm/utils/gc_utils.py:freeze_gc_heap). An engine whose step does build cycles must not use this.
+    """
+
+    @functools.wraps(step)
+    def wrapper(*args: Args.args, **kwargs: Args.kwargs) -> Result:
+        if not gc.isenabled():
+            return step(*args, **kwargs)
+        gc.disable()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return wrapper
 
 
 def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: StateSummary) -> ModelRunnerOutput:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+# Slotted: a step builds one of these per scheduled request, and a slotted object needs no dict of its own.
+@dataclass(frozen=True, slots=True)
 class NewRequestData:
     req_id: str
     num_computed_tokens: int  # at admission: the prefix hit (0 without caching)
@@ -26,7 +27,7 @@ class NewRequestData:
     resumed: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CachedRequestData:
     req_id: str
     num_computed_tokens: int  # before this step's advance

@@ -1,0 +1,141 @@
+"""The torch engine's step at tensor cost through the Engine API: outputs built on demand, samples as tensors.
+
+Through `spec.engine.Engine`, every step used to build one Python object per
+scheduled request (`SchedulerOutput`) and read the model's answer back from
+one Python tuple per request. At 10,000 running requests that glue cost 20
+times the tensor step it wraps. Two types move it out of the step:
+
+* `DeferredSchedulerOutput` is a `SchedulerOutput` whose fields are built from
+  the step's gathered tensors (`materialize.OutputColumns`) the first time any
+  of them is read. A caller that reads them (the engine loop, the differ) gets
+  the same objects as before, built once; a caller that reads only
+  `total_num_scheduled_tokens`, or nothing, never pays for them. It compares
+  equal to the plain output with the same fields, and pickles as one.
+* `SampledTokens` is the model's answer as tensors over the engine's slots, the
+  form a tensor model produces. `TorchEngine.update_from_output` takes it as
+  it is; a `ModelRunnerOutput` is converted first (`TorchEngine.sampled_tokens`).
+* `OutputTokens` keeps every request's output tokens in one tensor, appended
+  in one write per step, and read back only for a request that finishes or
+  is aborted (its `FinishedRequest`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from ..spec.output import SchedulerOutput
+from .materialize import OutputColumns, build_outputs
+
+FIELDS = tuple(f.name for f in fields(SchedulerOutput))
+
+
+class DeferredSchedulerOutput(SchedulerOutput):
+    """A `SchedulerOutput` built from `OutputColumns` on first read (see the module's docstring).
+
+    The fields are properties that read the instance's `__dict__`, building every field into it first if it
+    is not there yet. Constructed like the plain dataclass (as `dataclasses.replace` does), it holds its
+    fields from the start and builds nothing.
+    """
+
+    @classmethod
+    def of(cls, columns: OutputColumns, ids: list[str]) -> DeferredSchedulerOutput:
+        """`ids`: the engine's slot-to-id list; it only grows, so reading it later names the same slots."""
+        self = object.__new__(cls)
+        self.__dict__["_columns"] = (columns, ids)
+        return self
+
+    def _build(self) -> None:
+        columns, ids = self.__dict__.pop("_columns")
+        built = build_outputs(columns, [ids])[0]
+        for name in FIELDS:
+            self.__dict__[name] = getattr(built, name)
+
+    @property
+    def is_built(self) -> bool:
+        return "_columns" not in self.__dict__
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        if self.is_built:
+            return sum(self.num_scheduled_tokens.values())
+        columns, _ = self.__dict__["_columns"]
+        return int(columns.n_sched.sum())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SchedulerOutput):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a plain output, whose fields hold dicts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SchedulerOutput, tuple(getattr(self, name) for name in FIELDS))
+
+
+def _field(name: str) -> property:
+    def read(self: DeferredSchedulerOutput) -> Any:
+        if name not in self.__dict__:
+            self._build()
+        return self.__dict__[name]
+
+    def write(self: DeferredSchedulerOutput, value: Any) -> None:  # the dataclass __init__ stores through this
+        self.__dict__[name] = value
+
+    return property(read, write)
+
+
+for _name in FIELDS:
+    setattr(DeferredSchedulerOutput, _name, _field(_name))
+
+
+@dataclass(frozen=True)
+class SampledTokens:
+    """The model's answer to one step as tensors over the engine's slots: `tokens[slot, j]` is the j-th token
+    the request in `slot` sampled, `count[slot]` how many it sampled (0: none, as for a partial prefill chunk).
+
+    `tokens` is [R, G] with G = 1 + num_speculative_tokens, `count` is [R], both int64 on the engine's device;
+    R may be smaller than the engine's slots (requests added since are not scheduled in this step).
+    """
+
+    tokens: torch.Tensor
+    count: torch.Tensor
+
+
+class OutputTokens:
+    """Each slot's output tokens, as one [slots, length] int64 tensor grown by doubling.
+
+    The memory is slots times the longest output so far: the price of appending a step's tokens in one
+    write instead of one Python list per request.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.tokens = torch.zeros((0, 0), dtype=torch.int64, device=device)
+
+    def record(self, before: torch.Tensor, gen: torch.Tensor) -> None:
+        """After an update: slot s had `before[s]` outputs, and the ones it kept now are the first of the tokens
+        it sampled, `gen[s]` (a stop trims what follows it; outputs are never removed)."""
+        R, G = gen.shape
+        if R == 0:
+            return
+        self._reserve(R, int(before.max()) + G)
+        # Every slot's G tokens go in at once, past its `before` outputs. Past the `after[s] - before[s]` it
+        # kept they are scratch: `of` reads no further than a slot's count, and the next write covers them.
+        self.tokens[:R].scatter_(1, before[:, None] + torch.arange(G, device=gen.device), gen)
+
+    def of(self, slots: torch.Tensor, lengths: torch.Tensor) -> list[tuple[int, ...]]:
+        """The first `lengths[i]` output tokens of each slot in `slots`."""
+        if slots.numel() == 0:
+            return []
+        self._reserve(int(slots.max()) + 1, 0)
+        return [tuple(row[:n]) for row, n in zip(self.tokens[slots].tolist(), lengths.tolist())]
+
+    def _reserve(self, rows: int, length: int) -> None:
+        r, n = self.tokens.shape
+        if rows <= r and length <= n:
+            return
+        grown = self.tokens.new_zeros((r if rows <= r else max(rows, 2 * r), n if length <= n else max(length, 2 * n)))
+        grown[:r, :n] = self.tokens
+        self.tokens = grown
