@@ -32,9 +32,6 @@ a = json.loads(sys.argv[2])
 drv, scheds = d.Driver(), []
 for b in range(a["instances"]):
     drv.op_init(config=a["config"])
-    if b == 0 and a.get("freeze") == "start":
-        from vllm.utils.gc_utils import freeze_gc_heap
-        freeze_gc_heap()
     for i in range(a["requests"]):
         drv.op_add(request={"request_id": f"b{i}", "prompt_token_ids": [3 + i % 1000] * a["prompt"], "max_tokens": 100000,
                             "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "eos_token_id": None,
@@ -42,9 +39,8 @@ for b in range(a["instances"]):
     scheds.append(drv.scheduler)
 # vLLM's EngineCore freezes its heap once started (vllm/v1/engine/core.py:EngineCore.__init__), so that the
 # collector's full passes skip it; here it is frozen after the requests are in too, which can only help vLLM.
-if a.get("freeze", "after") == "after":
-    from vllm.utils.gc_utils import freeze_gc_heap
-    freeze_gc_heap()
+from vllm.utils.gc_utils import freeze_gc_heap
+freeze_gc_heap()
 times, steady = [], 0
 while len(times) < a["steps"]:
     spent, all_decode = 0.0, True
