@@ -153,8 +153,12 @@ POSSIBLE_CELLS: tuple[str, ...] = tuple(cell(e, m) for e in EVENTS for m in MODE
 
 def cells(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
     """How often each cell was reached in these records: the events, under the workload's mode."""
+    return _as_cells(workload, events(workload, records))
+
+
+def _as_cells(workload: Workload, seen: Counter[str]) -> Counter[str]:
     mode = Mode.of(workload.config)
-    return Counter({cell(e, mode): n for e, n in events(workload, records).items() if e in EVENTS})
+    return Counter({cell(e, mode): n for e, n in seen.items() if e in EVENTS})
 
 
 def judge_and_cells(
@@ -181,9 +185,7 @@ def judge_and_cells(
         counting += time.perf_counter() - t0
 
     violations = check_trace(engine_trace, on_view=count)
-    mode = Mode.of(engine_trace.workload.config)
-    reached = Counter({cell(e, mode): n for e, n in (seen + tracker.finish()).items() if e in EVENTS})
-    return violations, reached, counting
+    return violations, _as_cells(engine_trace.workload, seen + tracker.finish()), counting
 
 
 def summary(reached: Mapping[str, int]) -> dict[str, Any]:
