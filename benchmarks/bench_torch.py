@@ -147,7 +147,7 @@ def _time_python(engines: list, workload: Workload, steps: int, columnar: bool) 
             t1 = time.perf_counter()
             model_output = fake_model(workload, output, e.summary())
             if columnar:
-                model_output = e.sampled_tokens(output, model_output)
+                model_output = e.sampled_tokens(model_output)
             t2 = time.perf_counter()
             e.update_from_output(output, model_output)
             spent += time.perf_counter() - t2 + t1 - t0

@@ -129,12 +129,12 @@ class TorchEngine:
         return summaries(self.st, [self.ids])[0]
 
     @_threads
-    def sampled_tokens(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> SampledTokens:
-        """The model's answer to the step that returned `output`, as tensors over this engine's slots.
+    def sampled_tokens(self, model_output: ModelRunnerOutput) -> SampledTokens:
+        """The model's answer to a step, as tensors over this engine's slots.
 
-        Only the answer is read, not `output`: a deferred output stays unbuilt. An answer for a request the
-        step did not schedule is ignored (`update_from_output` masks it), as vLLM's update loop, which walks
-        the scheduled requests, never looks it up.
+        It reads the answer alone, never the step's output, so a deferred output stays unbuilt. An answer for a
+        request the step did not schedule is ignored (`update_from_output` masks it), as vLLM's update loop,
+        which walks the scheduled requests, never looks it up.
         """
         G = 1 + self.st.kmax
         rows = [
@@ -156,16 +156,21 @@ class TorchEngine:
         self, output: SchedulerOutput, model_output: ModelRunnerOutput | SampledTokens
     ) -> dict[str, FinishedRequest]:
         """`model_output` as the spec's `ModelRunnerOutput`, or already as tensors (`SampledTokens`)."""
+        if not isinstance(model_output, SampledTokens):
+            model_output = self.sampled_tokens(model_output)
+        tokens, G = model_output.tokens, 1 + self.st.kmax
+        if tokens.dim() != 2 or tokens.shape[1] != G or tokens.shape[0] > self.st.R:
+            raise ValueError(f"SampledTokens.tokens: shape {tuple(tokens.shape)}, expected [R <= {self.st.R}, {G}]")
+        if model_output.count.shape != tokens.shape[:1]:
+            raise ValueError(f"SampledTokens.count: shape {tuple(model_output.count.shape)}, expected [{len(tokens)}]")
         if not self._pending:
             raise RuntimeError("update_from_output without a preceding schedule")
         out, scheduled = self._pending.popleft()
         if output is not scheduled and list(output.num_scheduled_tokens) != list(scheduled.num_scheduled_tokens):
             raise RuntimeError("update_from_output: the output is not the oldest one schedule() returned")
-        if not isinstance(model_output, SampledTokens):
-            model_output = self.sampled_tokens(scheduled, model_output)
         # A request added while this step was in flight may have grown the slots since `schedule()`.
         R = self.st.R
-        tokens, num_gen = model_output.tokens, _widen(model_output.count[None], R, 0)
+        num_gen = _widen(model_output.count[None], R, 0)
         if tokens.shape[0] < R:
             tokens = torch.cat([tokens, tokens.new_zeros((R - tokens.shape[0], tokens.shape[1]))])
         gen = tokens[None]

@@ -51,8 +51,6 @@ def max_(a: Any, b: Any) -> Any:
 
 
 def and_(*xs: Any) -> Any:
-    if len(xs) == 2 and type(xs[0]) is bool and type(xs[1]) is bool:
-        return xs[0] and xs[1]
     for x in xs:
         if type(x) not in _CONCRETE and is_symbolic(x):
             return _z3().And(*xs)
@@ -60,8 +58,6 @@ def and_(*xs: Any) -> Any:
 
 
 def or_(*xs: Any) -> Any:
-    if len(xs) == 2 and type(xs[0]) is bool and type(xs[1]) is bool:
-        return xs[0] or xs[1]
     for x in xs:
         if type(x) not in _CONCRETE and is_symbolic(x):
             return _z3().Or(*xs)

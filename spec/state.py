@@ -66,7 +66,7 @@ class RequestProperties:
 
     @property
     def num_tokens_with_spec(self) -> int:
-        return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)  # num_tokens, inlined
+        return self.num_tokens + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:

@@ -53,7 +53,7 @@ def _replay_unread(workload: Workload, trace: Trace, as_tensors: bool) -> tuple[
                 done[rid] = f
         out = e.schedule()
         outputs.append(out)
-        answer = e.sampled_tokens(out, rec.model_output) if as_tensors else rec.model_output
+        answer = e.sampled_tokens(rec.model_output) if as_tensors else rec.model_output
         done.update(e.update_from_output(out, answer))
         if rec.draft_token_ids:
             e.update_draft_token_ids(rec.draft_token_ids)
@@ -123,9 +123,37 @@ def test_sampled_tokens_are_the_answer_as_tensors() -> None:
         e.add_request(r.request)
     out = e.schedule()
     rid = next(iter(e.slot))
-    got = e.sampled_tokens(out, ModelRunnerOutput({rid: (3, 4)}))
+    got = e.sampled_tokens(ModelRunnerOutput({rid: (3, 4)}))
     assert isinstance(got, SampledTokens)
     assert got.tokens[e.slot[rid], :2].tolist() == [3, 4] and int(got.count.sum()) == 2
-    assert not out.is_built  # converting the answer does not read the output
     with pytest.raises(ValueError, match="sampled tokens for a request"):
-        e.sampled_tokens(out, ModelRunnerOutput({rid: (1,) * (2 + workload.config.num_speculative_tokens)}))
+        e.sampled_tokens(ModelRunnerOutput({rid: (1,) * (2 + workload.config.num_speculative_tokens)}))
+    G = 1 + workload.config.num_speculative_tokens
+    with pytest.raises(ValueError, match=r"SampledTokens.tokens: shape \(3, 9\)"):
+        e.update_from_output(
+            out, SampledTokens(torch.zeros((3, 9), dtype=torch.int64), torch.zeros(3, dtype=torch.int64))
+        )
+    with pytest.raises(ValueError, match=r"SampledTokens.count: shape \(2,\), expected \[3\]"):
+        e.update_from_output(
+            out, SampledTokens(torch.zeros((3, G), dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
+        )
+
+
+def test_gc_paused_pauses_the_collector_for_the_call_only() -> None:
+    import gc
+
+    from schedspec.spec.engine import gc_paused
+
+    seen = []
+    step = gc_paused(lambda fail: seen.append(gc.isenabled()) or (1 / 0 if fail else "done"))
+    assert gc.isenabled()
+    assert step(False) == "done" and seen == [False] and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        step(True)
+    assert gc.isenabled()  # restored after an exception too
+    gc.disable()
+    try:
+        step(False)
+        assert not gc.isenabled()  # a caller that paused it keeps it paused
+    finally:
+        gc.enable()
