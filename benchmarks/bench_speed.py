@@ -2,8 +2,11 @@
 `schedspec contracts`' wall time, and the state machine's examples per second before and after.
 
 Why one script: the machine is shared and its speed drifts by half within minutes, so a ratio is only worth
-reading when both of its sides were measured in the same run, close together. The reference and vLLM are
-measured in alternating rounds (`--rounds`), and each side's figure is the median over the rounds.
+reading when both of its sides were measured in the same run, close together. So the engines are stepped in
+turn, one step each per round, in a rotating order (`--rounds`): vLLM in its own venv's process, stepped over
+a pipe, the others in this one. Each engine's figure is its median step. An earlier version alternated whole
+measurements of a few steps each, a process per vLLM measurement, and two runs of it 40 minutes apart put the
+reference at 10k at 92 ms and at 63 ms.
 
 "Before" is a git revision (`--before`, default the commit before #20's reference changes). Its tree is
 checked out into a temporary worktree and run by the same interpreter through a shim folder that maps the
@@ -15,6 +18,7 @@ checked out into a temporary worktree and run by the same interpreter through a 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -27,28 +31,66 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench_torch import PROMPT_LEN, decode_workload, time_python, time_torch  # siblings: this runs as a script
+import torch
+from bench_torch import PROMPT_LEN, decode_workload, python_stepper, tensor_stepper  # siblings: this runs as a script
 
-from vllm_timer import time_vllm, vllm_python
+from schedspec.gpu_impl.device import cpu_threads
+
+from vllm_timer import PipeStepper, vllm_python, vllm_stepper
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "71395a6"  # main before #20's reference changes (2026-12-02)
+STEPS_PER_TURN = 3
+# The engines stepped in this project's venv (`--worker`): kind -> (engine, columnar) for `python_stepper`.
+WORKERS: dict[str, tuple] = {
+    "reference": ("reference", False),
+    "tensor": ("torch", False),  # `tensor_stepper`, not an Engine
+    "columnar": ("torch", True),
+    "objects": ("torch", False),
+}
 PACKAGES = ("spec", "reference_impl", "gpu_impl", "conformance", "proofs", "mutants", "live")
 
 
 def per_step(n: int, rounds: int) -> dict[str, float]:
-    """Median over alternating rounds of seconds per step: reference, vLLM, torch tensor step, torch Engine API."""
+    """Median seconds per step of each engine at N running decodes, the engines taking turns.
+
+    Every engine runs in a process of its own (`vllm_timer.PipeStepper`), brought to the steady decode state.
+    Then each round gives every engine a turn, in an order that rotates from round to round, so each side of a
+    ratio meets the same moments of the machine. A turn is one untimed step, then `STEPS_PER_TURN` timed
+    ones, since the first step after another engine's turn runs on caches that engine filled.
+
+    Why processes: stepped in turn inside one process, the reference came out at 2.1x vLLM's speed at 1k and
+    10k, where measured alone it had about 3x. There it shared a heap and a core's cache with three torch
+    engines, while vLLM, in its own process, had both to itself.
+    """
+    steppers = {kind: PipeStepper([sys.executable, __file__, "--worker", kind, str(n)]) for kind in WORKERS}
+    if vllm_python() is not None:
+        steppers["vllm"] = vllm_stepper(decode_workload(n), PROMPT_LEN)
+    try:
+        got: dict[str, list[float]] = {k: [] for k in steppers}
+        names = list(steppers)
+        for i in range(rounds):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                steppers[name].step()  # untimed
+                got[name] += [steppers[name].step() for _ in range(STEPS_PER_TURN)]
+    finally:
+        for s in steppers.values():
+            s.close()
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def worker(kind: str, n: int) -> None:
+    """`--worker KIND N`: one engine of `WORKERS` in the decode state at N, stepped once per line read."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # stdout is the protocol's alone
     w = decode_workload(n)
-    steps = 5 if n >= 10_000 else 20
-    got: dict[str, list[float]] = {k: [] for k in ("reference", "vllm", "tensor", "columnar", "objects")}
-    for _ in range(rounds):
-        got["reference"].append(time_python("reference", w, 1, steps))
-        if vllm_python() is not None:
-            got["vllm"].append(time_vllm(w, 1, steps, PROMPT_LEN))
-        got["tensor"].append(time_torch(w, 1, 50, "cpu"))
-        got["columnar"].append(time_python("torch", w, 1, steps, "cpu", columnar=True))
-        got["objects"].append(time_python("torch", w, 1, steps, "cpu"))
-    return {k: statistics.median(v) for k, v in got.items() if v}
+    with cpu_threads(torch.device("cpu")):
+        engine, columnar = WORKERS[kind]
+        step = tensor_stepper([w], "cpu") if kind == "tensor" else python_stepper(engine, w, columnar)
+        gc.collect()
+        proto.write(json.dumps({"ready": kind}) + "\n")
+        for _ in sys.stdin:
+            proto.write(json.dumps({"seconds": step(), "decoding": True}) + "\n")
 
 
 def contracts_wall(timeout: float, jobs: int) -> tuple[float, str]:
@@ -98,7 +140,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})")
     parser.add_argument("--running", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per N (default 3)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds per N, a turn of every engine each (default 15)")
     parser.add_argument("--examples", type=int, default=200, help="state machine examples per row (default 200)")
     parser.add_argument("--results", help="append the table, with the command, to this Markdown file")
     args = parser.parse_args()
@@ -139,8 +181,8 @@ def report(args, steps, wall, summary, before, after, load0) -> str:
         "",
         f"Machine: {os.cpu_count()} CPU cores, Python {platform.python_version()}; load average {load0:.1f} at "
         f"the start, {os.getloadavg()[0]:.1f} at the end. Per-step times are medians over {args.rounds} "
-        "alternating rounds (`schedule()` + `update_from_output()`, N running decodes, the fake model outside "
-        "the timing, as in bench_torch.py).",
+        "rounds, each giving every engine a turn (an untimed step, then {STEPS_PER_TURN} timed) in a rotating order (`schedule()` + `update_from_output()`, "
+        "N running decodes, the model's answer built between them, untimed).",
         "",
         "| N | reference ms | vLLM 0.33.0 ms | vLLM / reference | torch tensor step ms | torch Engine API ms "
         "| Engine API / tensor step | Engine API, objects read, ms |",
@@ -156,10 +198,10 @@ def report(args, steps, wall, summary, before, after, load0) -> str:
     lines += [
         "",
         "- torch tensor step: `gpu_impl.batch.advance` (schedule, the tensor fake model, update), no Python objects.",
-        "- torch Engine API: `TorchEngine.schedule()` + `update_from_output()` with the model's answer as tensors "
-        "(`SampledTokens`, converted outside the timing as every engine's answer is built outside it), the "
-        "output's per-request objects left unread inside the timing (`gpu_impl/columnar.py` builds them when "
-        "read).",
+        "- torch Engine API: `TorchEngine.schedule()` + `update_from_output()` driven by a tensor model: the fake "
+        "model's tensor twin reads the output's columns and answers in `SampledTokens` (untimed, and checked "
+        "against the spec's fake model), and no per-request object is built (`gpu_impl/columnar.py` builds them "
+        "only when read).",
         "- Engine API, objects read: the same step reading every field of its output inside the timing and "
         "given the spec's `ModelRunnerOutput`, as the engine loop and the differ use it.",
         "",
@@ -179,4 +221,7 @@ def report(args, steps, wall, summary, before, after, load0) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--worker"]:  # one engine of `per_step`, in a process of its own
+        worker(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

@@ -25,10 +25,10 @@ Engines:
   every field of its `SchedulerOutput` read inside the timing and the
   model's answer given as the spec's `ModelRunnerOutput`: the like-for-like
   comparison with the reference's Python objects.
-* `torch-cpu (Engine API, columnar)`: the same engine with the answer given
-  as tensors (`SampledTokens`) and the output's objects left unread inside
-  the timing: what a caller that reads aggregates, or that compares in
-  tensors, pays (`gpu_impl/columnar.py`).
+* `torch-cpu (Engine API, columnar)`: the same engine driven by a tensor
+  model: the fake model's tensor twin reads the output's columns and answers
+  in `SampledTokens`, and no per-request object is built: what a caller that
+  works in tensors pays (`gpu_impl/columnar.py`).
 * `vllm`: vLLM 0.33.0's `Scheduler.schedule()` / `update_from_output()`,
   timed inside its own venv (`.venv-vllm-ref`) by calling them directly
   (`vllm_timer.py`): no pipe, no JSON. Skipped with a note if that venv is
@@ -44,12 +44,14 @@ extrapolated.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -119,10 +121,13 @@ def time_python(
 ) -> float:
     """Median seconds per round (every instance steps once) once all requests decode.
 
-    `columnar` (the torch engine): the model's answer goes in as tensors (`SampledTokens`, converted outside the
-    timing like the answer itself), and the output's per-request objects are left unread inside the timing
-    (the fake model reads them outside it). Otherwise the step reads every field of its output inside the
-    timing, and the answer goes in as the spec's `ModelRunnerOutput`.
+    `columnar` (the torch engine): a tensor model answers. The fake model's tensor twin (`gpu_impl.fake_model`)
+    reads the output's columns and gives `SampledTokens`, outside the timing, and nothing reads the output's
+    per-request objects, so none is built. Why not the spec's fake model, converted: building its 10,000
+    objects between two steps, even untimed, evicts the engine's state from the caches, and the next step
+    paid 0.5 ms for it at 10k (2.2-2.5 ms against 1.5-2.0 ms, measured). That is the cost of a Python model, not
+    of the engine. Otherwise the step reads every field of its output inside the timing, and the answer goes
+    in as the spec's `ModelRunnerOutput`.
     """
     engines = [_python_engine(kind, workload.config, device) for _ in range(instances)]
     with cpu_threads(torch.device(device)):  # held across the loop, as `time_torch` holds it
@@ -131,33 +136,85 @@ def time_python(
 
 def _time_python(engines: list, workload: Workload, steps: int, columnar: bool) -> float:
     for e in engines:
-        if hasattr(e, "add_requests"):
-            e.add_requests(r.request for r in workload.requests)
-        else:
-            for r in workload.requests:
-                e.add_request(r.request)
-    n, times, steady = len(workload.requests), [], 0
+        _add_all(e, workload)
+    # The engines of earlier measurements in this process die in the cyclic collector (the reference's scheduler
+    # and its block pool point at each other), not at once: collect them now, or every later measurement runs
+    # on a heap full of them, which cost the reference up to half again at 1,000 (measured). vLLM is timed in
+    # a fresh process each time (`vllm_timer.py`).
+    gc.collect()
+    times, steady = [], 0
     while len(times) < steps:
         spent, all_decode = 0.0, True
         for e in engines:
-            t0 = time.perf_counter()
-            output = e.schedule()
-            if not columnar:
-                _read(output)
-            t1 = time.perf_counter()
-            model_output = fake_model(workload, output, e.summary())
-            if columnar:
-                model_output = e.sampled_tokens(model_output)
-            t2 = time.perf_counter()
-            e.update_from_output(output, model_output)
-            spent += time.perf_counter() - t2 + t1 - t0
-            del model_output  # freed here, outside the timing, not when the next step's answer replaces it
-            all_decode &= len(output.num_scheduled_tokens) == n == output.total_num_scheduled_tokens
-            del output
+            seconds, decoding = python_step(e, workload, columnar, check=steady == 0)
+            spent += seconds
+            all_decode &= decoding
         if steady >= 1:
             times.append(spent)
         steady = steady + 1 if all_decode else 0
     return statistics.median(times)
+
+
+def _add_all(e, workload: Workload) -> None:  # an engine: the reference or a TorchEngine
+    if hasattr(e, "add_requests"):
+        e.add_requests(r.request for r in workload.requests)
+    else:
+        for r in workload.requests:
+            e.add_request(r.request)
+
+
+def python_step(e, workload: Workload, columnar: bool, check: bool = False) -> tuple[float, bool]:
+    """One step of an engine behind the Engine protocol: the seconds `schedule()` and `update_from_output()`
+    took (the answer is built between them, untimed), and whether every request decoded one token.
+
+    `check` (columnar only): compare the tensor model's answer with the spec's fake model's, untimed."""
+    t0 = time.perf_counter()
+    output = e.schedule()
+    if not columnar:
+        _read(output)
+    t1 = time.perf_counter()
+    model_output = _tensor_answer(e, workload, output, check) if columnar else fake_model(workload, output, e.summary())
+    t2 = time.perf_counter()
+    e.update_from_output(output, model_output)
+    seconds = time.perf_counter() - t2 + t1 - t0
+    del model_output  # freed here, outside the timing, not when the next step's answer replaces it
+    n = len(workload.requests)
+    scheduled = int((output.columns.n_sched > 0).sum()) if columnar else len(output.num_scheduled_tokens)
+    return seconds, scheduled == n == output.total_num_scheduled_tokens
+
+
+def python_stepper(kind: str, workload: Workload, columnar: bool = False) -> Callable[[], float]:
+    """A fresh engine in the steady decode state, and a function that steps it once and says how long it took:
+    for `bench_speed.py`, which alternates engines step by step."""
+    e = _python_engine(kind, workload.config, "cpu")
+    _add_all(e, workload)
+    steady = 0
+    while steady < 2:
+        decoding = python_step(e, workload, columnar, check=columnar and steady == 0)[1]
+        steady = steady + 1 if decoding else 0
+
+    def step() -> float:
+        seconds, decoding = python_step(e, workload, columnar)
+        assert decoding, "the decode state ended"
+        return seconds
+
+    return step
+
+
+def _tensor_answer(e, workload: Workload, output, check: bool):  # a TorchEngine and its DeferredSchedulerOutput
+    """The fake model's answer from its tensor twin, as a tensor model gives it; checked once against the spec's."""
+    from schedspec.gpu_impl.columnar import SampledTokens
+    from schedspec.gpu_impl.fake_model import fake_model as tensor_fake_model
+
+    c = output.columns
+    tokens, count = tensor_fake_model(e.st, c.n_sched, c.n_spec, c.spec_vals)
+    answer = SampledTokens(tokens[0], count[0])
+    if check:  # the twins must agree, or the timing is of another run (outside the timing, once per state)
+        expected = e.sampled_tokens(fake_model(workload, output, e.summary()))
+        kept = torch.arange(answer.tokens.shape[1]) < answer.count[:, None]  # past its count a row is scratch
+        same = torch.equal(answer.count, expected.count) and torch.equal(answer.tokens[kept], expected.tokens[kept])
+        assert same, "the tensor fake model's answer differs from the spec's fake model's"
+    return answer
 
 
 def _read(output: SchedulerOutput) -> None:
@@ -170,27 +227,37 @@ def _read(output: SchedulerOutput) -> None:
 
 
 def time_torch(workload: Workload, instances: int, steps: int, device: str) -> float:
+    gc.collect()  # as `_time_python` does
+    with cpu_threads(torch.device(device)):
+        step = tensor_stepper([workload] * instances, device)
+        return statistics.median(step() for _ in range(steps))
+
+
+def tensor_stepper(workloads: list[Workload], device: str) -> Callable[[], float]:
+    """The batched tensor state of `workloads` in the steady decode state, and a function that steps it once and
+    says how long it took (call it under `device.cpu_threads`)."""
     from schedspec.gpu_impl.batch import advance, build_state
 
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    with cpu_threads(dev):
-        st = build_state([workload] * instances, dev)
-        st.arrive(st.arrival_step == 0)
-        total = len(workload.requests) * instances
-        steady = 0
-        while steady < 3:  # all decoding for a few steps: warm caches and allocators
-            out = advance(st)[0]
-            steady = steady + 1 if int(out.n_sched.sum()) == total and int((out.n_sched == 1).sum()) == total else 0
-        times = []
-        for _ in range(steps):
-            sync()
-            t0 = time.perf_counter()
-            advance(st)
-            sync()
-            times.append(time.perf_counter() - t0)
-        assert int(st.num_out.min()) > 0
-        return statistics.median(times)
+    st = build_state(workloads, dev)
+    st.arrive(st.arrival_step == 0)
+    total = sum(len(w.requests) for w in workloads)
+    steady = 0
+    while steady < 3:  # all decoding for a few steps: warm caches and allocators
+        out = advance(st)[0]
+        steady = steady + 1 if int(out.n_sched.sum()) == total and int((out.n_sched == 1).sum()) == total else 0
+
+    def step() -> float:
+        sync()
+        t0 = time.perf_counter()
+        out = advance(st)[0]
+        sync()
+        seconds = time.perf_counter() - t0
+        assert int((out.n_sched == 1).sum()) == total, "the decode state ended"
+        return seconds
+
+    return step
 
 
 # ---- the run -----------------------------------------------------------------------------------------------------
@@ -214,8 +281,9 @@ def main() -> None:
         f"{API}: `TorchEngine` through the Engine protocol, every field of its `SchedulerOutput` read inside the "
         "timing and the model's answer given as the spec's `ModelRunnerOutput` (the fake model's answer is built "
         "outside the timing for every engine). One instance per engine, so n/a for B > 1.",
-        f"{COLUMNAR}: the same, with the answer given as tensors (`SampledTokens`, converted outside the timing) "
-        "and the output's objects left unread inside it (`gpu_impl/columnar.py`).",
+        f"{COLUMNAR}: the same engine driven by a tensor model: the fake model's tensor twin reads the output's "
+        "columns and answers in `SampledTokens` (untimed, checked against the spec's fake model), and no "
+        "per-request object is built (`gpu_impl/columnar.py`).",
         "vllm: `Scheduler.schedule()` + `update_from_output()` of vLLM 0.33.0 called directly inside its venv.",
         "skipped: a sequential engine with that many schedulers takes too long to build and step here "
         "(reference above B = 1,024, vLLM above B = 64); nothing is extrapolated.",

@@ -48,21 +48,27 @@ class DeferredSchedulerOutput(SchedulerOutput):
         return self
 
     def _build(self) -> None:
-        columns, ids = self.__dict__.pop("_columns")
+        columns, ids = self.__dict__["_columns"]
         built = build_outputs(columns, [ids])[0]
         for name in FIELDS:
             self.__dict__[name] = getattr(built, name)
 
     @property
     def is_built(self) -> bool:
-        return "_columns" not in self.__dict__
+        return FIELDS[0] in self.__dict__
+
+    @property
+    def columns(self) -> OutputColumns | None:
+        """The tensors it is built from (None for one constructed from its fields): what a consumer that works
+        in tensors, a tensor model among them, reads instead of the objects."""
+        held = self.__dict__.get("_columns")
+        return held[0] if held else None
 
     @property
     def total_num_scheduled_tokens(self) -> int:
-        if self.is_built:
+        if self.is_built or self.columns is None:
             return sum(self.num_scheduled_tokens.values())
-        columns, _ = self.__dict__["_columns"]
-        return int(columns.n_sched.sum())
+        return int(self.columns.n_sched.sum())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SchedulerOutput):
@@ -105,10 +111,13 @@ class SampledTokens:
 
 
 class OutputTokens:
-    """Each slot's output tokens, as one [slots, length] int64 tensor grown by doubling.
+    """Each slot's output tokens, as one [length, slots] int64 tensor grown by doubling.
 
-    The memory is slots times the longest output so far: the price of appending a step's tokens in one
-    write instead of one Python list per request.
+    Position-major, because a step writes position `before[s]` of every slot it sampled for, and in a
+    decode step that is about the same position for all of them: the write lands in a few contiguous rows
+    instead of one cache line per slot across the whole table (at 10,000 slots, 0.3 ms a step slot-major,
+    with the table out of cache). The memory is slots times the longest output so far: the price of
+    appending a step's tokens in one write instead of one Python list per request.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -120,22 +129,25 @@ class OutputTokens:
         R, G = gen.shape
         if R == 0:
             return
-        self._reserve(R, int(before.max()) + G)
+        self._reserve(int(before.max()) + G, R)
         # Every slot's G tokens go in at once, past its `before` outputs. Past the `after[s] - before[s]` it
         # kept they are scratch: `of` reads no further than a slot's count, and the next write covers them.
-        self.tokens[:R].scatter_(1, before[:, None] + torch.arange(G, device=gen.device), gen)
+        at = before[None, :] + torch.arange(G, device=gen.device)[:, None]
+        self.tokens[:, :R].scatter_(0, at, gen.T)
 
     def of(self, slots: torch.Tensor, lengths: torch.Tensor) -> list[tuple[int, ...]]:
         """The first `lengths[i]` output tokens of each slot in `slots`."""
         if slots.numel() == 0:
             return []
-        self._reserve(int(slots.max()) + 1, 0)
-        return [tuple(row[:n]) for row, n in zip(self.tokens[slots].tolist(), lengths.tolist())]
+        self._reserve(0, int(slots.max()) + 1)
+        return [tuple(row[:n]) for row, n in zip(self.tokens[:, slots].T.tolist(), lengths.tolist())]
 
-    def _reserve(self, rows: int, length: int) -> None:
-        r, n = self.tokens.shape
-        if rows <= r and length <= n:
+    def _reserve(self, length: int, slots: int) -> None:
+        n, r = self.tokens.shape
+        if length <= n and slots <= r:
             return
-        grown = self.tokens.new_zeros((r if rows <= r else max(rows, 2 * r), n if length <= n else max(length, 2 * n)))
-        grown[:r, :n] = self.tokens
+        grown = self.tokens.new_zeros(
+            (n if length <= n else max(length, 2 * n), r if slots <= r else max(slots, 2 * r))
+        )
+        grown[:n, :r] = self.tokens
         self.tokens = grown

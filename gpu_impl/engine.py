@@ -27,6 +27,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 import torch
 
 from ..spec.config import SchedulerConfig
+from ..spec.engine import gc_paused
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
@@ -117,6 +118,7 @@ class TorchEngine:
 
     # ---- the step ----------------------------------------------------------------
     @_threads
+    @gc_paused  # as the reference's: the step builds no cycles (`spec.engine.gc_paused`)
     def schedule(self) -> SchedulerOutput:
         out = schedule(self.st)
         result = DeferredSchedulerOutput.of(columns(self.st, out), self.ids)  # objects only when read (columnar.py)
@@ -152,6 +154,7 @@ class TorchEngine:
         return SampledTokens(tokens.to(self.device), count.to(self.device))
 
     @_threads
+    @gc_paused
     def update_from_output(
         self, output: SchedulerOutput, model_output: ModelRunnerOutput | SampledTokens
     ) -> dict[str, FinishedRequest]:
@@ -176,7 +179,7 @@ class TorchEngine:
         gen = tokens[None]
         n_sched, sched_key, n_spec = _widen(out.n_sched, R, 0), _widen(out.sched_key, R, BIG), _widen(out.n_spec, R, 0)
         num_gen = torch.where(n_sched > 0, num_gen, 0)  # only the scheduled requests' answers count
-        before = self.st.num_out[0].clone()
+        before = self.st.num_out[0]  # the update replaces `num_out`, never writes into it (as `batch.py` relies on)
         stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen, num_gen)
         self.outputs.record(before, gen[0])
         count = int(stopped.sum())

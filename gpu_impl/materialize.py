@@ -60,10 +60,14 @@ def _groups(bi: list[int], B: int) -> list[tuple[int, int]]:
 class OutputColumns:
     """One step's `SchedulerOutput`s as [B, R] tensors, copied while the state still holds the step's blocks.
 
-    Copying them is a few tensor operations; building the objects is Python work per scheduled request.
+    Gathering them is a few tensor operations; building the objects is Python work per scheduled request.
     Split, the torch engine can hand out a step's output at tensor cost and build the objects only when
     someone reads them (`columnar.DeferredSchedulerOutput`). By then the update has freed blocks and later
-    steps have taken them, so the new block ids are gathered here, and every column is a copy of its own.
+    steps have taken them, so the new block ids are gathered here. The other columns are the step's own
+    tensors, held as they are: `step.schedule` builds them afresh, and the two it takes from the state (C
+    before the advance, the finished mask) the state replaces rather than writes into
+    (`tests/unit/test_torch_columnar.py` pins both). Only the drafts are copied: without spec decode they
+    are the state's own (empty) tensor.
     """
 
     n_sched: Tensor  # [B, R] tokens granted; 0 = not scheduled
@@ -88,16 +92,16 @@ def columns(st: BatchState, out: StepOut) -> OutputColumns:
     else:
         blocks = torch.zeros(0, dtype=torch.int64, device=st.device)
     return OutputColumns(
-        n_sched=out.n_sched.clone(),
-        sched_key=out.sched_key.clone(),
-        kind=out.kind.clone(),
-        c_before=out.c_before.clone(),
-        n_spec=out.n_spec.clone(),
+        n_sched=out.n_sched,
+        sched_key=out.sched_key,
+        kind=out.kind,
+        c_before=out.c_before,
+        n_spec=out.n_spec,
         spec_vals=out.spec_vals.clone(),
         new_blocks=count,
         blocks=blocks.long(),
-        preempted=out.preempted.clone(),
-        finished=out.finished.clone(),
+        preempted=out.preempted,
+        finished=out.finished,
     )
 
 

@@ -157,3 +157,23 @@ def test_gc_paused_pauses_the_collector_for_the_call_only() -> None:
         assert not gc.isenabled()  # a caller that paused it keeps it paused
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("family", FAMILIES + ("mixed-fcfs-async",))
+def test_a_steps_columns_share_no_storage_with_the_state(family: str) -> None:
+    """`columns` holds the step's tensors without copying them: sound only while none is a state tensor
+    (the late reads above would catch a write into one, this names the tensor that aliases)."""
+    workload = generate(family, 3, 0)
+    trace = simulate(workload)
+    e = TorchEngine(workload.config, "cpu")
+    for rec in trace.steps:
+        for request in workload.arrivals_at(rec.step):
+            e.add_request(request)
+        out = e.schedule()
+        step_out, _ = e._pending[-1]
+        state = {t.untyped_storage().data_ptr(): name for name, t in vars(e.st).items() if isinstance(t, torch.Tensor)}
+        for f in dataclasses.fields(step_out):
+            t = getattr(step_out, f.name)
+            if isinstance(t, torch.Tensor) and f.name != "spec_vals" and t.numel():
+                assert t.untyped_storage().data_ptr() not in state, (f.name, state.get(t.untyped_storage().data_ptr()))
+        e.update_from_output(out, rec.model_output)
