@@ -181,8 +181,9 @@ def report(args, steps, wall, summary, before, after, load0) -> str:
         "",
         f"Machine: {os.cpu_count()} CPU cores, Python {platform.python_version()}; load average {load0:.1f} at "
         f"the start, {os.getloadavg()[0]:.1f} at the end. Per-step times are medians over {args.rounds} "
-        "rounds, each giving every engine a turn (an untimed step, then {STEPS_PER_TURN} timed) in a rotating order (`schedule()` + `update_from_output()`, "
-        "N running decodes, the model's answer built between them, untimed).",
+        f"rounds, each giving every engine a turn (an untimed step, then {STEPS_PER_TURN} timed) in a rotating "
+        "order, every engine in a process of its own (`schedule()` + `update_from_output()`, N running decodes, "
+        "the model's answer built between them, untimed).",
         "",
         "| N | reference ms | vLLM 0.33.0 ms | vLLM / reference | torch tensor step ms | torch Engine API ms "
         "| Engine API / tensor step | Engine API, objects read, ms |",
