@@ -77,13 +77,31 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Every option that has a default says it in `--help`: `(default: 900)` after its help, unless the help
+    already names it. A default of None or False means "not given", which the help describes in words."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or not action.option_strings or "default" in text:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
+
+
 class _OneLineErrors(argparse.ArgumentParser):
     """argparse's own errors (`--jobs abc`, a missing value) as one line, like every other bad input.
 
     argparse prints the usage block and then the error; a CI log then shows
     a wall of options above the one line that matters. `--help` still
-    prints the usage.
+    prints the usage. Every parser of the command line is of this class (the
+    subcommands' too), so every one shows its options' defaults.
     """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsShown)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
         print(f"schedspec: error: {message} (see `{self.prog} --help`)", file=sys.stderr)

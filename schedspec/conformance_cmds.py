@@ -282,7 +282,12 @@ def add_parsers(sub: Subcommands) -> None:
         "first use), torch, or module:callable",
     )
     p.add_argument("--against", default="reference", help="the oracle engine (default: reference)")
-    p.add_argument("--level", default="blocks", choices=["tokens", "lifecycle", "blocks"])
+    p.add_argument(
+        "--level",
+        default="blocks",
+        choices=["tokens", "lifecycle", "blocks"],
+        help="what must agree: the tokens granted; also the requests' lifecycles and queues; also the block ids",
+    )
     p.add_argument("--family", action="append", help="a workload family (repeatable; default: all)")
     p.add_argument("--workloads", type=int, default=100, help="how many workloads (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed (default: 0)")
@@ -370,8 +375,8 @@ def add_parsers(sub: Subcommands) -> None:
     p.add_argument("--engine", help="replay against this engine instead of the recorded one")
     p.add_argument("--vllm-source", metavar="PATH", help="replay engine b as vLLM from this source tree")
     p.add_argument("--window", type=int, default=WINDOW, help="steps shown before the divergence")
-    p.add_argument("--plot", metavar="TIMELINE.png")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--plot", metavar="TIMELINE.png", help="draw both runs' timelines here, side by side")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     p.set_defaults(func=cmd_replay)
 
 

@@ -26,7 +26,7 @@ class StepView:
     new: tuple[str, ...]
     resumed: tuple[str, ...]
     preempted: tuple[str, ...]
-    finished: tuple[str, ...]
+    finished: tuple[str, ...]  # in this step (not finished_req_ids, which lags a step)
     running: int
     waiting: int
     free_blocks: int
@@ -59,7 +59,9 @@ def step_view(record: StepRecord, workload: Workload) -> StepView:
         new=tuple(r.req_id for r in o.scheduled_new_reqs if not r.resumed),
         resumed=tuple(r.req_id for r in o.scheduled_new_reqs if r.resumed),
         preempted=tuple(sorted(o.preempted_req_ids)),
-        finished=tuple(sorted(o.finished_req_ids)),
+        # The requests that finished in this step (its update, or an abort before it), beside the queues and free
+        # blocks they left; the output's finished_req_ids reports the same ids a step later (I-18).
+        finished=tuple(sorted(record.finished)),
         running=len(record.state.running),
         waiting=len(record.state.waiting),
         free_blocks=record.state.num_free_blocks,

@@ -44,8 +44,9 @@ def _req(
 
 
 def seed_long_prompt() -> Workload:
-    """Seed 000's table: 200 decodes and one 20000-token prompt share an 8192-token budget.
+    """A long prompt beside many decodes: 200 decodes and one 20000-token prompt share an 8192-token budget.
 
+    (The project's founding worked example, "seed 000", tabulates it: `tests/unit/test_seed_tables.py`.)
     The decodes are prefilled in step 0. From step 1 they take 1 token each,
     so the long prompt gets 8192 - 200 = 7992, 7992, then the last 4016.
     """
