@@ -22,6 +22,7 @@ from rich.table import Table
 
 from .outdir import OutDir
 from .proofs.runs.every_n import EveryN
+from .report import add_name_column
 from .spec.errors import SpecError
 
 MARK = {
@@ -52,7 +53,8 @@ def run_and_print(names: list[str], policies: list[str], args: argparse.Namespac
         + (f" at vLLM {args.vllm_version}" if args.vllm_version != "0.33.0" else "")
         + (f" (mutant {args.mutant})" if args.mutant else "")
     )
-    for col in ("invariant", "policy", "verdict", "time", "queries", "detail"):
+    add_name_column(table, "invariant", [r.invariant for r in results])
+    for col in ("policy", "verdict", "time", "queries", "detail"):
         table.add_column(col, justify="right" if col in ("time", "queries") else "left")
     for r in results:
         table.add_row(r.invariant, r.policy, MARK[r.verdict], f"{r.seconds:.2f}s", str(r.queries), r.detail)

@@ -38,6 +38,7 @@ from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source
 from .mutation import BUDGET_SPENT, CHECKERS, ENGINE_CHECKERS, Budget, Cell, Kill, run_cell
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
+from .report import add_name_column
 from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic, write_json_atomic
 
@@ -111,9 +112,13 @@ def heatmap_png(kills: list[Kill], checkers: list[str], names: list[str] | None 
         for j, c in enumerate(checkers):
             k = by.get((n, c))
             if k is not None:
-                label = f"{k.seconds:.1f}s" if k.killed else _missed(k).replace("—", "survived")
-                ax.text(j, i, label, ha="center", va="center", fontsize=7)
-    ax.set_title("mutant x checker: green = killed (time to first counterexample), yellow = budget spent")
+                label = f"{k.seconds:.1f}s" if k.killed else _missed(k)  # the table's words
+                dark = shade[k.verdict] in (0.0, 1.0)  # the green and red ends of the map
+                ax.text(j, i, label, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_title(
+        "mutant x checker: green = killed (time to first counterexample), yellow = budget spent, red — = missed",
+        fontsize=9,
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -186,23 +191,16 @@ def show(name: str) -> tuple[str, bool]:
     return header + "\n".join(diff) + "\n", True
 
 
-def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
-    if args.show:
-        text, ok = show(args.show)
-        print(text, end="")
-        return 0 if ok else 1
-    checkers, names, roster, budget = _check_args(args)
-    out = OutDir(args.out, args.force, "--out", "mutants")
-    out.prepare(OUTPUTS)  # now, not after an hour of cells
-    kills = _run([(name, c, budget, roster.source) for name in names for c in checkers], args.jobs)
-
+def kills_table(kills: list[Kill], names: list[str], checkers: list[str], budget: Budget) -> Table:
+    """The mutants x checkers table the command prints: each cell the time and what caught the mutant, or why
+    nothing did."""
     table = Table(
         title=f"mutants x checkers ({budget.examples} examples, Z3 rlimit {budget.rlimit} per query; "
         f"safety cap {budget.cap_s:g} s per cell)"
     )
-    table.add_column("mutant")
+    add_name_column(table, "mutant", names)
     for c in checkers:
-        table.add_column(c)
+        table.add_column(c, overflow="fold")  # narrow: wrapped, never elided
     by = {(k.mutant, k.checker): k for k in kills}
     style = {"survived": "red", "unknown": "yellow", "error": "magenta"}
     for name in names:
@@ -216,7 +214,21 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
                 for k in row
             ],
         )
-    console.print(table)
+    return table
+
+
+def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
+    if args.show:
+        text, ok = show(args.show)
+        print(text, end="")
+        return 0 if ok else 1
+    checkers, names, roster, budget = _check_args(args)
+    out = OutDir(args.out, args.force, "--out", "mutants")
+    out.prepare(OUTPUTS)  # now, not after an hour of cells
+    kills = _run([(name, c, budget, roster.source) for name in names for c in checkers], args.jobs)
+
+    console.print(kills_table(kills, names, checkers, budget))
+    by = {(k.mutant, k.checker): k for k in kills}
     first = [min((k.seconds for k in kills if k.mutant == n and k.killed), default=None) for n in names]
     sizes = [min((k.size for k in kills if k.mutant == n and k.killed and k.size), default=None) for n in names]
     found = [t for t in first if t is not None]

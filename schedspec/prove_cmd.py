@@ -29,6 +29,7 @@ from rich.table import Table
 from .cli import Subcommands
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
+from .report import add_name_column
 from .spec.errors import SpecError
 from .spec.invariants import DECISION_ROWS, DECISIONS, INVARIANTS, PROVABLE
 
@@ -181,7 +182,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
             + (f" with {', '.join(args.feature)}" if args.feature else "")
             + (f" (mutant {args.mutant})" if args.mutant else "")
         )
-        table.add_column("invariant")
+        add_name_column(table, "invariant", names)
         ns = sorted({r.n for r in results})
         for n in ns:
             table.add_column(f"N={n}", justify="right")

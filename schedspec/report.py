@@ -11,6 +11,8 @@ simulation take gigabytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
@@ -19,6 +21,15 @@ from .spec.workload import Workload
 from .steps import StepView, step_view
 
 MAX_LISTED = 4
+
+
+def add_name_column(table: Table, header: str, names: Iterable[str]) -> None:
+    """A table's first column of names (mutants, invariants, releases), never cut: at least as wide as the
+    longest name, kept on one line, so a narrow terminal wraps the other cells instead of eliding a name
+    ("Z12-leak-…" at 80 columns, before)."""
+    table.add_column(header, no_wrap=True, min_width=max((len(n) for n in names), default=len(header)))
+
+
 _COLUMNS: list[tuple[str, JustifyMethod]] = [
     ("step", "right"),
     ("tokens", "right"),

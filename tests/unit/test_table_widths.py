@@ -1,0 +1,34 @@
+"""Tables fit a narrow terminal without cutting names: at 80 and 100 columns every mutant's name is printed
+whole in the `schedspec mutants` table, and the other cells wrap instead."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from schedspec.mutants import MUTANTS
+from schedspec.mutants_cmd import kills_table
+from schedspec.mutation import CHECKERS, Budget, Kill
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_every_mutant_name_is_printed_whole(width: int) -> None:
+    names = [m.name for m in MUTANTS]
+    checkers = list(CHECKERS)
+    kills = [
+        Kill(
+            name, c, killed=i % 3 != 0, what="budget spent" if i % 3 == 0 else "token-bounds", seconds=1.5, size=(2, 7)
+        )
+        for i, name in enumerate(names)
+        for c in checkers
+    ]
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(kills_table(kills, names, checkers, Budget()))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    lines = text.splitlines()
+    missing = [n for n in names if not any(n in line for line in lines)]
+    assert not missing, f"cut at {width} columns: {missing}"
+    assert "…" not in text
