@@ -66,7 +66,11 @@ def markdown(cert: dict[str, Any]) -> str:
         for f, c in cert["per_family"].items()
     ]
     lines += ["", "| behaviour | count |", "|---|---:|"]
-    lines += [f"| {b} | {n} |" for b, n in cert["coverage"].items()]
+    # A behaviour no step showed is a gap in the campaign, not a pass: say so where the count is read.
+    lines += [f"| {b} | {n if n else '0: not exercised'} |" for b, n in cert["coverage"].items()]
+    unexercised = [b for b, n in cert["coverage"].items() if not n]
+    if unexercised:
+        lines += ["", f"Not exercised by this campaign: {', '.join(unexercised)}. Nothing was checked of these."]
     det = cert["determinism"]
     lines += [
         "",
