@@ -24,7 +24,8 @@ Design notes
   pipe nobody drains.
 * One venv per release (`release=V`, the engine name `vllm==V`): 0.33.0, the
   default, in `.venv-vllm-ref` (or $VLLM_REF_VENV), as CI has always built
-  it; any other release in `.venv-vllm-<V>` beside it. Each is about 1.5 GB;
+  it; any other release in `.venv-vllm-<V>` beside it, in the checkout's root
+  or, installed from a wheel, the user's cache (`vllm_venvs.venvs_home`). Each is about 1.5 GB;
   `schedspec venvs` lists and removes them. The stamp the setup script
   writes names the release (`.vllm-ref-<V>`), so a venv is never taken for
   another release's, and the driver's reported `vllm.__version__` is

@@ -5,9 +5,14 @@ Design notes
 * One venv per release, because each release is its own `vllm` package on the
   same CPU torch 2.13.0 and the same pinned dependencies
   (`conformance/vllm_env/setup_vllm_ref.sh VERSION` builds it). 0.33.0, the
-  default, lives where CI has always built it: $VLLM_REF_VENV, else
-  `<repo>/.venv-vllm-ref`. Any other release goes to `<repo>/.venv-vllm-<V>`.
-  $VLLM_REF_VENV names one folder, so it serves 0.33.0 only.
+  default, lives in $VLLM_REF_VENV, else `<home>/.venv-vllm-ref`; any other
+  release in `<home>/.venv-vllm-<V>`. $VLLM_REF_VENV names one folder, so it
+  serves 0.33.0 only.
+* `<home>` (`venvs_home`) is $SCHEDSPEC_VENVS_DIR if set. Otherwise, in a source
+  checkout (or an editable install of one), the checkout's root, where CI has
+  always built them; installed from a wheel, the user's cache folder,
+  `$XDG_CACHE_HOME/schedspec` (default `~/.cache/schedspec`): 1.5 GB has no
+  place inside `site-packages`, which an upgrade or uninstall wipes.
 * A venv is ours only if it holds the stamp the setup script writes last,
   `.vllm-ref-<V>`, which names its release. Listing and removing go by the
   stamp: `remove` deletes nothing that is not a stamped venv of a known
@@ -37,13 +42,25 @@ def stamp_name(release: str = DEFAULT_RELEASE) -> str:
     return STAMP_PREFIX + release
 
 
+HOME_ENV = "SCHEDSPEC_VENVS_DIR"
+
+
+def venvs_home() -> Path:
+    """The folder the vLLM venvs go in: $SCHEDSPEC_VENVS_DIR, a source checkout's root, or the user's cache."""
+    if env := os.environ.get(HOME_ENV):
+        return Path(env)
+    checkout = VLLM_ENV_DIR.parents[1]  # the repository root in a checkout; `.../site-packages/schedspec` installed
+    if (checkout / "pyproject.toml").is_file():
+        return checkout
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "schedspec"
+
+
 def vllm_venv_path(release: str = DEFAULT_RELEASE) -> Path:
     """Where the setup script builds `release`'s venv (see the design notes)."""
-    repo = VLLM_ENV_DIR.parents[1]
     if release != DEFAULT_RELEASE:
-        return repo / f".venv-vllm-{release}"
+        return venvs_home() / f".venv-vllm-{release}"
     env = os.environ.get("VLLM_REF_VENV")
-    return Path(env) if env else repo / ".venv-vllm-ref"
+    return Path(env) if env else venvs_home() / ".venv-vllm-ref"
 
 
 def vllm_venv_ready(venv: Path | None = None, release: str = DEFAULT_RELEASE) -> bool:

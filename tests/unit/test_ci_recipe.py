@@ -11,13 +11,24 @@ command runs against in-process engines (fast, no vLLM venv):
 
 The same command against a real vLLM tree, with and without a planted
 change, is `tests/campaigns/test_vllm_source.py`.
+
+The workflow file itself is checked too: against the GitHub Actions schema
+(the one check-jsonschema ships), for a cache that a failing certify still
+leaves saved, and each `run` block as bash runs it, with GitHub's output and
+environment files; only the install step, which needs PyPI, is read instead.
 """
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
 
 from schedspec.cli import main
 
@@ -126,3 +137,103 @@ def test_ci_runs_the_readme_test_command_verbatim():
         ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
     ]
     assert ci == [test_command]
+
+
+# ---- the workflow file itself: valid, cached even when certify fails, every run line exercised ---------------
+
+CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
+
+
+def _steps() -> list[dict]:
+    return YAML(typ="safe").load(WORKFLOW.read_text())["jobs"]["certify"]["steps"]
+
+
+def _step(name_start: str) -> dict:
+    (step,) = [s for s in _steps() if s.get("name", "").startswith(name_start)]
+    return step
+
+
+def _validate(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_workflow_is_valid_against_the_github_actions_schema(tmp_path):
+    done = _validate(WORKFLOW)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "broken.yml"  # the schema catches a slip: a key GitHub does not know
+    broken.write_text(WORKFLOW.read_text().replace("    runs-on:", "    runs_on:"))
+    assert _validate(broken).returncode == 1
+
+
+def test_the_vllm_venv_is_saved_before_certify_so_a_red_run_keeps_it():
+    steps = _steps()
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    assert "actions/cache" not in uses  # saves only at the end of a green job
+    restore, save = uses.index("actions/cache/restore"), uses.index("actions/cache/save")
+    build = steps.index(_step("Build the vLLM venv"))
+    certify = steps.index(_step("Certify"))
+    assert restore < build < save < certify
+    assert steps[save]["if"] == f"steps.{steps[restore]['id']}.outputs.cache-hit != 'true'"
+    assert steps[save]["with"]["key"] == f"${{{{ steps.{steps[restore]['id']}.outputs.cache-primary-key }}}}"
+    assert steps[save]["with"]["path"] == steps[restore]["with"]["path"]
+
+
+def _run_step(step: dict, tmp_path: Path, **env: str) -> dict[str, str]:
+    """Run a step's `run` block as GitHub would (bash, its files for outputs and env); return what it set."""
+    files = {name: tmp_path / name.lower() for name in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_STEP_SUMMARY")}
+    for f in files.values():
+        f.touch()
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python` is the project's
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": path, "HOME": str(tmp_path), **{k: str(v) for k, v in files.items()}, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return {name: f.read_text() for name, f in files.items()}
+
+
+def test_the_locate_step_finds_the_recipe_and_keys_the_cache_on_it(tmp_path):
+    got = _run_step(_step("Locate"), tmp_path)
+    out = dict(line.split("=", 1) for line in got["GITHUB_OUTPUT"].splitlines())
+    assert (Path(out["dir"]) / "setup_vllm_ref.sh").is_file()
+    assert re.fullmatch(r"[0-9a-f]{16}", out["key"])
+    assert got["GITHUB_ENV"].strip() == f"VLLM_REF_VENV={tmp_path}/.cache/schedspec/venv-vllm-ref"
+
+
+def test_the_build_step_is_a_no_op_on_a_restored_venv(tmp_path):
+    from schedspec.conformance.engines.vllm_venvs import vllm_venv_path, vllm_venv_ready
+
+    venv = vllm_venv_path()
+    if not vllm_venv_ready(venv):
+        pytest.skip("the vLLM venv is not built here (conformance/vllm_env/setup_vllm_ref.sh builds it)")
+    located = dict(line.split("=", 1) for line in _run_step(_step("Locate"), tmp_path)["GITHUB_OUTPUT"].splitlines())
+    step = _step("Build the vLLM venv")
+    run = step["run"].replace("${{ steps.env.outputs.dir }}", located["dir"])
+    _run_step({"run": run}, tmp_path, VLLM_REF_VENV=str(venv))  # a restored cache: the stamp is there
+
+
+@pytest.mark.parametrize("certified", [True, False])
+def test_the_summary_step_shows_the_certificate_and_never_fails(tmp_path, certified):
+    if certified:
+        (tmp_path / "cert").mkdir()
+        (tmp_path / "cert" / "certificate.md").write_text("# schedspec certificate: PASSED\n")
+    got = _run_step(_step("Show the certificate"), tmp_path)
+    assert got["GITHUB_STEP_SUMMARY"] == ("# schedspec certificate: PASSED\n" if certified else "")
+
+
+def test_the_install_step_puts_cpu_torch_first():
+    """Not run here (it needs PyPI and PyTorch's index): a bare `torch` would pull a CUDA build."""
+    lines = _step("Install schedspec")["run"].splitlines()
+    assert lines == [
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+        'pip install "$SCHEDSPEC"',
+    ]

@@ -168,7 +168,36 @@ def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The repository root seen by vllm_venvs, moved to tmp_path: real venvs are out of reach."""
     monkeypatch.setattr(vllm_venvs, "VLLM_ENV_DIR", tmp_path / "conformance" / "vllm_env")
     monkeypatch.delenv("VLLM_REF_VENV", raising=False)
+    monkeypatch.delenv(vllm_venvs.HOME_ENV, raising=False)
+    (tmp_path / "pyproject.toml").write_text("")  # a source checkout
     return tmp_path
+
+
+def test_venvs_go_to_the_checkouts_root_or_the_users_cache_never_into_site_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "schedspec"
+    monkeypatch.setattr(vllm_venvs, "VLLM_ENV_DIR", installed / "conformance" / "vllm_env")
+    for name in ("VLLM_REF_VENV", vllm_venvs.HOME_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert vllm_venvs.vllm_venv_path() == tmp_path / "cache" / "schedspec" / ".venv-vllm-ref"
+    assert vllm_venvs.vllm_venv_path("0.28.0") == tmp_path / "cache" / "schedspec" / ".venv-vllm-0.28.0"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert vllm_venvs.vllm_venv_path() == tmp_path / "home" / ".cache" / "schedspec" / ".venv-vllm-ref"
+    monkeypatch.setenv(vllm_venvs.HOME_ENV, str(tmp_path / "mine"))  # the override, for every release
+    assert vllm_venvs.vllm_venv_path("0.30.0") == tmp_path / "mine" / ".venv-vllm-0.30.0"
+    monkeypatch.setenv("VLLM_REF_VENV", str(tmp_path / "ref"))  # and VLLM_REF_VENV, for 0.33.0 alone
+    assert vllm_venvs.vllm_venv_path() == tmp_path / "ref"
+    assert vllm_venvs.vllm_venv_path("0.30.0") == tmp_path / "mine" / ".venv-vllm-0.30.0"
+
+
+def test_in_this_checkout_the_venvs_sit_at_its_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VLLM_REF_VENV", vllm_venvs.HOME_ENV):
+        monkeypatch.delenv(name, raising=False)
+    root = Path(__file__).resolve().parents[2]
+    assert vllm_venvs.vllm_venv_path() == root / ".venv-vllm-ref"
 
 
 def _fake_venv(path: Path, stamp: str | None, dist_info: str | None = None) -> Path:
