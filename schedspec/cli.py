@@ -114,10 +114,20 @@ class _OneLineErrors(argparse.ArgumentParser):
 Subcommands: TypeAlias = "argparse._SubParsersAction[_OneLineErrors]"
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("schedspec")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(
         prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler."
     )
+    parser.add_argument("--version", action="version", version=f"schedspec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="run a workload through the reference scheduler and print its steps")
