@@ -241,14 +241,36 @@ def _whole_run(workload: Workload, name: str) -> list[StepRecord]:
 
 
 def plot_pair(cx: Counterexample, engine_b: str, path: str, mark_step: int | None) -> None:
-    """Both engines' whole runs as timeline panels, one above the other, the divergence marked."""
+    """Both engines' whole runs as timeline panels, one above the other, the divergence marked with its field."""
     from .plot import plot_timelines
 
     w = cx.workload
     if mark_step is not None:  # shrinking cuts max_steps down to the divergence: let both runs go on past it
         w = w.replace(max_steps=max(w.max_steps, mark_step + 30))
     traces = [Trace(w, tuple(_whole_run(w, name)), name) for name in (cx.engine_a, engine_b)]
-    plot_timelines(traces, path, [f"{cx.engine_a} (a)", f"{engine_b} (b)"], mark_step=mark_step)
+    label = divergence_label(cx.divergence) if mark_step is not None else None
+    plot_timelines(traces, path, [f"{cx.engine_a} (a)", f"{engine_b} (b)"], mark_step, label)
+
+
+def divergence_label(d: dict[str, Any]) -> str:
+    """The field that differs and how, short enough for a picture: for per-request values, only the
+    requests whose values differ (`output.num_scheduled_tokens: r5 20 (a) vs 21 (b)`)."""
+    a: Any = d.get("a")
+    b: Any = d.get("b")
+    if _pairs(a) and _pairs(b):
+        da, db = {str(k): v for k, v in a}, {str(k): v for k, v in b}
+        keys = [k for k in dict.fromkeys([*da, *db]) if da.get(k) != db.get(k)]
+        what = "; ".join(f"{k} {da.get(k, '-')} (a) vs {db.get(k, '-')} (b)" for k in keys[:3])
+        what += f"; +{len(keys) - 3} more" if len(keys) > 3 else ""
+    else:
+        what = f"{a} (a) vs {b} (b)"
+    what = what if len(what) <= 70 else what[:67] + "..."
+    return f"{d.get('field')}: {what}"
+
+
+def _pairs(v: Any) -> bool:
+    """Per-request values as the differ reports them: a list of (request id, value) pairs."""
+    return isinstance(v, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in v)
 
 
 def write_timelines(cert: dict[str, Any], limit: int = TIMELINES) -> None:

@@ -105,7 +105,8 @@ def write_report(result: LiveReplay, out_dir: str, elapsed: float, plot: bool) -
             Trace(result.workload, tuple(r), name)
             for r, name in ((result.reference, "reference"), (result.captured, "live"))
         ]
-        plot_timelines(traces, png, ["reference (a)", f"{engine_name(result)} (b)"], None if d is None else d.step)
+        mark = (None, None) if d is None else (d.step, d.field)
+        plot_timelines(traces, png, ["reference (a)", f"{engine_name(result)} (b)"], *mark)
         written.append(png)
         for c in cert["counterexamples"]:
             c["timeline"] = png

@@ -1,67 +1,242 @@
-"""The timeline picture: scheduled tokens per step, split by request, against the budget.
+"""The timeline picture: every step of a run, readable from the picture alone.
 
-Decode tokens are summed into one grey segment per step (hundreds of
-1-token segments would be noise); each prefill chunk is its own segment,
-coloured by request, so a long prompt's chunks line up across steps.
-Preemptions are marked above their step and named. Several traces (two
-engines on one workload) are drawn as panels sharing the step axis.
+Each trace is drawn as two stacked axes that share the step axis:
+
+* **tokens per step**: decode tokens and prefill tokens stacked, against the budget line, on a
+  symmetric-log scale. A linear axis up to a 1,024-token budget drew a step of four 1-token decodes
+  as an empty column (about 70 of `seed-preemption`'s 76 steps looked empty); on the log scale a
+  1-token step and a 1,000-token step are both bars.
+* **one lane per request**: what the request did at each step. A wide blue bar is a prefill chunk
+  (orange when a resumed request recomputes), labelled with its tokens; a narrow green bar a decode;
+  a dotted line a step spent waiting; a thin grey line a step spent running without a grant. The
+  events are marks: admitted and resumed (a triangle at the step's left), preempted (a red X),
+  finished (a black square at the step's right).
+
+Several traces (two engines on one workload, for a replay) are drawn one above the other on the same
+scales, with the same lanes in the same order. The diverging step is a magenta band through every axis,
+labelled with the field that differs: magenta, because red already means a preemption.
+
+`draw` returns the figure, so that a test can check its parts (legend entries, where each mark is) rather
+than its pixels; `plot_panels` and `plot_timelines` write it as a PNG.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import Any
 
 from .spec.jsonio import write_bytes_atomic
 from .spec.trace import Trace
 from .spec.workload import Workload
 from .steps import StepView, views
 
+MAX_LANES = 24  # past this many requests, the lanes show the ones with the most events
+CHUNK, RECOMPUTE, DECODE = "tab:blue", "tab:orange", "tab:green"
+DIVERGENCE = "magenta"
+LEGEND = {  # label: (kind, style) in the order the legend lists them
+    "prefill chunk (tokens)": ("bar", CHUNK),
+    "recompute after preemption": ("bar", RECOMPUTE),
+    "decode": ("bar", DECODE),
+    "waiting": ("line", ":"),
+    "running, no tokens this step": ("line", "-"),
+    "admitted": ("mark", ">", "black"),
+    "resumed": ("mark", ">", RECOMPUTE),
+    "preempted": ("mark", "X", "red"),
+    "finished": ("mark", "s", "black"),
+}
+
 
 def plot_timelines(
-    traces: Sequence[Trace], path: str, titles: Sequence[str] | None = None, mark_step: int | None = None
+    traces: Sequence[Trace],
+    path: str,
+    titles: Sequence[str] | None = None,
+    mark_step: int | None = None,
+    mark_label: str | None = None,
 ) -> None:
-    """`mark_step` draws a vertical line through every panel there: where two engines diverged."""
+    """`mark_step` (with `mark_label`, the field that differs) is where two engines diverged."""
     panels = [(t.workload, title, views(t)) for t, title in zip(traces, titles or [t.engine for t in traces])]
-    plot_panels(panels, path, mark_step)
+    plot_panels(panels, path, mark_step, mark_label)
 
 
 def plot_panels(
-    panels: Sequence[tuple[Workload, str, Sequence[StepView]]], path: str, mark_step: int | None = None
+    panels: Sequence[tuple[Workload, str, Sequence[StepView]]],
+    path: str,
+    mark_step: int | None = None,
+    mark_label: str | None = None,
 ) -> None:
     """The same from step views: a streamed run keeps its views, not its records."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), sharex=True, squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    colour: dict[str, object] = {}
-    for ax, (workload, title, step_views) in zip(axes[:, 0], panels):
-        budget = workload.config.token_budget
-        for v in step_views:
-            ax.bar(v.step, v.decode_tokens, color="0.6", width=0.85, label="decodes" if v.step == 0 else None)
-            bottom = v.decode_tokens
-            for rid, n in v.prefill_chunks:
-                c = colour.setdefault(rid, cmap(len(colour) % 20))
-                ax.bar(v.step, n, bottom=bottom, color=c, width=0.85, edgecolor="black", linewidth=0.3)
-                if n >= budget * 0.08:
-                    ax.text(v.step, bottom + n / 2, f"{rid}\n{n}", ha="center", va="center", fontsize=6)
-                bottom += n
-            if v.preempted:
-                ax.plot(v.step, budget * 1.04, marker="v", color="red")
-                ax.text(v.step, budget * 1.08, ",".join(v.preempted), color="red", ha="center", fontsize=7, rotation=60)
-        ax.axhline(budget, color="black", linestyle="--", linewidth=0.8, label=f"token budget {budget}")
-        if mark_step is not None:
-            ax.axvline(mark_step, color="red", linestyle=":", linewidth=1.2, label=f"diverges at step {mark_step}")
-        ax.set_ylim(0, budget * 1.25)
-        ax.set_ylabel("scheduled tokens")
-        ax.set_title(f"{workload.name or 'workload'}: {title}", fontsize=10)
-        ax.legend(loc="upper right", fontsize=7)
-    axes[-1, 0].set_xlabel("step (red: preemption)")
-    fig.tight_layout()
+    fig = draw(panels, mark_step, mark_label)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     write_bytes_atomic(path, buf.getvalue())
+
+
+def lanes(panels: Sequence[tuple[Workload, str, Sequence[StepView]]]) -> tuple[list[str], int]:
+    """The requests drawn, top to bottom in arrival order, and how many were left out: all of them if they
+    fit, else the `MAX_LANES` with the most events (chunks, admissions, preemptions), the same in every panel."""
+    order = [r.request.request_id for r in panels[0][0].requests]
+    if len(order) <= MAX_LANES:
+        return order, 0
+    events = dict.fromkeys(order, 0)
+    for _, _, step_views in panels:
+        for v in step_views:
+            for rid in [r for r, _ in v.prefill_chunks] + list(v.new + v.resumed + v.preempted):
+                events[rid] += 1
+    kept = set(sorted(order, key=lambda r: -events[r])[:MAX_LANES])
+    return [r for r in order if r in kept], len(order) - len(kept)
+
+
+def draw(
+    panels: Sequence[tuple[Workload, str, Sequence[StepView]]],
+    mark_step: int | None = None,
+    mark_label: str | None = None,
+) -> Any:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown, left_out = lanes(panels)
+    lane_height = 0.32 * len(shown) + 0.8
+    ratios = [r for _ in panels for r in (1.6, lane_height)]
+    fig, axes = plt.subplots(
+        2 * len(panels), 1, figsize=(13, sum(ratios) + 1.2), sharex=True, gridspec_kw={"height_ratios": ratios}
+    )
+    last = max((v.step for _, _, step_views in panels for v in step_views), default=0)
+    drawn: set[str] = set()  # the legend lists what the picture shows, nothing else
+    for i, (workload, title, step_views) in enumerate(panels):
+        top, bottom = axes[2 * i], axes[2 * i + 1]
+        _tokens(top, workload, step_views, f"{workload.name or 'workload'}: {title}")
+        _lanes(bottom, shown, left_out, step_views, drawn, label_chunks=last <= 150)
+        if mark_step is not None:
+            for ax in (top, bottom):
+                ax.axvspan(mark_step - 0.5, mark_step + 0.5, color=DIVERGENCE, alpha=0.18, zorder=0)
+            top.annotate(
+                f"diverges at step {mark_step}" + (f": {mark_label}" if mark_label else ""),
+                (mark_step, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, -12),
+                textcoords="offset points",
+                color=DIVERGENCE,
+                fontsize=9,
+                fontweight="bold",
+            )
+    axes[-1].set_xlim(-0.7, last + 0.7)
+    axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps are whole
+    axes[-1].set_xlabel("step")
+    fig.legend(handles=_legend(drawn, mark_step is not None), loc="upper center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / fig.get_figheight()))
+    return fig
+
+
+def _tokens(ax: Any, workload: Workload, step_views: Sequence[StepView], title: str) -> None:
+    import matplotlib.ticker
+
+    budget = workload.config.token_budget
+    steps = [v.step for v in step_views]
+    decode = [v.decode_tokens for v in step_views]
+    prefill: list[int] = []
+    recompute: list[int] = []  # a resumed request's chunks, told apart as in the lanes
+    preempted_once: set[str] = set()
+    for v in step_views:
+        prefill.append(sum(n for r, n in v.prefill_chunks if r not in preempted_once))
+        recompute.append(sum(n for r, n in v.prefill_chunks if r in preempted_once))
+        preempted_once.update(v.preempted)
+    ax.bar(steps, decode, width=0.8, color=DECODE)
+    ax.bar(steps, prefill, width=0.8, bottom=decode, color=CHUNK)
+    ax.bar(steps, recompute, width=0.8, bottom=[d + p for d, p in zip(decode, prefill)], color=RECOMPUTE)
+    ax.axhline(budget, color="black", linestyle="--", linewidth=0.8)
+    ax.text(1.0, budget, f" budget {budget}", transform=ax.get_yaxis_transform(), va="center", fontsize=7)
+    ax.set_yscale("log")  # a step with no tokens draws nothing, as it should
+    ax.set_ylim(0.7, budget * 3)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda t, _: f"{t:g}"))
+    ax.set_ylabel("tokens\n(log scale)", fontsize=8)
+    ax.set_title(title, fontsize=10, loc="left")
+
+
+def _lanes(
+    ax: Any, shown: list[str], left_out: int, step_views: Sequence[StepView], drawn: set[str], label_chunks: bool
+) -> None:
+    y = {rid: i for i, rid in enumerate(shown)}
+    preempted_once: set[str] = set()
+    for v in step_views:
+        granted = set(v.decodes) | {r for r, _ in v.prefill_chunks}
+        for rid, n in v.prefill_chunks:
+            if rid in y:
+                kind = "recompute after preemption" if rid in preempted_once else "prefill chunk (tokens)"
+                colour = RECOMPUTE if rid in preempted_once else CHUNK
+                ax.barh(y[rid], 0.86, left=v.step - 0.43, height=0.62, color=colour, gid=f"{kind}:{v.step}:{rid}")
+                drawn.add(kind)
+                if label_chunks:
+                    ax.text(v.step, y[rid], str(n), ha="center", va="center", fontsize=6, color="white")
+        for rid in v.decodes:
+            if rid in y:
+                ax.barh(y[rid], 0.86, left=v.step - 0.43, height=0.26, color=DECODE, gid=f"decode:{v.step}:{rid}")
+                drawn.add("decode")
+        for rid in v.waiting_ids:
+            if rid in y and rid not in granted:
+                ax.plot(
+                    [v.step - 0.5, v.step + 0.5], [y[rid]] * 2, ":", color="0.45", lw=1.2, gid=f"waiting:{v.step}:{rid}"
+                )
+                drawn.add("waiting")
+        for rids, x, what in (
+            (v.new, v.step - 0.5, "admitted"),
+            (v.resumed, v.step - 0.5, "resumed"),
+            (v.preempted, v.step, "preempted"),
+            (v.finished, v.step + 0.5, "finished"),
+        ):
+            _, marker, colour = LEGEND[what]
+            for rid in rids:
+                if rid in y:
+                    ax.plot(
+                        x, y[rid], marker=marker, color=colour, markersize=7, ls="none", gid=f"{what}:{v.step}:{rid}"
+                    )
+                    drawn.add(what)
+        preempted_once.update(v.preempted)
+    _idle_running(ax, y, step_views, drawn)
+    ax.set_yticks(range(len(shown)), shown, fontsize=8)
+    ax.set_ylim(len(shown) - 0.5, -0.5)  # the first arrival on top
+    ax.set_ylabel("requests" + (f"\n({left_out} more not drawn)" if left_out else ""), fontsize=8)
+    ax.grid(axis="x", color="0.92", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def _idle_running(ax: Any, y: dict[str, int], step_views: Sequence[StepView], drawn: set[str]) -> None:
+    """A thin line for each step a request spent in the running queue without a grant (e.g. a skipped one):
+    between its admission and its finish or preemption, every step that is neither a bar nor waiting."""
+    running: set[str] = set()
+    for v in step_views:
+        granted = set(v.decodes) | {r for r, _ in v.prefill_chunks}
+        running |= set(v.new) | set(v.resumed)
+        for rid in sorted(running - granted - set(v.waiting_ids) - set(v.preempted)):
+            if rid in y:
+                what = "running, no tokens this step"
+                ax.plot(
+                    [v.step - 0.5, v.step + 0.5], [y[rid]] * 2, "-", color="0.6", lw=1.0, gid=f"{what}:{v.step}:{rid}"
+                )
+                drawn.add(what)
+        running -= set(v.preempted) | set(v.finished)
+
+
+def _legend(drawn: set[str], with_divergence: bool) -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = []
+    for label, (kind, *style) in LEGEND.items():
+        if label not in drawn:
+            continue
+        if kind == "bar":
+            handles.append(Patch(color=style[0], label=label))
+        elif kind == "line":
+            handles.append(Line2D([], [], linestyle=style[0], color="0.45", label=label))  # type: ignore[arg-type]
+        else:
+            handles.append(Line2D([], [], marker=style[0], color=style[1], linestyle="none", label=label))
+    if with_divergence:
+        handles.append(Patch(color=DIVERGENCE, alpha=0.3, label="diverging step"))
+    return handles

@@ -30,6 +30,8 @@ class StepView:
     running: int
     waiting: int
     free_blocks: int
+    decodes: tuple[str, ...] = ()  # the decoding requests, in schedule order (the timeline's lanes)
+    waiting_ids: tuple[str, ...] = ()  # the waiting queue after the step, in order
 
 
 def views(trace: Trace) -> list[StepView]:
@@ -41,19 +43,19 @@ def step_view(record: StepRecord, workload: Workload) -> StepView:
     o = record.output
     computed_before = {r.req_id: r.num_computed_tokens for r in o.scheduled_new_reqs}
     computed_before.update({r.req_id: r.num_computed_tokens for r in o.scheduled_cached_reqs})
-    decode_reqs = decode_tokens = 0
-    chunks = []
+    decode_tokens = 0
+    chunks, decodes = [], []
     for rid, n in o.num_scheduled_tokens.items():
         num_drafts = len(o.scheduled_spec_decode_tokens.get(rid, ()))
         if n - num_drafts == 1 and computed_before[rid] >= workload.request(rid).request.num_prompt_tokens - 1:
-            decode_reqs += 1
+            decodes.append(rid)
             decode_tokens += n
         else:
             chunks.append((rid, n))
     return StepView(
         step=record.step,
         total=o.total_num_scheduled_tokens,
-        decode_reqs=decode_reqs,
+        decode_reqs=len(decodes),
         decode_tokens=decode_tokens,
         prefill_chunks=tuple(chunks),
         new=tuple(r.req_id for r in o.scheduled_new_reqs if not r.resumed),
@@ -65,4 +67,6 @@ def step_view(record: StepRecord, workload: Workload) -> StepView:
         running=len(record.state.running),
         waiting=len(record.state.waiting),
         free_blocks=record.state.num_free_blocks,
+        decodes=tuple(decodes),
+        waiting_ids=tuple(record.state.waiting),
     )

@@ -103,3 +103,13 @@ def test_a_documented_example_test_passes_as_typed(page: str, argv: list[str]) -
         timeout=600,
     )
     assert done.returncode == 0, f"{page}: `pytest {' '.join(argv)}`: {done.stdout[-800:]}"
+
+
+def test_every_picture_the_docs_show_exists() -> None:
+    shown = [
+        (page.name, page.parent / target)
+        for page in PAGES
+        # outside code blocks: a quoted certificate names its pictures relative to its own folder
+        for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", re.sub(r"```.*?```", "", page.read_text(), flags=re.S))
+    ]
+    assert shown and all(path.is_file() for _, path in shown), [s for s in shown if not s[1].is_file()]
