@@ -7,6 +7,7 @@ schedspec. The example test in `examples/toy_engine` is run verbatim, so the
 example a reader copies is known to work.
 """
 
+import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -51,6 +52,18 @@ def test_a_diverging_engine_fails_with_its_counterexample_table(pytester):
             "*budget-conservation*",
         ]
     )
+
+
+def test_the_failure_docs_engines_md_shows_is_what_its_test_prints(pytester):
+    """docs/engines.md shows a failing test and what it prints: run the test it shows, expect every line it shows
+    (a temporary path stands for whatever folder pytest picks)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    test, shown = re.search(r"```python\n(def test_engine.*?)```\n\nfails with.*?```\n(.*?)```", doc, re.S).groups()
+    pytester.makepyfile(test)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    expected = [re.sub(r"/tmp/pytest-of-you/pytest-1/test_engine0", "*", line) for line in shown.splitlines()]
+    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in expected], consecutive=True)
 
 
 def test_allowed_divergence_passes_and_returns_the_departures(pytester):
