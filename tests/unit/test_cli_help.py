@@ -50,3 +50,34 @@ def test_a_default_is_printed_once_and_in_the_help() -> None:
     assert "steps shown before the divergence (default: 5)" in " ".join(text.split())
     certify = " ".join(COMMANDS["certify"].format_help().split())
     assert certify.count("(default: 100)") == 1 and "default: 100) (default" not in certify
+
+
+@pytest.mark.parametrize(
+    "argv, valid",
+    [
+        (["prove", "--invariant", "nope"], ["owed-nonnegative", "budget-conservation"]),
+        (["prove", "--policy", "nope"], ["fcfs", "priority"]),
+        (["prove", "--feature", "nope"], ["spec-decode", "prefix-caching", "async"]),
+        (["certify", "--engine", "nope"], ["reference", "vllm", "torch"]),
+        (["certify", "--engine", "reference", "--family", "nope"], ["budget", "kv-pressure"]),
+        (["certify", "--engine", "reference", "--level", "nope"], ["tokens", "lifecycle", "blocks"]),
+        (["mutants", "--mutant", "nope"], ["Z1-no-refund", "Z14-double-free"]),
+        (["contracts", "--mutant", "nope"], ["Z1-no-refund"]),
+        (["hunt", "--engine", "reference", "--level", "nope"], ["tokens", "blocks"]),
+        (["simulate", "nope"], ["seed-long-prompt", "seed-preemption"]),
+        (["venvs", "--remove", "nope"], ["0.28.0", "0.33.0", "all"]),
+        (["mutants", "--checker", "nope"], ["monitors", "diff", "z3"]),
+    ],
+    ids=lambda x: " ".join(x) if isinstance(x, list) and x and x[0] in COMMANDS else None,
+)
+def test_an_error_about_a_choice_lists_the_valid_choices(argv, valid, capsys, tmp_path, monkeypatch) -> None:
+    from schedspec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = main(argv)  # our own checks return 2
+    except SystemExit as e:  # argparse's exit
+        status = e.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and all(v in err for v in valid), err
