@@ -35,7 +35,7 @@ _COLUMNS: list[tuple[str, JustifyMethod]] = [
     ("tokens", "right"),
     ("decodes", "right"),
     ("prefill chunks", "left"),
-    ("admitted (*resumed)", "left"),
+    ("admitted", "left"),  # a resumed request is starred (the caption says so)
     ("preempted", "left"),
     ("finished", "left"),
     ("run", "right"),
@@ -130,11 +130,13 @@ class StepTable:
         table = Table(
             title=f"{w.name or 'workload'}: {self.num_steps} steps, budget {w.config.token_budget}, "
             f"{w.config.num_usable_blocks} usable blocks, {w.config.policy}",
-            caption=f"engine: {engine}; end: {end}",
+            caption=f"engine: {engine}; end: {end}; *: resumed after a preemption",
         )
         for col, justify in _COLUMNS:
-            wraps = col in ("prefill chunks", "admitted (*resumed)", "finished")
-            table.add_column(col, justify=justify, no_wrap=not wraps, min_width=16 if wraps else None)
+            # The id lists wrap, between ids (each id one word); the numbers never do. At 100 columns the
+            # table then fits, where before its right-hand columns were cut off.
+            wraps = col in ("prefill chunks", "admitted", "preempted", "finished")
+            table.add_column(col, justify=justify, no_wrap=not wraps, min_width=9 if wraps else None)
         for cells, style in self._rows:
             table.add_row(*cells, style=style)
         return table

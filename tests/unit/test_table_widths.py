@@ -32,3 +32,17 @@ def test_every_mutant_name_is_printed_whole(width: int) -> None:
     missing = [n for n in names if not any(n in line for line in lines)]
     assert not missing, f"cut at {width} columns: {missing}"
     assert "…" not in text
+
+
+@pytest.mark.parametrize("name", ["seed-long-prompt", "seed-preemption"])
+def test_the_simulate_table_fits_100_columns_whole(name: str) -> None:
+    from schedspec.reference_impl import simulate
+    from schedspec.report import step_table
+    from schedspec.workloads import BUILTIN
+
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None).print(step_table(simulate(BUILTIN[name]())))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 100
+    header = " ".join(text.split("┡")[0].split())
+    assert all(col in header for col in ("step", "admitted", "finished", "run", "wait", "free blk")), header
