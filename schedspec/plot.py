@@ -32,6 +32,7 @@ from .spec.workload import Workload
 from .steps import StepView, views
 
 MAX_LANES = 24  # past this many requests, the lanes show the ones with the most events
+BAR_FLOOR = 0.5  # where the token bars start: below the log axis' bottom (0.7), since log(0) has no place
 CHUNK, RECOMPUTE, DECODE = "tab:blue", "tab:orange", "tab:green"
 DIVERGENCE = "magenta"
 LEGEND = {  # label: (kind, style) in the order the legend lists them
@@ -147,9 +148,12 @@ def _tokens(ax: Any, workload: Workload, step_views: Sequence[StepView], title: 
         prefill.append(sum(n for r, n in v.prefill_chunks if r not in preempted_once))
         recompute.append(sum(n for r, n in v.prefill_chunks if r in preempted_once))
         preempted_once.update(v.preempted)
-    ax.bar(steps, decode, width=0.8, color=DECODE)
-    ax.bar(steps, prefill, width=0.8, bottom=decode, color=CHUNK)
-    ax.bar(steps, recompute, width=0.8, bottom=[d + p for d, p in zip(decode, prefill)], color=RECOMPUTE)
+    # stacked: each bar's top is the running total, so on the log axis a bar ends at its step's token count
+    totals = [0] * len(steps)
+    for part, colour in ((decode, DECODE), (prefill, CHUNK), (recompute, RECOMPUTE)):
+        tops = [t + n for t, n in zip(totals, part)]
+        _bars(ax, steps, [max(t, BAR_FLOOR) for t in totals], tops, colour)
+        totals = tops
     ax.axhline(budget, color="black", linestyle="--", linewidth=0.8)
     ax.text(1.0, budget, f" budget {budget}", transform=ax.get_yaxis_transform(), va="center", fontsize=7)
     ax.set_yscale("log")  # a step with no tokens draws nothing, as it should
@@ -159,46 +163,74 @@ def _tokens(ax: Any, workload: Workload, step_views: Sequence[StepView], title: 
     ax.set_title(title, fontsize=10, loc="left")
 
 
+# Where a mark sits in its step's slot: an arrival at the left edge, a preemption in the middle, a finish at the right.
+MARK_OFFSET = {"admitted": -0.5, "resumed": -0.5, "preempted": 0.0, "finished": 0.5}
+BAR_HEIGHT = {"prefill chunk (tokens)": 0.62, "recompute after preemption": 0.62, "decode": 0.26}
+
+
+def _bars(ax: Any, steps: Sequence[int], bottoms: Sequence[float], tops: Sequence[float], colour: str) -> None:
+    """A step's bar from `bottom` to `top`, for every step with a positive height: one artist for the whole
+    run, since one patch per bar made a 561-step picture take 5 s to lay out."""
+    from matplotlib.collections import PolyCollection
+
+    boxes = [[(s - 0.4, b), (s - 0.4, t), (s + 0.4, t), (s + 0.4, b)] for s, b, t in zip(steps, bottoms, tops) if t > b]
+    ax.add_collection(PolyCollection(boxes, facecolors=colour, edgecolors="none"))
+
+
 def _lanes(
     ax: Any, shown: list[str], left_out: int, step_views: Sequence[StepView], drawn: set[str], label_chunks: bool
 ) -> None:
+    """Each lane's parts, gathered over the run and drawn as one artist per kind and request (`gid` "kind:rid"):
+    a 12,000-step run draws a few hundred artists, not one per step and request."""
     y = {rid: i for i, rid in enumerate(shown)}
+    steps: dict[tuple[str, str], list[int]] = {}  # (kind, request) -> the steps it shows in
     preempted_once: set[str] = set()
+    running: set[str] = set()
     for v in step_views:
         granted = set(v.decodes) | {r for r, _ in v.prefill_chunks}
-        for rid, n in v.prefill_chunks:
+        running |= set(v.new) | set(v.resumed)
+        parts = [
+            ("recompute after preemption" if r in preempted_once else "prefill chunk (tokens)", r)
+            for r, _ in v.prefill_chunks
+        ]
+        parts += [("decode", r) for r in v.decodes]
+        parts += [("waiting", r) for r in v.waiting_ids if r not in granted]
+        # in the running queue without a grant (a skipped request): neither a bar nor waiting
+        idle = running - granted - set(v.waiting_ids) - set(v.preempted)
+        parts += [("running, no tokens this step", r) for r in sorted(idle)]
+        parts += [
+            (what, r) for what, rids in zip(MARK_OFFSET, (v.new, v.resumed, v.preempted, v.finished)) for r in rids
+        ]
+        for kind, rid in parts:
             if rid in y:
-                kind = "recompute after preemption" if rid in preempted_once else "prefill chunk (tokens)"
-                colour = RECOMPUTE if rid in preempted_once else CHUNK
-                ax.barh(y[rid], 0.86, left=v.step - 0.43, height=0.62, color=colour, gid=f"{kind}:{v.step}:{rid}")
-                drawn.add(kind)
-                if label_chunks:
-                    ax.text(v.step, y[rid], str(n), ha="center", va="center", fontsize=6, color="white")
-        for rid in v.decodes:
-            if rid in y:
-                ax.barh(y[rid], 0.86, left=v.step - 0.43, height=0.26, color=DECODE, gid=f"decode:{v.step}:{rid}")
-                drawn.add("decode")
-        for rid in v.waiting_ids:
-            if rid in y and rid not in granted:
-                ax.plot(
-                    [v.step - 0.5, v.step + 0.5], [y[rid]] * 2, ":", color="0.45", lw=1.2, gid=f"waiting:{v.step}:{rid}"
-                )
-                drawn.add("waiting")
-        for rids, x, what in (
-            (v.new, v.step - 0.5, "admitted"),
-            (v.resumed, v.step - 0.5, "resumed"),
-            (v.preempted, v.step, "preempted"),
-            (v.finished, v.step + 0.5, "finished"),
-        ):
-            _, marker, colour = LEGEND[what]
-            for rid in rids:
+                steps.setdefault((kind, rid), []).append(v.step)
+        if label_chunks:
+            for rid, n in v.prefill_chunks:
                 if rid in y:
-                    ax.plot(
-                        x, y[rid], marker=marker, color=colour, markersize=7, ls="none", gid=f"{what}:{v.step}:{rid}"
-                    )
-                    drawn.add(what)
+                    ax.text(v.step, y[rid], str(n), ha="center", va="center", fontsize=6, color="white")
         preempted_once.update(v.preempted)
-    _idle_running(ax, y, step_views, drawn)
+        running -= set(v.preempted) | set(v.finished)
+    for (kind, rid), at in steps.items():
+        drawn.add(kind)
+        style, lane, gid = LEGEND[kind], y[rid], f"{kind}:{rid}"
+        if style[0] == "bar":
+            h = BAR_HEIGHT[kind]
+            ax.broken_barh([(s - 0.43, 0.86) for s in at], (lane - h / 2, h), facecolors=style[1], gid=gid)
+        elif style[0] == "line":
+            runs = _runs(at)
+            dotted = kind == "waiting"
+            ax.hlines(
+                [lane] * len(runs),
+                [a - 0.5 for a, _ in runs],
+                [b + 0.5 for _, b in runs],
+                colors="0.45" if dotted else "0.6",
+                linestyles=style[1],
+                linewidth=1.2 if dotted else 1.0,
+                gid=gid,
+            )
+        else:
+            x = [s + MARK_OFFSET[kind] for s in at]
+            ax.plot(x, [lane] * len(x), marker=style[1], color=style[2], markersize=7, ls="none", gid=gid)
     ax.set_yticks(range(len(shown)), shown, fontsize=8)
     ax.set_ylim(len(shown) - 0.5, -0.5)  # the first arrival on top
     ax.set_ylabel("requests" + (f"\n({left_out} more not drawn)" if left_out else ""), fontsize=8)
@@ -206,21 +238,15 @@ def _lanes(
     ax.set_axisbelow(True)
 
 
-def _idle_running(ax: Any, y: dict[str, int], step_views: Sequence[StepView], drawn: set[str]) -> None:
-    """A thin line for each step a request spent in the running queue without a grant (e.g. a skipped one):
-    between its admission and its finish or preemption, every step that is neither a bar nor waiting."""
-    running: set[str] = set()
-    for v in step_views:
-        granted = set(v.decodes) | {r for r, _ in v.prefill_chunks}
-        running |= set(v.new) | set(v.resumed)
-        for rid in sorted(running - granted - set(v.waiting_ids) - set(v.preempted)):
-            if rid in y:
-                what = "running, no tokens this step"
-                ax.plot(
-                    [v.step - 0.5, v.step + 0.5], [y[rid]] * 2, "-", color="0.6", lw=1.0, gid=f"{what}:{v.step}:{rid}"
-                )
-                drawn.add(what)
-        running -= set(v.preempted) | set(v.finished)
+def _runs(steps: list[int]) -> list[tuple[int, int]]:
+    """Consecutive steps as (first, last) runs: one line segment each."""
+    runs: list[tuple[int, int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    return runs
 
 
 def _legend(drawn: set[str], with_divergence: bool) -> list[Any]:

@@ -1,27 +1,46 @@
 """The timeline picture shows every step, and these tests read its parts, not its pixels.
 
-`plot.draw` tags each bar and mark with `gid="what:step:request"`, so a test can ask: is there a bar for
-every grant of the run, a mark for every admission, preemption, resumption and finish, at the step the trace
-says, and a legend entry for each kind drawn? `seed-preemption` is the README's picture: four requests, two
-preemptions, 76 steps of which about 70 are 1-4 token decodes.
+`plot.draw` draws each lane's parts of one kind as one artist tagged `gid="kind:request"`; `_parts` reads the
+steps back from the artists' geometry (a bar's left edge, a line segment's ends, a mark's x). So a test can ask:
+is there a bar for every grant of the run, a mark for every admission, preemption, resumption and finish, at
+the step the trace says, and a legend entry for each kind drawn? `seed-preemption` is the README's picture:
+four requests, two preemptions, 76 steps of which about 70 are 1-4 token decodes.
 """
 
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.collections
+import matplotlib.lines
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from schedspec.plot import DIVERGENCE, MAX_LANES, draw, lanes  # noqa: E402
+from schedspec.plot import DIVERGENCE, MARK_OFFSET, MAX_LANES, draw, lanes  # noqa: E402
 from schedspec.reference_impl import simulate  # noqa: E402
 from schedspec.steps import views  # noqa: E402
 from schedspec.workloads import BUILTIN  # noqa: E402
 
 
 def _parts(fig) -> set[str]:
-    return {a.get_gid() for ax in fig.axes for a in [*ax.patches, *ax.lines] if a.get_gid()}
+    """Every "kind:step:request" the picture shows, read from its artists."""
+    parts = set()
+    for ax in fig.axes:
+        for artist in [*ax.collections, *ax.lines]:
+            if not artist.get_gid():
+                continue
+            kind, rid = artist.get_gid().rsplit(":", 1)
+            if isinstance(artist, matplotlib.collections.LineCollection):  # runs of steps, from a - 0.5 to b + 0.5
+                steps = [
+                    s for seg in artist.get_segments() for s in range(round(seg[0][0] + 0.5), round(seg[1][0] + 0.5))
+                ]
+            elif isinstance(artist, matplotlib.lines.Line2D):  # marks, offset within their step's slot
+                steps = [round(x - MARK_OFFSET[kind]) for x in artist.get_xdata()]
+            else:  # bars, each from step - 0.43
+                steps = [round(p.vertices[:, 0].min() + 0.43) for p in artist.get_paths()]
+            parts |= {f"{kind}:{step}:{rid}" for step in steps}
+    return parts
 
 
 @pytest.fixture(scope="module")
