@@ -2,11 +2,10 @@
 `schedspec contracts`' wall time, and the state machine's examples per second before and after.
 
 Why one script: the machine is shared and its speed drifts by half within minutes, so a ratio is only worth
-reading when both of its sides were measured in the same run, close together. So the engines are stepped in
-turn, one step each per round, in a rotating order (`--rounds`): vLLM in its own venv's process, stepped over
-a pipe, the others in this one. Each engine's figure is its median step. An earlier version alternated whole
-measurements of a few steps each, a process per vLLM measurement, and two runs of it 40 minutes apart put the
-reference at 10k at 92 ms and at 63 ms.
+reading when both of its sides were measured in the same run, close together. So every engine runs in a
+process of its own, and they take turns (`--rounds`) of one untimed and three timed steps, in a rotating
+order; each engine's figure is its median step. An earlier version alternated whole measurements of a few
+steps each, and two runs of it 40 minutes apart put the reference at 10k at 92 ms and at 63 ms.
 
 "Before" is a git revision (`--before`, default the commit before #20's reference changes). Its tree is
 checked out into a temporary worktree and run by the same interpreter through a shim folder that maps the
@@ -59,9 +58,9 @@ def per_step(n: int, rounds: int) -> dict[str, float]:
     ratio meets the same moments of the machine. A turn is one untimed step, then `STEPS_PER_TURN` timed
     ones, since the first step after another engine's turn runs on caches that engine filled.
 
-    Why processes: stepped in turn inside one process, the reference came out at 2.1x vLLM's speed at 1k and
-    10k, where measured alone it had about 3x. There it shared a heap and a core's cache with three torch
-    engines, while vLLM, in its own process, had both to itself.
+    Why processes: inside one process the reference would share a heap and a cache with three torch engines,
+    while vLLM, in its venv's process, had its own. (Measured, it made no difference: 2.1x to 2.4x either way,
+    `benchmarks/RESULTS.md`; the processes make the two sides alike, not faster.)
     """
     steppers = {kind: PipeStepper([sys.executable, __file__, "--worker", kind, str(n)]) for kind in WORKERS}
     if vllm_python() is not None:

@@ -1,4 +1,7 @@
-"""Timing vLLM 0.33.0's scheduler inside its own venv, for `bench_torch.py`.
+"""Timing vLLM 0.33.0's scheduler inside its own venv, for `bench_torch.py` and `bench_speed.py`.
+
+`time_vllm` runs one measurement per process; `PipeStepper` keeps a process (vLLM's, or one of the project's
+engines) and steps it on demand over a pipe, the time taken inside the process, for `bench_speed.py`'s turns.
 
 Why it is separate: everything else in the benchmark runs in the project's
 venv on the project's objects; this runs in `.venv-vllm-ref` (vLLM pins its
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 from schedspec.spec.workload import Workload
@@ -128,17 +132,21 @@ class PipeStepper:
 
     def __init__(self, command: list[str]) -> None:
         self.command = command
+        # stderr (vLLM's warnings) to a file: a pipe nobody drains would block the process once it filled
+        self.stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
         )
         self._reply()  # set up and in the decode state
 
     def _reply(self) -> dict:
-        assert self.process.stdout is not None and self.process.stderr is not None
+        assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
-            why = self.process.stderr.read().strip().splitlines()[-1:]
-            raise RuntimeError(f"the stepper {self.command[:3]} exited ({self.process.wait()}): {why}")
+            code = self.process.wait()
+            self.stderr.seek(0)
+            why = self.stderr.read().strip().splitlines()[-1:]
+            raise RuntimeError(f"the stepper {self.command[:3]} exited ({code}): {why}")
         reply: dict = json.loads(line)
         return reply
 
@@ -158,6 +166,7 @@ class PipeStepper:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.stderr.close()
 
 
 def vllm_stepper(workload: Workload, prompt_len: int) -> PipeStepper:

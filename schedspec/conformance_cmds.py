@@ -397,7 +397,9 @@ def add_parsers(sub: Subcommands) -> None:
     p.add_argument("--engine", help="replay against this engine instead of the recorded one")
     p.add_argument("--vllm-source", metavar="PATH", help="replay engine b as vLLM from this source tree")
     p.add_argument("--window", type=int, default=WINDOW, help="steps shown before the divergence")
-    p.add_argument("--plot", metavar="TIMELINE.png", help="draw both runs' timelines here, side by side")
+    p.add_argument(
+        "--plot", metavar="TIMELINE.png", help="draw both runs' timelines here, one above the other on the same scales"
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     p.set_defaults(func=cmd_replay)
 

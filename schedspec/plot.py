@@ -3,7 +3,7 @@
 Each trace is drawn as two stacked axes that share the step axis:
 
 * **tokens per step**: decode tokens and prefill tokens stacked, against the budget line, on a
-  symmetric-log scale. A linear axis up to a 1,024-token budget drew a step of four 1-token decodes
+  log scale. A linear axis up to a 1,024-token budget drew a step of four 1-token decodes
   as an empty column (about 70 of `seed-preemption`'s 76 steps looked empty); on the log scale a
   1-token step and a 1,000-token step are both bars.
 * **one lane per request**: what the request did at each step. A wide blue bar is a prefill chunk
