@@ -14,6 +14,12 @@ result as it arrives, for progress. `stop()` is asked before each new task
 is handed out; once it says yes, the remaining tasks become `skipped(task)`
 without running (a run whose engine errors every time should not spend
 hours proving it).
+
+An interrupt (^C, or any exception in the parent) kills the workers at
+once rather than leaving the pool's `shutdown(wait=True)` to wait for the
+workloads they are running, which an engine that hangs never ends. Workers
+ignore SIGINT and die with their parent (`lifeline.py`), so a ^C to the
+whole process group is handled once, by the parent, and nothing outlives it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
+
+from .lifeline import worker_init
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,7 +80,9 @@ def _run_pool(
 ) -> list[int]:
     """Run from `todo` until it is empty, `stop()`, or the pool breaks; return the tasks in flight at the break."""
     in_flight: dict[Future[R], int] = {}
-    with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=worker_init)
+    try:
         while todo or in_flight:
             while todo and len(in_flight) < jobs and not stop():  # no queue behind the workers: a break loses little
                 i = todo.popleft()
@@ -85,5 +95,20 @@ def _run_pool(
                 try:
                     finish(i, f.result())
                 except BrokenProcessPool:
+                    pool.shutdown(wait=True)
                     return sorted([i, *in_flight.values()])
+    except BaseException:
+        _kill_workers(pool, before)
+        raise
+    pool.shutdown(wait=True)
     return []
+
+
+def _kill_workers(pool: ProcessPoolExecutor, before: set[multiprocessing.process.BaseProcess]) -> None:
+    """End the pool now: its workers are the children this process started since the pool was made."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    workers = [p for p in multiprocessing.active_children() if p not in before]
+    for p in workers:
+        p.kill()
+    for p in workers:
+        p.join(timeout=5)

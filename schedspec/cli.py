@@ -17,6 +17,7 @@ from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
+from .outdir import abandon_unfinished
 from .spec.errors import SpecError
 
 EXIT_USER_ERROR = 2
@@ -178,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("schedspec: interrupted", file=sys.stderr)
         return 130
+    finally:
+        abandon_unfinished()  # an output folder prepared and never recorded: put the earlier run's files back
 
 
 if __name__ == "__main__":

@@ -65,22 +65,18 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
     out = OutDir(args.out, args.force, "--out", "certify")
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
     progress = CampaignProgress(console, len(tasks), f"{args.engine} vs {args.against}")
-    try:
-        with progress:
-            cert, results = cert_mod.certify(
-                args.engine,
-                args.against,
-                tasks=tasks,
-                options=options,
-                shard=shard,
-                workloads=args.workloads,
-                out_dir=args.out,
-                on_done=progress.done,
-                allow_divergence=args.allow_divergence,
-            )
-    except KeyboardInterrupt:
-        out.abandon()
-        raise
+    with progress:  # an interrupt: cli.main puts --out back as it was (outdir.abandon_unfinished)
+        cert, results = cert_mod.certify(
+            args.engine,
+            args.against,
+            tasks=tasks,
+            options=options,
+            shard=shard,
+            workloads=args.workloads,
+            out_dir=args.out,
+            on_done=progress.done,
+            allow_divergence=args.allow_divergence,
+        )
     if not args.no_plots:
         write_timelines(cert)
     paths = cert_mod.write_outputs(args.out, cert, results)

@@ -11,11 +11,16 @@ replay) goes through here, for four promises:
   file the next run would write is a conflict unless `--force` is given:
   ours from an earlier run (replacing a certificate is a decision) or the
   user's own `certificate.md` (which no manifest lists).
-* **`--force` clears the earlier run.** The files the earlier manifest lists
-  are removed first, so a PASSED certificate never sits beside stale
-  `counterexample-*` files of a failing run. Files the manifest does not
-  list are the user's: they are replaced only when this run writes the same
-  name, and otherwise left alone.
+* **`--force` clears the earlier run, but only once this one is done.** The
+  files the earlier manifest lists are moved aside, into `.schedspec-previous/`
+  in the folder, before the work starts, so a PASSED certificate never sits
+  beside stale `counterexample-*` files of a failing run. `record()` deletes
+  them; `abandon()` (^C, a crash) deletes what this run wrote and moves them
+  back, so an interrupted `--force` run leaves the earlier run's files as they
+  were. A set-aside folder found by the next run (this process was killed
+  with SIGKILL) is moved back first: it is the last run that finished. Files
+  the manifest does not list are the user's: they are replaced only when
+  this run writes the same name, and otherwise left alone.
 * **Atomic, with the umask's mode** (`spec.jsonio.write_bytes_atomic`).
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 
@@ -31,6 +37,7 @@ from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic
 
 MANIFEST = ".schedspec-manifest.json"
+PREVIOUS = ".schedspec-previous"  # the earlier run's files while a --force run is under way
 
 
 class OutDir:
@@ -40,6 +47,7 @@ class OutDir:
         self.path, self.force, self.option, self.command = path, force, option, command
         self.created = False
         self.patterns: list[str] = []
+        self.present: set[str] = set()  # what the folder held once the earlier run's files were set aside
 
     def prepare(self, names: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
         """Create the folder, prove it writable, and settle conflicts with what is already there.
@@ -57,6 +65,7 @@ class OutDir:
         except OSError as e:
             raise SpecError(self.option, self.path, f"cannot be created: {e.strerror}") from None
         probe_writable(self.path, self.option)
+        self._restore_previous()
         previous = self._previous()
         present = set(os.listdir(self.path))
         clash = sorted(n for n in present if n in names or any(fnmatch.fnmatch(n, p) for p in patterns))
@@ -73,17 +82,20 @@ class OutDir:
                 self.path,
                 f"already holds {clash[0]}, which schedspec did not write; pass --force to overwrite it",
             )
-        for name in previous:  # --force: the earlier run's files go, so none of them outlives it stale
-            try:
-                os.remove(os.path.join(self.path, name))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise SpecError(
-                    self.option, os.path.join(self.path, name), f"cannot be removed: {e.strerror}"
-                ) from None
-        if previous:
-            os.remove(os.path.join(self.path, MANIFEST))
+        if previous:  # --force: set aside now, deleted by record(), moved back by abandon()
+            aside = os.path.join(self.path, PREVIOUS)
+            os.makedirs(aside, exist_ok=True)
+            for name in [*previous, MANIFEST]:
+                try:
+                    os.replace(os.path.join(self.path, name), os.path.join(aside, name))
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise SpecError(
+                        self.option, os.path.join(self.path, name), f"cannot be moved aside: {e.strerror}"
+                    ) from None
+        self.present = set(os.listdir(self.path))
+        _unfinished.append(self)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -93,16 +105,46 @@ class OutDir:
         rel = sorted({os.path.relpath(p, self.path) for p in written})
         body = {"command": self.command, "files": rel}
         write_bytes_atomic(self.file(MANIFEST), (json.dumps(body, indent=1) + "\n").encode())
+        shutil.rmtree(os.path.join(self.path, PREVIOUS), ignore_errors=True)
+        if self in _unfinished:
+            _unfinished.remove(self)
 
     def abandon(self) -> None:
-        """An interrupted run (^C): leave no empty folder, and let `--force` clear what it did write."""
+        """An interrupted run (^C): the folder as it was before, or, if it held no earlier run, what was written.
+
+        With an earlier run set aside, this run's files go and the earlier
+        ones come back. Without one, a partial run's counterexamples are kept
+        (they may be all an hour's campaign found) under a manifest, so the
+        next `--force` clears them; a folder left empty that this run made goes.
+        """
+        if self in _unfinished:
+            _unfinished.remove(self)
         if not os.path.isdir(self.path):
             return
-        ours = [n for n in os.listdir(self.path) if any(fnmatch.fnmatch(n, p) for p in self.patterns)]
-        if ours:
+        ours = [
+            n
+            for n in os.listdir(self.path)
+            if n not in self.present and any(fnmatch.fnmatch(n, p) for p in self.patterns)
+        ]
+        if os.path.isdir(os.path.join(self.path, PREVIOUS)):
+            for n in ours:
+                os.remove(self.file(n))
+            self._restore_previous()
+        elif ours:
             self.record(self.file(n) for n in ours)
         elif self.created and not os.listdir(self.path):
             os.rmdir(self.path)
+
+    def _restore_previous(self) -> None:
+        aside = os.path.join(self.path, PREVIOUS)
+        if not os.path.isdir(aside):
+            return
+        if os.path.exists(self.file(MANIFEST)):  # the run that set them aside recorded itself, then was killed
+            shutil.rmtree(aside, ignore_errors=True)
+            return
+        for name in os.listdir(aside):
+            os.replace(os.path.join(aside, name), self.file(name))
+        os.rmdir(aside)
 
     def _previous(self) -> list[str]:
         path = self.file(MANIFEST)
@@ -115,6 +157,19 @@ class OutDir:
             return [MANIFEST]  # unreadable: ours, but it names nothing we can safely remove
         # Only plain names inside the folder: a manifest must never make --force delete elsewhere.
         return [n for n in files if isinstance(n, str) and n == os.path.basename(n) and n not in ("", ".", "..")]
+
+
+_unfinished: list[OutDir] = []  # prepared, not yet recorded: what `abandon_unfinished` puts back
+
+
+def abandon_unfinished() -> None:
+    """Called by `cli.main` as any command ends: a folder prepared and never recorded was an interrupted run.
+
+    One place for every writing command, so none can forget to put the
+    earlier run's files back on ^C, an error, or an exit code of its own.
+    """
+    while _unfinished:
+        _unfinished[-1].abandon()
 
 
 def probe_writable(folder: str, option: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...spec.engine import EngineFactory
 from ...spec.errors import InfrastructureError
+from ..lifeline import die_with_parent
 from .snapshot import check_engine, encode
 
 
@@ -69,4 +70,5 @@ def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
 
 
 if __name__ == "__main__":
+    die_with_parent()  # a host stuck in a hanging engine never reads the EOF of a parent that was killed
     serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False), sys.argv[3])

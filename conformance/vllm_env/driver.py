@@ -52,11 +52,37 @@ Design notes
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import traceback
 from collections import deque
+
+# The twin of `conformance/lifeline.py:die_with_parent` (this venv cannot import schedspec; a unit test keeps
+# the two identical): a driver whose worker was killed must not live on, holding a vLLM scheduler's memory.
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> bool:
+    """Ask the kernel for SIGKILL when the parent exits; False where it cannot (not Linux, no libc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the parent died before the request was in place: nothing will send the signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
+if __name__ == "__main__":
+    die_with_parent()
 
 
 def _protocol_channel():

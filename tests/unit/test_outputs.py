@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from schedspec.cli import main
-from schedspec.outdir import MANIFEST, OutDir
+from schedspec.outdir import MANIFEST, PREVIOUS, OutDir
 from schedspec.spec.errors import SpecError
 from schedspec.spec.jsonio import write_json_atomic
 
@@ -117,3 +117,53 @@ def test_a_manifest_never_makes_force_delete_outside_the_folder(tmp_path):
     (out / MANIFEST).write_text(json.dumps({"command": "certify", "files": ["../victim.txt", str(victim)]}))
     OutDir(str(out), True).prepare(["certificate.json"])
     assert victim.read_text() == "keep"
+
+
+def finished_run(out, names=("certificate.json", "counterexample-a.json")):
+    od = OutDir(str(out), False, command="certify")
+    od.prepare(["certificate.json"], ["counterexample-*.json"])
+    for n in names:
+        (out / n).write_text(f"earlier {n}")
+    od.record([od.file(n) for n in names])
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def test_an_abandoned_force_run_puts_the_earlier_run_back(tmp_path):
+    """^C during `--force`: the new run's files go, the earlier run's (manifest included) come back as they were."""
+    out = tmp_path / "c"
+    before = finished_run(out)
+    od = OutDir(str(out), True, command="certify")
+    od.prepare(["certificate.json"], ["counterexample-*.json"])
+    assert not (out / "counterexample-a.json").exists()  # set aside: no stale file beside the new run's
+    (out / "counterexample-a.json").write_text("new, same name")
+    (out / "counterexample-b.json").write_text("new")
+    od.abandon()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_finished_force_run_deletes_what_it_set_aside(tmp_path):
+    out = tmp_path / "c"
+    finished_run(out)
+    od = OutDir(str(out), True, command="certify")
+    od.prepare(["certificate.json"], ["counterexample-*.json"])
+    (out / "certificate.json").write_text("new")
+    od.record([od.file("certificate.json")])
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "certificate.json"]
+
+
+def test_a_run_killed_outright_is_undone_by_the_next_one(tmp_path):
+    """SIGKILL leaves the set-aside folder: the next run moves it back first, unless the killed run had recorded."""
+    out = tmp_path / "c"
+    before = finished_run(out)
+    OutDir(str(out), True, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])  # then killed
+    with pytest.raises(SpecError, match="earlier certify run"):
+        OutDir(str(out), False, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    od = OutDir(str(out), True, command="certify")
+    od.prepare(["certificate.json"], ["counterexample-*.json"])
+    (out / "certificate.json").write_text("new")
+    od.record([od.file("certificate.json")])
+    (out / PREVIOUS).mkdir()  # killed between the manifest and the clean-up
+    (out / PREVIOUS / "certificate.json").write_text("old")
+    OutDir(str(out), True, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
+    assert (out / PREVIOUS / "certificate.json").read_text() == "new"  # the recorded run is the one set aside now
