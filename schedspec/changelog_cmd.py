@@ -81,14 +81,14 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     reaches = source_reach(side_a, side_b, measured) if measured is not None else None
     diverged = [r for r in results if r.divergence and r.counterexample_file]
     factories = side_factories(side_a, side_b)
-    try:
+    try:  # the timelines run on the same shared drivers as the clustering: closed after both, not between
         cxs = [Counterexample.load(r.counterexample_file) for r in diverged]  # type: ignore[arg-type]
         clusters = cluster(cxs, side_a, side_b, args.level, factories)
+        timelines = _timelines(clusters, args.out, side_b.engine)
     finally:
         for f in factories.values():
             getattr(f, "close_all", lambda: None)()
     files = {r.name: os.path.basename(r.counterexample_file or "") for r in diverged}
-    timelines = _timelines(clusters, args.out, side_b.engine)
     report: dict[str, Any] = {
         "a": a,
         "b": b,

@@ -231,9 +231,8 @@ def _rich_table(table: dict[str, Any], name_a: str, name_b: str) -> Table:
 
 
 def _whole_run(workload: Workload, name: str) -> list[StepRecord]:
-    """An engine's whole run on its own, through the differ's timeouts and crash handling."""
-    make = engine_factory(name)
-    return diff(workload, make, make, "blocks", keep_records=True).records_a
+    """An engine's whole run on its own, through the differ's timeouts and crash handling (one engine, not two)."""
+    return diff(workload, None, engine_factory(name), "blocks", keep_records=True, names=(name, name)).records_b
 
 
 def plot_pair(cx: Counterexample, engine_b: str, path: str, mark_step: int | None) -> None:

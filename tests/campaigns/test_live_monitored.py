@@ -34,7 +34,7 @@ from schedspec.conformance.differ import diff
 from schedspec.conformance.engines.vllm import VllmEngine, vllm_venv_ready
 from schedspec.conformance.families import generate
 from schedspec.conformance.live_replay import replay_live
-from schedspec.conformance.registry import engine_factory
+from schedspec.conformance.engines.vllm_pool import SharedDriverFactory
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import run
 from schedspec.spec.errors import SpecError
@@ -136,19 +136,19 @@ def engine(monkeypatch, pythonpath, cls, live, config):
     return VllmEngine(config)
 
 
-def plain_vllm_diff(workload):
-    """The workload on stock vLLM (`--engine vllm`), against the reference: a driver of its own, without the
-    monitored class or the live settings (the shared drivers outlive a test, and keep the environment they
-    were started in)."""
-    factory = engine_factory("vllm")
+@pytest.fixture(scope="module")
+def plain_vllm():
+    """Stock vLLM (`--engine vllm`): a driver of this module's own, started once, without the monitored class
+    or the live settings. A driver keeps the environment it was started in, so it is started here, in a clean
+    one, and reused by `reset` (not the registry's shared factory: another test may have started its drivers
+    in an environment of its own)."""
+    factory = SharedDriverFactory()
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("PYTHONPATH", "SCHEDSPEC_VLLM_SCHEDULER_CLS", "SCHEDSPEC_LIVE"):
+            env.delenv(name, raising=False)
+        factory(generate("budget", 0, 0).config).close()  # the driver starts now, in this environment
+    yield factory
     factory.close_all()
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            for name in ("PYTHONPATH", "SCHEDSPEC_VLLM_SCHEDULER_CLS", "SCHEDSPEC_LIVE"):
-                env.delenv(name, raising=False)
-            return diff(workload, ReferenceEngine, factory, "blocks")
-    finally:
-        factory.close_all()
 
 
 def sessions(path):
@@ -182,7 +182,7 @@ ASYNC = [("async", 0), ("async", 1), ("async", 2)]
     [("schedspec.live.MonitoredScheduler", SYNC), ("schedspec.live.MonitoredAsyncScheduler", ASYNC)],
     ids=["sync", "async"],
 )
-def test_monitored_classes_run_clean_and_capture_faithfully(monkeypatch, pythonpath, tmp_path, cls, cases):
+def test_monitored_classes_run_clean_and_capture_faithfully(monkeypatch, pythonpath, plain_vllm, tmp_path, cls, cases):
     workloads = [generate(family, 0, index) for family, index in cases]
     cap = tmp_path / "cap.jsonl"
     eng = engine(monkeypatch, pythonpath, cls, f"mode=raise,capture={cap}", workloads[0].config)
@@ -217,7 +217,7 @@ def test_monitored_classes_run_clean_and_capture_faithfully(monkeypatch, pythonp
         replay = replay_live(str(cap), session=header["session"])
         busy = [r for r in trace.steps if r.scheduled or r.updated_step is not None]  # an idle step calls nothing
         assert replay.divergence is None and replay.steps_compared == len(busy), replay.divergence
-        again = plain_vllm_diff(replay.workload)
+        again = diff(replay.workload, ReferenceEngine, plain_vllm, "blocks")
         assert again.divergence is None and again.error is None, again.divergence or again.error
 
 
