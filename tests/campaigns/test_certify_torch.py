@@ -10,10 +10,13 @@ so both paths stay certified.
 
 import json
 
+import pytest
+
 from schedspec.cli import main
 from schedspec.conformance import batched
 
 
+@pytest.mark.slow_ok("the README's main job, scaled down: the torch engine certified, every possible cell reached")
 def test_the_main_job_passes_and_reaches_every_possible_cell(tmp_path, monkeypatch):
     monkeypatch.setenv("SCHEDSPEC_TORCH_DEVICE", "cpu")
     out = tmp_path / "cert"

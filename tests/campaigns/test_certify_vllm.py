@@ -19,6 +19,7 @@ from schedspec.version_workloads import VERSION_WORKLOADS
 
 
 @pytest.mark.skipif(not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh")
+@pytest.mark.slow_ok("the 300-workload campaign against vLLM 0.33.0 that the README says CI runs")
 def test_reference_matches_vllm_on_a_bounded_campaign(tmp_path):
     out = tmp_path / "cert"
     rc = main(

@@ -43,6 +43,7 @@ def changelog(tree, out, workloads: int, *options: str) -> tuple[int, dict, str]
     return rc, json.loads((out / "changelog.json").read_text()), (out / "changelog.md").read_text()
 
 
+@pytest.mark.slow_ok("the changelog of a source tree, with its hunks measured: one run of the whole command")
 def test_a_branch_s_change_is_reported_as_the_tree_s_own(trees, tmp_path):
     rc, report, md = changelog(trees["branch"], tmp_path / "cl", 1, "--seed", "4")  # kv-pressure-4-0 diverges
     assert rc == 1
@@ -58,6 +59,7 @@ def test_a_branch_s_change_is_reported_as_the_tree_s_own(trees, tmp_path):
     assert report["source_hunks"]["hunks"] >= 1 and report["source_hunks"]["reached"] >= 1
 
 
+@pytest.mark.slow_ok("the control of the test above: an unchanged tree, on drivers of its own, changes nothing")
 def test_an_unchanged_tree_changes_nothing(trees, tmp_path):
     rc, report, md = changelog(trees["clean"], tmp_path / "cl", 4, "--no-hunks")  # hunks: the test above
     assert rc == 0 and report["diverged"] == 0 and report["clusters"] == []

@@ -177,6 +177,7 @@ SYNC = [
 ASYNC = [("async", 0), ("async", 1), ("async", 2)]
 
 
+@pytest.mark.slow_ok("seven families in the monitored class, each capture replayed and re-run on a stock driver")
 @pytest.mark.parametrize(
     "cls, cases",
     [("schedspec.live.MonitoredScheduler", SYNC), ("schedspec.live.MonitoredAsyncScheduler", ASYNC)],
@@ -314,6 +315,7 @@ def test_sampled_monitors_run_clean(monkeypatch, pythonpath, cls, cases):
         eng.close()
 
 
+@pytest.mark.slow_ok("two sampling rates, each in a driver of its own: a driver keeps the live settings it began with")
 def test_sampled_monitors_catch_the_planted_bug(monkeypatch, pythonpath):
     w = planted_workload()
     caught = []

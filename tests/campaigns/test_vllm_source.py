@@ -70,6 +70,7 @@ def certify(tree: Path, out: Path, *extra: str) -> tuple[int, dict]:
     return rc, json.loads((out / "certificate.json").read_text())
 
 
+@pytest.mark.slow_ok("the CI recipe's own command, 300 workloads, on a vLLM source tree")
 def test_the_ci_recipe_passes_on_unchanged_vllm(trees, monkeypatch):
     monkeypatch.chdir(trees["clean"])
     assert main(recipe_certify_argv()) == 0
@@ -80,6 +81,7 @@ def test_the_ci_recipe_passes_on_unchanged_vllm(trees, monkeypatch):
     assert head[:12] in cert["engine_version"]
 
 
+@pytest.mark.slow_ok("a planted change in a vLLM tree, caught, shrunk on the tree's driver and replayed")
 def test_a_planted_change_is_caught_with_a_shrunk_counterexample(trees, tmp_path, capsys):
     rc, cert = certify(trees["planted"], tmp_path / "cert")
     assert rc == 1 and not cert["passed"] and cert["vllm_source"]["dirty"] is True
@@ -99,6 +101,7 @@ def test_a_planted_change_is_caught_with_a_shrunk_counterexample(trees, tmp_path
     assert "diverges at step" in shown and "engine b breaks invariant no-starvation-after-prepend" in shown
 
 
+@pytest.mark.slow_ok("--allow-divergence on a real vLLM tree: a benign change passes, a broken invariant fails")
 def test_allow_divergence_fails_only_on_invariants(trees, tmp_path):
     rc, cert = certify(trees["planted"], tmp_path / "planted", "--allow-divergence")
     assert rc == 1 and cert["departures"] and cert["invariant_violations"]

@@ -139,6 +139,7 @@ def test_every_feature_mutant_is_pinned_or_argued():
         assert FEATURE_OF[contract] in feature_mutants[name].families
 
 
+@pytest.mark.slow_ok("the module's one CrossHair pool runs every pinned hunt; the first case pays for it")
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ALL_PINNED])
 def test_crosshair_finds_a_confirmed_counterexample(results, name):
     contract, what, step, scenarios = ALL_PINNED[name]

@@ -75,7 +75,13 @@ DECISIONS_ONLY = {
 }
 
 
-@pytest.mark.parametrize("name", list(PINNED))
+# Over 10 s on two cores, and kept: the monitors' hunt is the fastest checker that kills Z1 (tests/README.md).
+SLOW_OK = {"Z1-no-refund": "the monitors' Z1 hunt", "no-touch-on-hit": "the monitors' prefix-cache refcount hunt"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow_ok(SLOW_OK[n])) if n in SLOW_OK else n for n in PINNED]
+)
 def test_monitors_catch_and_shrink(name):
     mutant = BY_NAME[name]
     finding = hunt(mutant, "monitors")

@@ -8,9 +8,12 @@ up) and a search the safety cap cut short (unknown).
 
 import json
 
+import pytest
+
 from schedspec.cli import main
 
 
+@pytest.mark.slow_ok("the mutants command end to end: its table, heatmap and exit code")
 def test_a_subset_of_the_zoo_is_killed(tmp_path):
     out = tmp_path / "mutants"
     argv = ["mutants", "--checker", "monitors", "--checker", "z3", "--examples", "500", "--out", str(out)]

@@ -83,10 +83,20 @@ INVARIANT_PINS = {
 # Hunts of 40 s or more on two cores run in the slow tier (`-m slow`); each of these mutants is also killed in
 # the default suite by another checker (monitors, differ, Z3 or CrossHair). Z5 stays: only this machine kills it.
 SLOW = {"Z6-touch-before-check", "padding-ignores-L", "refcounts-match-tables"}
+# Over 10 s and still in the default tier (tests/README.md says why): no other checker kills Z5, and Z1 is the
+# one core-scope mutant whose find needs a less important request admitted ahead under PRIORITY.
+SLOW_OK = {
+    "Z5-skipped-reversed": "only the state machine kills Z5",
+    "Z1-no-refund": "the machine's one PRIORITY-refund find",
+    "append-not-prepend": "the machine's find of the starvation rule, with its pinned shrunk size",
+}
 
 
 def _tiered(names):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+    def marks(n):
+        return pytest.mark.slow if n in SLOW else pytest.mark.slow_ok(SLOW_OK[n]) if n in SLOW_OK else ()
+
+    return [pytest.param(n, marks=marks(n)) for n in names]
 
 
 @pytest.mark.parametrize("name", _tiered(PINNED))
@@ -112,6 +122,7 @@ def test_each_new_invariant_catches_its_planted_bug(invariant):
     assert (finding.what, finding.size) == (invariant, size), finding.original
 
 
+@pytest.mark.slow_ok("two fresh interpreters with one hunt each: what else is imported differs only across processes")
 def test_a_hunt_does_not_depend_on_what_else_is_imported():
     """Hypothesis 6.170 draws constants from the literals of loaded local modules; without the guard, importing
     two more of our modules first moved this very hunt from (3, 2) to (3, 3)."""

@@ -240,3 +240,40 @@ def test_the_install_step_puts_cpu_torch_first():
         "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
         'pip install "$SCHEDSPEC"',
     ]
+
+
+# ---- the nightly tier's workflow: valid, scheduled, and running exactly the slow tier that tests/README.md documents
+
+NIGHTLY = ROOT / "examples" / "github-workflow-nightly.yml"
+
+
+def nightly_command() -> str:
+    (step,) = [s for s in YAML(typ="safe").load(NIGHTLY.read_text())["jobs"]["slow-tier"]["steps"] if "run" in s]
+    return step["run"].strip()
+
+
+def test_the_nightly_workflow_is_valid_and_scheduled():
+    done = _validate(NIGHTLY)
+    assert done.returncode == 0, done.stdout + done.stderr
+    on = YAML(typ="safe").load(NIGHTLY.read_text())["on"]
+    assert on["schedule"][0]["cron"] and "workflow_dispatch" in on
+
+
+def test_the_nightly_command_is_the_documented_one_and_runs_the_slow_tier_only():
+    command = nightly_command()
+    readme_blocks = re.findall(r"```\n(.*?)\n```", (ROOT / "tests" / "README.md").read_text(), re.S)
+    assert command in readme_blocks
+    *setup, pytest_part = command.split(" && ")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert all(s in ci for s in setup)  # the same venvs as CI builds
+    argv = shlex.split(pytest_part)
+    assert argv[:3] == [".venv/bin/python", "-m", "pytest"] and argv[argv.index("-m", 3) + 1] == "slow"
+    collect = [a for a in argv[3:] if not a.startswith("--junitxml")]
+    n = collect.index("-n")
+    collect[n : n + 2] = []
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *collect], cwd=ROOT, capture_output=True, text=True
+    )
+    ids = [ln for ln in done.stdout.splitlines() if "::" in ln]
+    assert done.returncode == 0 and ids, done.stdout[-2000:]
+    assert all(i.startswith("tests/slow/") for i in ids), [i for i in ids if not i.startswith("tests/slow/")][:3]
