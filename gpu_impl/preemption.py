@@ -39,17 +39,13 @@ resets are tensor twins of those rules, named after them (`*_twin`), and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from . import rules
 from .block_pool import _expand, pop_alloc, push_free
+from .pass_state import RunningPass
 from .prefix_cache import register
 from .state import PREEMPTED, BatchState
-
-if TYPE_CHECKING:  # running.py imports this module
-    from .running import RunningPass
 
 Tensor = torch.Tensor
 INT64_MIN = torch.iinfo(torch.int64).min

@@ -13,14 +13,12 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
+from .argparsing import EXIT_USER_ERROR, OneLineErrors
 from .outdir import abandon_unfinished
 from .spec.errors import SpecError
-
-EXIT_USER_ERROR = 2
 
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
@@ -78,43 +76,6 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-class _DefaultsShown(argparse.HelpFormatter):
-    """Every option that has a default says it in `--help`: `(default: 900)` after its help, unless the help
-    already names it. A default of None or False means "not given", which the help describes in words."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if default in (None, False, argparse.SUPPRESS) or not action.option_strings or "default" in text:
-            return text
-        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-        return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """argparse's own errors (`--jobs abc`, a missing value) as one line, like every other bad input.
-
-    argparse prints the usage block and then the error; a CI log then shows
-    a wall of options above the one line that matters. `--help` still
-    prints the usage. Every parser of the command line is of this class (the
-    subcommands' too), so every one shows its options' defaults.
-    """
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", _DefaultsShown)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def error(self, message: str) -> NoReturn:
-        print(f"schedspec: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-
-
-# What each command module's add_*parser(sub) adds its commands to. The subcommands' parsers are of the top
-# parser's class (add_subparsers' default), so they say their errors in one line too. A string: argparse's
-# _SubParsersAction takes no subscript at run time.
-Subcommands: TypeAlias = "argparse._SubParsersAction[_OneLineErrors]"
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -125,7 +86,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(
+    parser = OneLineErrors(
         prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler."
     )
     parser.add_argument("--version", action="version", version=f"schedspec {_version()}")

@@ -1,7 +1,7 @@
 """`schedspec certify` and `schedspec replay`: the harness, as a person drives it.
 
 Both show a counterexample the same way: the few steps before the
-divergence as a table (`conformance/explain.py`), the diverging field in
+divergence as a table (`conformance/harness/explain.py`), the diverging field in
 red, and a PNG timeline of both engines' whole runs side by side, with the
 diverging step marked. Timelines need the engines again, so certify draws
 only the first `TIMELINES` counterexamples.
@@ -21,13 +21,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .cli import Subcommands
-from .conformance import certify as cert_mod
-from .conformance.campaign import WorkloadResult
-from .conformance.counterexample import Counterexample
-from .conformance.differ import diff
-from .conformance.explain import WINDOW, step_table
-from .conformance.registry import certify_engine, engine_factory, vllm_source_engine
+from .argparsing import Subcommands
+from .conformance.campaign import certify as cert_mod
+from .conformance.campaign.task import WorkloadResult
+from .conformance.engines.registry import certify_engine, engine_factory, vllm_source_engine
+from .conformance.harness.counterexample import Counterexample
+from .conformance.harness.differ import diff
+from .conformance.harness.explain import WINDOW, step_table
 from .spec.trace import StepRecord, Trace
 from .spec.workload import Workload
 

@@ -20,17 +20,17 @@ from typing import Any
 
 from rich.console import Console
 
-from .cli import Subcommands
-from .conformance.campaign import WorkloadResult
-from .conformance.certificate_text import markdown
-from .conformance.certify import OUTPUT_NAMES, verdict, write_outputs
-from .conformance.compare import LEVELS
-from .conformance.counterexample import Counterexample
-from .conformance.coverage import BEHAVIOURS, coverage
-from .conformance.coverage_map import cells, summary
-from .conformance.explain import WINDOW, step_table
-from .conformance.live_replay import LiveReplay, replay_live
-from .conformance.registry import engine_version
+from .argparsing import Subcommands
+from .conformance.campaign.certificate_text import markdown
+from .conformance.campaign.certify import OUTPUT_NAMES, verdict, write_outputs
+from .conformance.campaign.coverage import BEHAVIOURS, coverage
+from .conformance.campaign.coverage_map import cells, summary
+from .conformance.campaign.task import WorkloadResult
+from .conformance.engines.registry import engine_version
+from .conformance.harness.compare import LEVELS
+from .conformance.harness.counterexample import Counterexample
+from .conformance.harness.explain import WINDOW, step_table
+from .conformance.live_replay.replay import LiveReplay, replay_live
 from .spec.jsonio import write_json_atomic
 from .spec.trace import Trace
 from .spec.versions import RELEASES

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance.differ import diff
 from schedspec.conformance.engines.vllm import VllmEngine, vllm_venv_ready
 from schedspec.conformance.engines.vllm_pool import SharedDriverFactory
-from schedspec.conformance.families import generate
-from schedspec.conformance.live_replay import replay_live
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.live_replay.replay import replay_live
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import run
 from schedspec.spec.errors import SpecError

@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 import z3
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs.encoding.state import Pre
 from schedspec.proofs.encoding.step import step

@@ -18,7 +18,7 @@ from schedspec.spec.jsonio import write_json_atomic
 CHEAP = ["--engine", "reference", "--workloads", "2", "--family", "budget", "--no-plots"]
 FAILING = [
     "--engine",
-    "schedspec.conformance.planted:extra_token_at_step_3",
+    "schedspec.conformance.demo_engines.planted:extra_token_at_step_3",
     "--workloads",
     "2",
     "--family",

@@ -1,6 +1,6 @@
 """The Hypothesis state machine over the reference, fast profile: every invariant holds on every step.
 
-The machine (`conformance/state_machine.py`) adds, aborts and steps, and
+The machine (`conformance/search/state_machine.py`) adds, aborts and steps, and
 asserts every catalogue invariant and both trace checks after each step. The
 fast profile (100 examples of up to 30 rules, derandomized) runs in seconds;
 `tests/slow/test_state_machine_long.py` runs thousands. The other tests here
@@ -13,8 +13,8 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from schedspec.conformance.search_budget import SearchCut
-from schedspec.conformance.state_machine import (
+from schedspec.conformance.search.budget import SearchCut
+from schedspec.conformance.search.state_machine import (
     TRACE_CHECKS,
     Bounds,
     SchedulerMachine,
@@ -22,7 +22,7 @@ from schedspec.conformance.state_machine import (
     make_config,
     make_request,
 )
-from schedspec.conformance.state_machine_hunt import FAST, hunt_state_machine
+from schedspec.conformance.search.state_machine_hunt import FAST, hunt_state_machine
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.arith import cdiv

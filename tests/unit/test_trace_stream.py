@@ -18,7 +18,7 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.spec import trace_stream
 from schedspec.spec.errors import SpecError
