@@ -210,3 +210,11 @@ def test_the_cycle_check_sees_a_planted_cycle_hidden_behind_type_checking(tmp_pa
     (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import y\n")
     (tmp_path / "c.py").write_text("def f():\n    from . import a\n")
     assert cycle(package_graph(tmp_path, ["schedspec", "pkg"])) == ["a", "b", "a"]
+
+
+def test_the_architecture_page_shows_the_same_room_rules():
+    """docs/architecture.md repeats the room table for readers; the copy in conformance/__init__.py rules."""
+    page = (ROOT / "docs" / "architecture.md").read_text().split("### The rooms of `conformance/`", 1)[1]
+    rows = re.findall(r"^\| `(\w+)/` \| [^|]* \| ([^|]*) \|$", page.split("\n\n", 3)[2], re.M)
+    shown = {room: set() if "no room" in rule else set(re.findall(r"`(\w+)`", rule)) for room, rule in rows}
+    assert shown == room_rules()
