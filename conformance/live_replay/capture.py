@@ -25,20 +25,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import jsonschema
 from referencing import Registry, Resource
 
+from ...spec.capture_format import KINDS
 from ...spec.config import SchedulerConfig
 from ...spec.errors import SpecError
 from ...spec.jsonio import schema, validate_with
 
-CAPTURE_FORMAT = "schedspec-live-capture"
-CAPTURE_VERSION = 1
 _TOKEN_KEYS = ("prompt_token_ids", "stop_token_ids")
-KINDS = ("header", "add", "abort", "schedule", "update", "drafts", "end")
 
 
 @dataclass(frozen=True)
@@ -117,8 +114,7 @@ def _validator() -> Any:
     registry: Registry[Any] = Registry().with_resources(
         (schema(name)["$id"], Resource.from_contents(schema(name))) for name in ("trace", "workload")
     )
-    line_schema = json.loads(resources.files(__package__).joinpath("live_capture.schema.json").read_text())
-    return jsonschema.Draft202012Validator(line_schema, registry=registry)
+    return jsonschema.Draft202012Validator(schema("live_capture"), registry=registry)
 
 
 def _for_schema(data: dict[str, Any]) -> dict[str, Any]:

@@ -14,23 +14,14 @@ calls, as the live writer's do.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...spec.capture_format import CAPTURE_FORMAT, CAPTURE_VERSION, TokenHasher, encode_line
 from ...spec.trace import Trace
-from .capture import CAPTURE_FORMAT, CAPTURE_VERSION
 
 SESSION = "0" * 32
 SCHEDULER_CLASS = "schedspec.live.MonitoredScheduler"
-
-
-def keyed_hash(key: bytes) -> Callable[[int], int]:
-    """A token id map like the writer's `hash_token_ids`: deterministic per key, into [0, 2**31)."""
-    return lambda t: (
-        int.from_bytes(hashlib.blake2b(t.to_bytes(8, "big", signed=True), key=key, digest_size=4).digest()) % 2**31
-    )
 
 
 def header(
@@ -42,8 +33,6 @@ def header(
         "format": CAPTURE_FORMAT,
         "version": CAPTURE_VERSION,
         "session": session,
-        "part": part,
-        "first_step": first_step,
         "pid": 1,
         "started": "2026-01-01T00:00:00+00:00",
         "vllm_version": config.vllm_version.split("+")[0],
@@ -53,6 +42,8 @@ def header(
         "hashed_token_ids": hashed,
         "out_of_scope": [],
         "monitors_off": [],
+        "part": part,  # last, as the live writer adds them to its header at each part (live/session.py)
+        "first_step": first_step,
     }
 
 
@@ -62,9 +53,10 @@ def capture_of(
     """The capture lines of `trace`, header first; `end=None` leaves the end line out (a truncated capture).
 
     With `hash_key`, every token id (prompts, stop and EOS ids, samples, drafts, finished outputs) goes through
-    `keyed_hash(hash_key)`, as the writer's `hash_token_ids` option does; the placeholder draft -1 stays.
+    the writer's own hasher (`spec.capture_format.TokenHasher`) under that key, as `hash_token_ids` does inside
+    vLLM; the placeholder draft -1 stays.
     """
-    h = keyed_hash(hash_key) if hash_key is not None else (lambda t: t)
+    h: Callable[[int], int] = TokenHasher(hash_key).one if hash_key is not None else (lambda t: t)
 
     def ids(tokens: Iterable[int]) -> list[int]:
         return [t if t < 0 else h(t) for t in tokens]
@@ -137,7 +129,7 @@ def write_capture(path: str, lines: list[dict[str, Any]], lines_per_part: int | 
         part = {**head, "part": n, "first_step": calls}
         calls += sum(1 for line in chunk if line["kind"] == "schedule")
         p = path if n == 0 else f"{path}.{n}"
-        with open(p, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(line) + "\n" for line in [part, *chunk])
+        with open(p, "wb") as f:
+            f.writelines(encode_line(line) + b"\n" for line in [part, *chunk])
         paths.append(p)
     return paths

@@ -1,7 +1,15 @@
-"""Token ids under `hash_token_ids`: a keyed hash, so a capture holds no prompt or output a reader could decode.
+"""The live capture format's one home: its name, version, line kinds, schema, and the token-id hash.
 
-Design notes
-------------
+`schedspec.live` writes captures inside vLLM (`live/session.py`);
+`conformance/live_replay/` reads and replays them, and writes fixture
+captures of any trace (`capture_write.py`). All three take the format's
+literals and the hasher from here, beside the trace and workload formats the
+capture reuses, so a fixture is what `MonitoredScheduler` writes. The line
+schema is `live_capture.schema.json`, in this folder (`spec.jsonio.schema`).
+
+Token ids under `hash_token_ids` go through a keyed hash, so a capture holds
+no prompt or output a reader could decode:
+
 * The capture must stay replayable: the spec's rules compare token ids only
   for equality (a stop token, an EOS, a draft that matches the sample, a
   prefix-cache block hash), never for order or size. So any injective map
@@ -20,11 +28,26 @@ Design notes
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Any
+
+CAPTURE_FORMAT = "schedspec-live-capture"
+CAPTURE_VERSION = 1
+KINDS = ("header", "add", "abort", "schedule", "update", "drafts", "end")
 
 SPACE = 1 << 62
+
+
+def encode_line(obj: Any) -> bytes:
+    """One capture line's bytes, without the newline: compact JSON, keys in the order they were built.
+
+    Inside vLLM the writer uses msgspec's encoder when it is there, which
+    writes the same bytes for a capture's values (ints, strings, lists, dicts).
+    """
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 class TokenHasher:
