@@ -26,7 +26,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from .reference_impl.engine import ENGINE_NAME, simulate_steps
     from .report import StepTable
     from .spec.engine import trace_end
-    from .steps import StepView
+    from .steps import StepDigest
     from .tracefile import TraceWriter
     from .workloads import BUILTIN, load_workload
 
@@ -42,7 +42,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     check_output_file(args.plot, args.force, "--plot")
     workload = load_workload(args.workload)
     table = StepTable(workload)
-    step_views: list[StepView] | None = [] if args.plot else None
+    digests: list[StepDigest] | None = [] if args.plot else None
     finished: set[str] = set()
     last = None
     with TraceWriter(args.out, workload, ENGINE_NAME) if args.out else contextlib.nullcontext() as trace_file:
@@ -51,8 +51,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             finished.update(last.finished)
             if trace_file is not None:
                 trace_file.add(last)
-            if step_views is not None:
-                step_views.append(view)
+            if digests is not None:
+                digests.append(view)
         end = trace_end(last, workload)
         console.print(table.table(ENGINE_NAME, end))
         if end == "max_steps":  # the caption alone read like a normal end
@@ -68,10 +68,10 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         if trace_file is not None:
             trace_file.finish(end)
             console.print(f"trace written to {args.out}", markup=False, highlight=False)
-    if step_views is not None:  # --plot
+    if digests is not None:  # --plot
         from .plot import plot_panels
 
-        plot_panels([(workload, ENGINE_NAME, step_views)], args.plot)
+        plot_panels([(workload, ENGINE_NAME, digests)], args.plot)
         console.print(f"timeline written to {args.plot}", markup=False, highlight=False)
     return 0
 

@@ -27,7 +27,7 @@ from .conformance.campaign.task import WorkloadResult
 from .conformance.engines.registry import certify_engine, engine_factory, vllm_source_engine
 from .conformance.harness.counterexample import Counterexample
 from .conformance.harness.differ import diff
-from .conformance.harness.explain import WINDOW, step_table
+from .conformance.harness.explain import WINDOW, side_by_side
 from .spec.trace import StepRecord, Trace
 from .spec.workload import Workload
 
@@ -188,7 +188,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[green]no divergence: {cx.engine_a} and {engine_b} agree on all {result.steps_compared} steps")
     else:
         console.print(
-            _rich_table(step_table(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
+            _rich_table(side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
         )
         console.print(
             f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False
@@ -210,7 +210,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
 
 
 def _rich_table(table: dict[str, Any], name_a: str, name_b: str) -> Table:
-    """`explain.step_table` for a terminal: the diverging row bold, the diverging cells red."""
+    """`explain.side_by_side` for a terminal: the diverging row bold, the diverging cells red."""
     out = Table(title=f"diverges at step {table['step']} on {table['field']}")
     tokens_is_field = table["field"] == "output.num_scheduled_tokens"
     cols = ["step", f"scheduled (a: {name_a})", f"scheduled (b: {name_b})", "preempted a / b"]

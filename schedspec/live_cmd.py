@@ -1,7 +1,7 @@
 """`schedspec replay-live`: replay a capture of a live vLLM server on the reference (`docs/live.md`).
 
 It shows what `replay` shows for a counterexample: the steps before the
-divergence side by side (`explain.step_table`, drawn by `replay`'s own
+divergence side by side (`explain.side_by_side`, drawn by `replay`'s own
 table), the diverging field, a PNG timeline of both runs, and, with `--out`,
 a certificate in `certify`'s formats (`certificate.json`, `certificate.md`,
 `junit.xml`) for one workload, the rebuilt one, written beside it
@@ -29,7 +29,7 @@ from .conformance.campaign.task import WorkloadResult
 from .conformance.engines.registry import engine_version
 from .conformance.harness.compare import LEVELS
 from .conformance.harness.counterexample import Counterexample
-from .conformance.harness.explain import WINDOW, step_table
+from .conformance.harness.explain import WINDOW, side_by_side
 from .conformance.live_replay.replay import LiveReplay, replay_live
 from .spec.jsonio import write_json_atomic
 from .spec.trace import Trace
@@ -71,7 +71,7 @@ def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
     else:
         from .conformance_cmds import _rich_table
 
-        console.print(_rich_table(step_table(result.reference, result.captured, d, args.window), "reference", "live"))
+        console.print(_rich_table(side_by_side(result.reference, result.captured, d, args.window), "reference", "live"))
         say(f"diverges at step {d.step}: {d.field}: reference={d.a!r} live={d.b!r}", style="red")
     if out is not None:
         out.prepare([*OUTPUT_NAMES, WORKLOAD, COUNTEREXAMPLE, TIMELINE])
@@ -148,7 +148,7 @@ def certificate(result: LiveReplay, elapsed: float, cx_file: str | None) -> tupl
     cxs = []
     if d is not None:
         r.divergence, r.counterexample_file = d.to_json(), cx_file
-        table = step_table(result.reference, result.captured, d, WINDOW)
+        table = side_by_side(result.reference, result.captured, d, WINDOW)
         cxs.append(
             {
                 "workload": name,

@@ -40,7 +40,7 @@ from ...spec.workload import Workload
 from ..engines.registry import engine_factory, engine_version, vllm_release_of
 from ..harness.counterexample import Counterexample
 from ..harness.differ import DiffResult, Divergence, compare_records, diff
-from ..harness.explain import step_table
+from ..harness.explain import side_by_side
 from ..harness.shrink import shrink
 from ..workloads.families import at_release, generate
 from .coverage import coverage
@@ -79,7 +79,7 @@ class WorkloadResult:
     nondeterministic: dict[str, Any] | None = None
     violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
     known_violations: list[str] = field(default_factory=list)  # ... that the release is known to break
-    steps_table: dict[str, Any] | None = None  # explain.step_table of the shrunk counterexample
+    steps_table: dict[str, Any] | None = None  # explain.side_by_side of the shrunk counterexample
     error: dict[str, Any] | None = None  # differ.EngineError.to_json(): the third outcome
     crash: bool = False  # the divergence is an engine raising
     shrink_note: str | None = None  # why the counterexample is not (fully) shrunk
@@ -242,7 +242,7 @@ def shrink_result(job: tuple[Task, WorkloadResult]) -> WorkloadResult:
         return out
     if calls >= task.shrink_budget:
         out.shrink_note = f"shrink budget of {task.shrink_budget} candidates spent"
-    out.steps_table = step_table(final.records_a, final.records_b, final.divergence)
+    out.steps_table = side_by_side(final.records_a, final.records_b, final.divergence)
     _write(task, small, workload, final.divergence, out, calls)
     return out
 

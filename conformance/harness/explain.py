@@ -6,7 +6,7 @@ what each granted and preempted, and the one field that differs, traced
 back through those steps so its history is visible (a waiting queue that
 was the same a step ago and is reversed now says "preemption order").
 
-`step_table` builds that window once, as plain strings, from the records the
+`side_by_side` builds that window once, as plain strings, from the records the
 lock-step differ kept. The same rows go into the certificate (JSON and
 Markdown), the pytest plugin's failure message and `schedspec replay`, so
 every place shows the same table.
@@ -49,7 +49,7 @@ def _field(r: StepRecord | None, field: str) -> str:
     return _fmt(values[field]) if field in values else "(absent)"
 
 
-def step_table(
+def side_by_side(
     records_a: Sequence[StepRecord], records_b: Sequence[StepRecord], d: Divergence, window: int = WINDOW
 ) -> dict[str, Any]:
     """The diverging step and field, and one row per step from `window` steps before it through it."""

@@ -129,7 +129,7 @@ def test_a_capture_cut_mid_line_replays_its_complete_prefix(tmp_path):
     trace = trace_of(generate("kv-pressure", 0, 1))
     path = write(tmp_path, capture_of(trace, end=None))
     text = Path(path).read_bytes()
-    Path(path).write_bytes(text[: text.rindex(b'{"kind": "update"') + 25])  # killed mid-write of an update
+    Path(path).write_bytes(text[: text.rindex(b'{"kind":"update"') + 25])  # killed mid-write of an update
     result = replay_live(path)
     assert result.divergence is None
     assert 0 < result.steps_compared < busy_steps(trace)

@@ -5,14 +5,14 @@ finished it, the same row whose queues and free blocks it left, not a step later
 from __future__ import annotations
 
 from schedspec.reference_impl import simulate
-from schedspec.steps import step_view
+from schedspec.steps import step_digest
 from schedspec.workloads import BUILTIN
 
 
 def test_a_request_is_finished_in_the_row_that_it_leaves() -> None:
     workload = BUILTIN["seed-preemption"]()
     trace = simulate(workload)
-    rows = {r.step: step_view(r, workload) for r in trace.steps}
+    rows = {r.step: step_digest(r, workload) for r in trace.steps}
     finished_at = {rid: step for step, v in rows.items() for rid in v.finished}
     assert set(finished_at) == {r.request.request_id for r in workload.requests}
     for rid, step in finished_at.items():
