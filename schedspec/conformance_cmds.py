@@ -188,7 +188,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[green]no divergence: {cx.engine_a} and {engine_b} agree on all {result.steps_compared} steps")
     else:
         console.print(
-            _rich_table(side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
+            rich_side_by_side(side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
         )
         console.print(
             f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False
@@ -209,7 +209,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     return 0 if d is None else 1
 
 
-def _rich_table(table: dict[str, Any], name_a: str, name_b: str) -> Table:
+def rich_side_by_side(table: dict[str, Any], name_a: str, name_b: str) -> Table:
     """`explain.side_by_side` for a terminal: the diverging row bold, the diverging cells red."""
     out = Table(title=f"diverges at step {table['step']} on {table['field']}")
     tokens_is_field = table["field"] == "output.num_scheduled_tokens"

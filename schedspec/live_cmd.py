@@ -69,9 +69,11 @@ def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
     if d is None:
         say(f"no divergence: the reference agrees with the capture on all {result.steps_compared} steps", style="green")
     else:
-        from .conformance_cmds import _rich_table
+        from .conformance_cmds import rich_side_by_side
 
-        console.print(_rich_table(side_by_side(result.reference, result.captured, d, args.window), "reference", "live"))
+        console.print(
+            rich_side_by_side(side_by_side(result.reference, result.captured, d, args.window), "reference", "live")
+        )
         say(f"diverges at step {d.step}: {d.field}: reference={d.a!r} live={d.b!r}", style="red")
     if out is not None:
         out.prepare([*OUTPUT_NAMES, WORKLOAD, COUNTEREXAMPLE, TIMELINE])

@@ -246,10 +246,10 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     write_bytes_atomic(written[2], heatmap_png(kills, checkers, [n for n in roster.names if n in names]))
     out.record(written)
     console.print(f"written: {written[0]}, {OUTPUTS[1]}, {OUTPUTS[2]}")
-    return _verdict(names, by, checkers, console, roster.equivalent)
+    return run_verdict(names, by, checkers, console, roster.equivalent)
 
 
-def _verdict(
+def run_verdict(
     names: list[str],
     by: dict[tuple[str, str], Kill],
     checkers: list[str],

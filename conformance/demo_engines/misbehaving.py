@@ -18,7 +18,7 @@ from typing import Any
 from ...reference_impl import ReferenceEngine
 from ...spec.config import SchedulerConfig
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
-from .planted import _FailingAt
+from .planted import FailingAt
 
 SLOW_START_ENV = "SCHEDSPEC_TEST_SLOW_START_S"  # how long `slow_start` takes; the tests set it
 
@@ -48,7 +48,7 @@ def hanging_factory(config: SchedulerConfig) -> ReferenceEngine:
 
 def exits_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
     """`os._exit(3)` inside schedule(): no exception, no cleanup, the process is just gone."""
-    return _FailingAt(config, 2, lambda: os._exit(3))
+    return FailingAt(config, 2, lambda: os._exit(3))
 
 
 class _CoinFlip(ReferenceEngine):

@@ -76,7 +76,7 @@ def perturbed(field: str, step: int) -> EngineFactory:
     return lambda config: PerturbedEngine(config, field, step)
 
 
-class _FailingAt(ReferenceEngine):
+class FailingAt(ReferenceEngine):
     name = "failing"
 
     def __init__(self, config: SchedulerConfig, step: int, fail: Callable[[], object]) -> None:
@@ -95,15 +95,15 @@ def _raise() -> object:
 
 
 def crashing(config: SchedulerConfig, step: int = 2) -> ReferenceEngine:
-    return _FailingAt(config, step, _raise)
+    return FailingAt(config, step, _raise)
 
 
 def hanging(config: SchedulerConfig, step: int = 2) -> ReferenceEngine:
-    return _FailingAt(config, step, lambda: time.sleep(3600))
+    return FailingAt(config, step, lambda: time.sleep(3600))
 
 
 def malformed(config: SchedulerConfig, step: int = 2) -> ReferenceEngine:
-    return _FailingAt(config, step, lambda: {"num_scheduled_tokens": "not an output"})
+    return FailingAt(config, step, lambda: {"num_scheduled_tokens": "not an output"})
 
 
 # Named factories for `--engine schedspec.conformance.demo_engines.planted:NAME`.

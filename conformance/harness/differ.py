@@ -158,28 +158,28 @@ def step_timeout(seconds: float | None, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-class _Failed(Exception):
+class StepFailed(Exception):
     def __init__(self, kind: str, cause: str) -> None:
         super().__init__(cause)
         self.kind, self.cause = kind, cause
 
 
 def _call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
-    """Run one engine call under its deadline; a missed deadline or a broken process becomes `_Failed`."""
+    """Run one engine call under its deadline; a missed deadline or a broken process becomes `StepFailed`."""
     try:
         with step_timeout(timeout, what):
             return fn()
     except EngineFailure as e:
-        raise _Failed("timeout", str(e)) from None
+        raise StepFailed("timeout", str(e)) from None
     except InfrastructureError as e:
-        raise _Failed(e.kind, f"{e.where}: {e.why}") from None
+        raise StepFailed(e.kind, f"{e.where}: {e.why}") from None
 
 
-def _next(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:
+def next_record(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:
     """The engine's next step record, None once its run has ended."""
     try:
         return _call(lambda: next(it, None), f"engine {name!r} at step {step}", timeout)
-    except _Failed:
+    except StepFailed:
         raise
     except Exception as e:  # noqa: BLE001 - any engine error is a finding, not a harness crash
         raise EngineCrash(f"engine {name!r} raised {_one_line(e)} at step {step}") from e
@@ -199,8 +199,8 @@ class EngineCrash(Exception):
     """An engine raised inside a step: the scheduler crashed."""
 
 
-def _start(make: EngineFactory, config: Any, name: str, timeout: float | None) -> Any:
-    """Build an engine under the start deadline, once more if the first try failed; `_Failed("start")` otherwise."""
+def start_engine(make: EngineFactory, config: Any, name: str, timeout: float | None) -> Any:
+    """Build an engine under the start deadline, once more if the first try failed; `StepFailed("start")` otherwise."""
     from ..engines.snapshot import check_engine
 
     cause = ""
@@ -208,7 +208,7 @@ def _start(make: EngineFactory, config: Any, name: str, timeout: float | None) -
         try:
             engine = _call(lambda: make(config), f"engine {name!r} start", timeout)
             return check_engine(engine, f"engine {name!r} factory")
-        except _Failed as e:
+        except StepFailed as e:
             cause = e.cause
         except InfrastructureError as e:
             cause = f"{e.where}: {e.why}"
@@ -216,7 +216,7 @@ def _start(make: EngineFactory, config: Any, name: str, timeout: float | None) -
             cause = f"the factory raised {_one_line(e)}"
         if attempt == 1:
             cause_1 = cause
-    raise _Failed("start", cause if cause == cause_1 else f"{cause_1}; retried: {cause}")
+    raise StepFailed("start", cause if cause == cause_1 else f"{cause_1}; retried: {cause}")
 
 
 def diff(
@@ -242,8 +242,8 @@ def diff(
         for side, make, name in sides:
             t0 = time.perf_counter()
             try:
-                engines.append(_start(make, workload.config, name, start_timeout))
-            except _Failed as e:
+                engines.append(start_engine(make, workload.config, name, start_timeout))
+            except StepFailed as e:
                 result.error = EngineError(side, name, "start", None, e.cause)
                 return result
             finally:
@@ -256,8 +256,8 @@ def diff(
             for side, engine, it, name in runs:
                 t0 = time.perf_counter()
                 try:
-                    records.append(_next(it, getattr(engine, "name", name), step, timeout))
-                except _Failed as e:
+                    records.append(next_record(it, getattr(engine, "name", name), step, timeout))
+                except StepFailed as e:
                     result.error = EngineError(side, name, e.kind, step, e.cause)
                     return result
                 except EngineCrash as e:

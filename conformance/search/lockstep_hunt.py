@@ -31,10 +31,10 @@ from ...spec.workload import Workload
 from ..harness.differ import Divergence, diff
 from .budget import DEFAULT_EXAMPLES, SearchCut
 from .hunt import Finding
-from .lockstep_machine import EngineBroke, LockstepLog, LockstepMachine, _close
+from .lockstep_machine import EngineBroke, LockstepLog, LockstepMachine, close_quietly
 from .state_machine import Counterexample, OutOfTime
 from .state_machine_draws import Bounds
-from .state_machine_hunt import _own_constants_only, profile
+from .state_machine_hunt import own_constants_only, profile
 from .subject import Subject
 
 STEP_COUNT = 25  # rules per example, as the reference machine's hunts
@@ -131,7 +131,7 @@ def hunt_engine_full(
     log.started = time.perf_counter()
     log.deadline = None if budget_s is None else log.started + budget_s
     try:
-        with _own_constants_only():
+        with own_constants_only():
             try:
                 run_state_machine_as_test(machine, settings=cfg)
                 return None
@@ -143,7 +143,7 @@ def hunt_engine_full(
                 failure = e
     finally:
         for engine_left in list(log.open_engines):
-            _close(engine_left)
+            close_quietly(engine_left)
         log.open_engines.clear()
     run = log.current
     workload = run.workload().replace(name=f"hunt-{label}")

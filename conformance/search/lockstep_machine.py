@@ -41,9 +41,9 @@ from ...spec.trace import StepRecord, Trace
 from ...spec.versions import known_violation
 from ...spec.workload import Abort, Workload
 from ..harness.compare import first_difference
-from ..harness.differ import EngineCrash, EngineError, _Failed, _next, _start
+from ..harness.differ import EngineCrash, EngineError, StepFailed, next_record, start_engine
 from .state_machine import Counterexample, OutOfTime, Run, RunLog
-from .state_machine_draws import Bounds, _raw, make_config, make_request
+from .state_machine_draws import Bounds, make_config, make_request, raw_draws
 
 ENDLESS = 10**9  # the growing workload's max_steps and last event: the machine, not the loop, ends a run
 
@@ -110,7 +110,7 @@ class LockstepMachine(RuleBasedStateMachine):
 
     @initialize(data=st.data(), initial=st.integers(0, 3))
     def configure(self, data: st.DataObject, initial: int) -> None:
-        raw = data.draw(_raw(self.bounds)[0], label="config")
+        raw = data.draw(raw_draws(self.bounds)[0], label="config")
         config = make_config(raw, self.bounds)
         self.run.config = config
         self.run.program.append(repr(config))
@@ -118,8 +118,8 @@ class LockstepMachine(RuleBasedStateMachine):
         cls = type(self)
         for side, make, name in (("a", ReferenceEngine, "reference"), ("b", cls.factory, cls.engine_name)):
             try:
-                engine = _start(make, config, name, cls.start_timeout_s)
-            except _Failed as e:
+                engine = start_engine(make, config, name, cls.start_timeout_s)
+            except StepFailed as e:
                 raise EngineBroke(EngineError(side, name, "start", None, e.cause)) from None
             self.engines.append(engine)
             cls.log.open_engines.append(engine)
@@ -135,7 +135,7 @@ class LockstepMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.between_steps())
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
-        raw = data.draw(_raw(self.bounds)[1], label="request")
+        raw = data.draw(raw_draws(self.bounds)[1], label="request")
         assert self.run.config is not None
         r = make_request(raw, self.run.config, self.bounds, len(self.run.requests), self.run.steps)
         self.run.requests.append(r)
@@ -173,8 +173,8 @@ class LockstepMachine(RuleBasedStateMachine):
         got: list[StepRecord] = []
         for i, (side, name) in enumerate((("a", "reference"), ("b", cls.engine_name))):
             try:
-                rec = _next(self.loops[i], name, step, cls.step_timeout_s)
-            except _Failed as e:
+                rec = next_record(self.loops[i], name, step, cls.step_timeout_s)
+            except StepFailed as e:
                 raise EngineBroke(EngineError(side, name, e.kind, step, e.cause)) from None
             except EngineCrash as e:
                 self._fail(step, "crash" if side == "b" else "oracle crash", None, str(e))
@@ -227,7 +227,7 @@ class LockstepMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         for engine in self.engines:
-            _close(engine)
+            close_quietly(engine)
             if engine in type(self).log.open_engines:
                 type(self).log.open_engines.remove(engine)
         config = self.run.config
@@ -245,7 +245,7 @@ class LockstepMachine(RuleBasedStateMachine):
             target(float(short), label="steps with half the budget spent and requests left waiting")
 
 
-def _close(engine: Any) -> None:
+def close_quietly(engine: Any) -> None:
     close = getattr(engine, "close", None)
     if close is not None:
         try:

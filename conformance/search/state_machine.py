@@ -55,7 +55,7 @@ from ...spec.request import RequestStatus
 from ...spec.state import SchedulerState
 from ...spec.trace import FinishedRequest, StateSummary, StepRecord, Trace
 from ...spec.workload import Abort, Workload, WorkloadRequest
-from .state_machine_draws import FILLER, Bounds, _raw, batch_queue_size, make_config, make_request
+from .state_machine_draws import FILLER, Bounds, batch_queue_size, make_config, make_request, raw_draws
 
 TRACE_CHECKS = ("finished-reported-once", "stop-is-final")  # monitor.py's checks over the whole trace
 STALE_COVERAGE = "stale outputs waiting, squared"
@@ -172,7 +172,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @initialize(data=st.data(), initial=st.integers(0, 3))
     def configure(self, data: st.DataObject, initial: int) -> None:
         """A config, and a few requests already waiting (for runs where swarm testing disables add_request)."""
-        raw = data.draw(_raw(self.bounds)[0], label="config")
+        raw = data.draw(raw_draws(self.bounds)[0], label="config")
         self.run.config = make_config(raw, self.bounds)
         self.queue_size = batch_queue_size(raw, self.bounds)
         self.drafter = Drafter(self.run.workload())
@@ -187,7 +187,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.between_steps())
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
-        raw = data.draw(_raw(self.bounds)[1], label="request")
+        raw = data.draw(raw_draws(self.bounds)[1], label="request")
         r = make_request(raw, self.config, self.bounds, len(self.run.requests), self.run.steps)
         self.state = self._call(api.add_request, self.state, r.request)
         self.run.requests.append(r)

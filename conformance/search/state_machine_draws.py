@@ -60,7 +60,7 @@ def _scaled(value: int, n_max: int, n: int) -> int:
 
 
 @cache
-def _raw(b: Bounds) -> tuple[st.SearchStrategy, st.SearchStrategy]:
+def raw_draws(b: Bounds) -> tuple[st.SearchStrategy, st.SearchStrategy]:
     """Fixed-shape strategies, built once per bounds (building them per draw cost more than the reference)."""
     l_hi, big = b.max_model_len[1], 4 * b.max_model_len[1]
     config = st.tuples(

@@ -24,7 +24,7 @@ Design notes
   that happens to be imported (`providers._get_local_constants`). So the
   examples a hunt finds, and the sizes tests/quality pins, depended on what
   else the caller had imported: collecting two more test files moved three
-  pins. `_own_constants_only` leaves Hypothesis its built-in constants, so a
+  pins. `own_constants_only` leaves Hypothesis its built-in constants, so a
   hunt depends on the machine, the mutant and the (pinned) Hypothesis only.
   Measured: a fixed pool of the literals of `spec` and `reference_impl`
   found the same 34 pinned examples as none at all. Z6 now takes 25 s to find
@@ -80,7 +80,7 @@ LONG = profile(3000, 60)
 
 
 @contextmanager
-def _own_constants_only() -> Iterator[None]:
+def own_constants_only() -> Iterator[None]:
     """Hypothesis's built-in constants only, not the literals of whichever of our modules are loaded."""
     from hypothesis.internal.cache import LRUCache
     from hypothesis.internal.conjecture import providers
@@ -135,7 +135,7 @@ def hunt_state_machine(
     log.started = time.perf_counter()
     log.deadline = None if budget_s is None else log.started + budget_s
     log.expect = frozenset(expect) if expect is not None else None
-    with applied(mutant) if mutant is not None else nullcontext(), _own_constants_only():
+    with applied(mutant) if mutant is not None else nullcontext(), own_constants_only():
         try:
             run_state_machine_as_test(machine, settings=cfg)
             return None

@@ -20,7 +20,7 @@ or busier machine finds the same example, later. The seconds cap only stops
 a runaway, and a hunt it stops raises `SearchCut`: it never passes as
 "nothing found". Nor does a hunt
 depend on what else the test run imported: it draws no constants from our
-modules' literals (`state_machine_hunt._own_constants_only`;
+modules' literals (`state_machine_hunt.own_constants_only`;
 `test_a_hunt_does_not_depend_on_what_else_is_imported`).
 
 `priority-self-preempt-breaks` is the control: it makes a legal but wrong

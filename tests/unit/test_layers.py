@@ -218,3 +218,49 @@ def test_the_architecture_page_shows_the_same_room_rules():
     rows = re.findall(r"^\| `(\w+)/` \| [^|]* \| ([^|]*) \|$", page.split("\n\n", 3)[2], re.M)
     shown = {room: set() if "no room" in rule else set(re.findall(r"`(\w+)`", rule)) for room, rule in rows}
     assert shown == room_rules()
+
+
+# ---- no private name crosses a module boundary -----------------------------------------------------------------
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(path: Path) -> list[str]:
+    """`from <ours> import _name`, or `module._name` on a module of ours, in `path`: a name kept private, taken."""
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    tree = ast.parse(path.read_text(), str(path))
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("schedspec")):
+            found += [
+                f"{where}:{node.lineno} imports {'.' * node.level}{node.module or ''}.{a.name}"
+                for a in node.names
+                if private(a.name)
+            ]
+            modules |= {a.asname or a.name for a in node.names if a.name.islower()}  # a module, or a function
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname for a in node.names if a.name.startswith("schedspec") and a.asname}
+    found += [
+        f"{where}:{node.lineno} uses {node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        if node.value.id in modules and private(node.attr)
+    ]
+    return found
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    """A name another module needs is public, and its module's docstring says so; tests and benchmarks too."""
+    folders = [*LAYERS, "tests", "benchmarks", "examples"]
+    broken = [hit for folder in folders for p in sorted((ROOT / folder).rglob("*.py")) for hit in private_imports(p)]
+    assert not broken, "\n".join(broken)
+
+
+def test_the_private_name_check_sees_a_planted_import(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from . import differ\n\n\ndef f():\n    from .differ import _helper, public\n    differ._run()\n"
+    )
+    assert private_imports(planted) == ["planted.py:5 imports .differ._helper", "planted.py:6 uses differ._run"]
