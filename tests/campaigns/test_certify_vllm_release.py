@@ -25,6 +25,7 @@ needs_venv = pytest.mark.skipif(
 
 
 @needs_venv
+@pytest.mark.slow_ok("the oldest release modelled, certified end to end on its own venv: 100 workloads")
 def test_vllm_0_28_0_is_certified_against_the_reference_at_0_28_0(tmp_path):
     out = tmp_path / "cert"
     argv = ["certify", "--engine", f"vllm=={RELEASE}", "--workloads", "100", "--level", "blocks", "--no-plots"]

@@ -23,6 +23,7 @@ def on_path(monkeypatch, tmp_path):
         del sys.modules[name]
 
 
+@pytest.mark.slow_ok("a user's mutant module scored end to end by the monitors and the differ")
 def test_the_example_module_is_scored_by_the_engine_checkers(on_path, monkeypatch):
     # The differ's kills are checked against the real vLLM too where its venv exists: a driver start each, not
     # what this test is about.
