@@ -1,6 +1,6 @@
 """Hypothesis state machine throughput: examples per second on the pristine reference, core and with the features.
 
-The machine (`conformance/state_machine.py`) is what `schedspec hunt` and the mutants' `hypothesis` checker
+The machine (`conformance/search/state_machine.py`) is what `schedspec hunt` and the mutants' `hypothesis` checker
 run; its examples per second are the budget of every search it makes. Each row runs the same derandomized
 search as `hunt_state_machine(None, ...)` (fixed seed, `--examples` examples, 25 steps each) and counts the
 examples Hypothesis ran, so a before/after pair measures the same examples.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from schedspec.conformance import state_machine_hunt
-from schedspec.conformance.state_machine_draws import Bounds
+from schedspec.conformance.search import state_machine_hunt
+from schedspec.conformance.search.state_machine_draws import Bounds
 
 
 def measure(bounds: Bounds, examples: int) -> tuple[int, float]:

@@ -23,7 +23,7 @@ import argparse
 import time
 
 from schedspec.conformance.engines.vllm import VllmEngine, ensure_vllm_venv
-from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import steps
 

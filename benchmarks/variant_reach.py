@@ -14,8 +14,8 @@ import argparse
 import collections
 import dataclasses
 
-from schedspec.conformance.differ import diff
-from schedspec.conformance.families import FAMILIES, at_release, generate
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.versions import RELEASES, VARIANTS
 

@@ -1,13 +1,25 @@
 """The conformance harness: does an engine schedule as vLLM 0.33.0's V1 scheduler does?
 
-It drives engines through the `spec.engine.Engine` protocol: the reference,
-the torch engine, the real vLLM behind a driver pipe (`engines/`), or anyone's
-`module:callable`. The lock-step differ runs one workload on two engines and
-stops at the first divergence; workload families and `schedspec certify` turn
-that into a campaign and a certificate; shrinking and counterexample files make
-a finding small and replayable; planted divergences and misbehaving engines
-show that the harness catches what it claims to. For the mutant x checker kill
-matrix (`schedspec/mutation.py`) it hunts the mutants of `schedspec.mutants`
-with three of the checkers: the invariant monitors, the differ, and a
-Hypothesis state machine over the reference (Z3 and CrossHair are `proofs/`).
+It drives engines through the `spec.engine.Engine` protocol (the reference,
+the torch engine, the real vLLM behind a driver pipe, or anyone's
+`module:callable`), runs them in lock-step, and turns what it finds into
+certificates, counterexamples, changelogs and kill-matrix cells. It is seven
+rooms and the vLLM venv's own programs; each room is a package whose
+docstring says what it holds. A room imports only the rooms its row names
+(`tests/unit/test_layers.py` reads this table and checks every import, lazy
+ones included; outside `conformance`, the README's layout table rules):
+
+| room | holds | may import |
+| --- | --- | --- |
+| `workloads/` | the workload families a campaign draws, their edge and mixed draws, and Hypothesis strategies over them | no room |
+| `engines/` | how an engine spec string becomes a factory (`registry.py`), the isolated engine host, the vLLM driver adapters and venvs, answers snapshotted into spec types, and the lifeline that makes child processes die with their parent | no room |
+| `demo_engines/` | engines that are wrong on purpose: planted divergences, misbehaving programs (hang, die, malformed), mutants as engines | no room |
+| `harness/` | the lock-step differ and its comparison levels, counterexample files, shrinking, the first-difference explanation, and crash-proof worker pools | `engines` |
+| `campaign/` | `certify`: the plan, one workload's run (`task.py`), the batched torch campaign, behaviour coverage, the coverage map and its events, the certificate's text | `engines`, `harness`, `workloads` |
+| `search/` | the count-budgeted hunts of mutants (monitors, differ, the reference's state machine) and of engines (the lock-step machine), and user mutant modules | `harness`, `workloads` |
+| `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached | `engines`, `harness` |
+| `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference; the fixture writer | `harness` |
+
+`vllm_env/` is not a room of this process: its files run inside vLLM's venv
+(the driver and the CPU scheduler wiring) and import nothing of ours.
 """

@@ -53,7 +53,7 @@ from .state import BatchState
 Tensor = torch.Tensor
 
 
-def _expand(counts: Tensor, total: int) -> tuple[Tensor, Tensor]:
+def expand_counts(counts: Tensor, total: int) -> tuple[Tensor, Tensor]:
     """For a flat count vector, the owner index of each of the `total` items and the item's rank in its owner."""
     dev = counts.device
     owner = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=total)
@@ -79,7 +79,7 @@ def pop_alloc(st: BatchState, slots: Tensor, asks: Tensor, also: Tensor | None =
     if total == 0:
         return result
     st.grow_width(widest)
-    owner, q = _expand(asks.reshape(-1), total)
+    owner, q = expand_counts(asks.reshape(-1), total)
     b = torch.div(owner, N, rounding_mode="floor")
     offset = (asks.cumsum(1) - asks).reshape(-1)[owner] + q
     slot = slots.reshape(-1)[owner]
@@ -105,10 +105,10 @@ def push_free(st: BatchState, slots: Tensor, mask: Tensor) -> None:
     per_inst = counts.sum(1)
     total = int(per_inst.sum())
     if total and st.keyed:
-        owner, q = _expand(counts.reshape(-1), total)
+        owner, q = expand_counts(counts.reshape(-1), total)
         keyed_free(st, slots, mask, owner, q, counts)
     elif total:
-        owner, q = _expand(counts.reshape(-1), total)
+        owner, q = expand_counts(counts.reshape(-1), total)
         b = torch.div(owner, N, rounding_mode="floor")
         z = (counts.cumsum(1) - counts).reshape(-1)[owner] + q
         slot = slots.reshape(-1)[owner]

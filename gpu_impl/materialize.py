@@ -28,7 +28,7 @@ from ..spec.engine import gc_paused
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import RequestSummary, StateSummary
-from .block_pool import _expand
+from .block_pool import expand_counts
 from .state import BIG, BatchState
 from .step import CACHED, NEW, RESUMED, StepOut
 
@@ -87,7 +87,7 @@ def columns(st: BatchState, out: StepOut) -> OutputColumns:
     total = int(count.sum())
     if total:  # a decode takes a new block once in block_size steps: gather only the slots that took one
         bi, si = count.nonzero(as_tuple=True)
-        owner, q = _expand(count[bi, si], total)
+        owner, q = expand_counts(count[bi, si], total)
         blocks = st.table[bi[owner], si[owner], out.old_held[bi, si][owner] + q]
     else:
         blocks = torch.zeros(0, dtype=torch.int64, device=st.device)

@@ -39,17 +39,13 @@ resets are tensor twins of those rules, named after them (`*_twin`), and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from . import rules
-from .block_pool import _expand, pop_alloc, push_free
+from .block_pool import expand_counts, pop_alloc, push_free
+from .pass_state import RunningPass
 from .prefix_cache import register
 from .state import PREEMPTED, BatchState
-
-if TYPE_CHECKING:  # running.py imports this module
-    from .running import RunningPass
 
 Tensor = torch.Tensor
 INT64_MIN = torch.iinfo(torch.int64).min
@@ -118,7 +114,7 @@ def shared_freed(st: BatchState, victim_slots: Tensor, valid: Tensor) -> Tensor:
     freed = torch.zeros((B, R), dtype=torch.int64, device=st.device)
     if total == 0:
         return freed
-    owner, q = _expand(held.reshape(-1), total)
+    owner, q = expand_counts(held.reshape(-1), total)
     b = torch.div(owner, R, rounding_mode="floor")
     pos = owner - b * R
     block = st.table[b, victim_slots.reshape(-1)[owner], q].long()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..spec.block_hash import BASES, MODULUS
-from .block_pool import _expand
+from .block_pool import expand_counts
 from .state import BIG, BatchState
 
 Tensor = torch.Tensor
@@ -121,7 +121,7 @@ def register(st: BatchState, slots: Tensor, upto_tokens: Tensor, mask: Tensor) -
     if total == 0:
         return
     B, N = slots.shape
-    owner, q = _expand(count.reshape(-1), total)
+    owner, q = expand_counts(count.reshape(-1), total)
     b = torch.div(owner, N, rounding_mode="floor")
     slot = slots.reshape(-1)[owner]
     i = lo.reshape(-1)[owner] + q

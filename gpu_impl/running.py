@@ -29,32 +29,16 @@ allocation also registers the request's full blocks up to min(C + n, T).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from . import rules
 from .block_pool import pop_alloc
+from .pass_state import RunningPass
 from .preemption import resolve_failures
 from .prefix_cache import register
 from .state import BIG, BatchState
 
 Tensor = torch.Tensor
-
-
-@dataclass
-class RunningPass:
-    st: BatchState
-    order: Tensor  # [B, R] slots in running order at the start of the step (then the non-running)
-    idx: Tensor  # [B, R] column positions
-    alive: Tensor  # [B, R] still in `running` (by position)
-    grant: Tensor  # [B, R] tokens granted (by position); 0 = not scheduled
-    old_held: Tensor  # [B, R] blocks held at the start of the step (by position)
-    preempted: Tensor  # [B, R] preempted in this step (by position)
-    budget: Tensor  # [B] tokens left
-    cursor: Tensor  # [B] first position not yet visited
-    done: Tensor  # [B] the pass has ended
-    rounds: int = 0
 
 
 def idle_pass(st: BatchState, budget: Tensor) -> RunningPass:

@@ -29,17 +29,18 @@ Design notes
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import IO, Any
+
+from ..spec.capture_format import encode_line
 
 
 def _encoder() -> Callable[[Any], bytes]:
     try:
         import msgspec  # type: ignore[import-not-found]  # a vLLM dependency, absent from the project venv
     except ImportError:
-        return lambda obj: json.dumps(obj, separators=(",", ":")).encode()
+        return encode_line
     fast: Callable[[Any], bytes] = msgspec.json.Encoder().encode
     return fast
 

@@ -30,6 +30,7 @@ import uuid
 import weakref
 from typing import Any
 
+from ..spec.capture_format import CAPTURE_FORMAT, CAPTURE_VERSION, TokenHasher, identity
 from ..spec.config import SchedulerConfig
 from ..spec.errors import SpecError
 from ..spec.invariants.monitor import Violation
@@ -39,7 +40,6 @@ from ..spec.trace import FinishedRequest, StateSummary
 from ..spec.versions import DEFAULT_RELEASE
 from . import scope, vllm_json, vllm_seed
 from .capture import CaptureWriter
-from .hashing import TokenHasher, identity
 from .online import OnlineMonitor, monitor_names
 from .settings import LiveSettings, LiveSettingsError, from_environ
 from .steps import StepAssembler
@@ -350,8 +350,8 @@ class LiveSession:
         named = getattr(self.sched.vllm_config.scheduler_config, "scheduler_cls", None)
         return {
             "kind": "header",
-            "format": "schedspec-live-capture",
-            "version": 1,
+            "format": CAPTURE_FORMAT,
+            "version": CAPTURE_VERSION,
             "session": self.session,
             "pid": os.getpid(),
             "started": datetime.datetime.now(datetime.UTC).isoformat(),

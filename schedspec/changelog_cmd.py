@@ -2,7 +2,7 @@
 
 Runs release A against release B in lock-step on a campaign (two real
 vLLMs, built on first use), then explains every divergence with the spec's
-variant rules and clusters them by root cause (`conformance/changelog.py`).
+variant rules and clusters them by root cause (`conformance/changelog/clusters.py`).
 `--out` gets `changelog.md` (one paragraph per cluster), `changelog.json`,
 and the campaign's counterexamples, each replayable with `schedspec replay`.
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from rich.console import Console
 
-from .cli import Subcommands
-from .conformance.compare import LEVELS
-from .conformance.families import FAMILIES
+from .argparsing import Subcommands
+from .conformance.harness.compare import LEVELS
+from .conformance.workloads.families import FAMILIES
 from .outdir import OutDir
 from .spec.errors import SpecError
 from .spec.jsonio import write_bytes_atomic, write_json_atomic
@@ -39,10 +39,17 @@ PATTERNS = ("counterexample-*.json", "counterexample-*.png")
 
 
 def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
-    from .conformance.certify import Options, certify
-    from .conformance.changelog import check_sides, cluster, engine_side, release_side, side_factories, variants_between
-    from .conformance.changelog_coverage import measuring, source_reach
-    from .conformance.counterexample import Counterexample
+    from .conformance.campaign.certify import Options, certify
+    from .conformance.changelog.clusters import (
+        check_sides,
+        cluster,
+        engine_side,
+        release_side,
+        side_factories,
+        variants_between,
+    )
+    from .conformance.changelog.hunk_reach import measuring, source_reach
+    from .conformance.harness.counterexample import Counterexample
 
     side_a = release_side(args.a, "A")
     if args.engine_b is not None:
@@ -171,7 +178,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
 
 def _hunks(reaches: Any, asked: bool, a: str, b: str) -> tuple[list[str], dict[str, Any] | None]:
     """The changelog's limit: the scheduler's changed hunks from A to B that no workload of the campaign ran."""
-    from .conformance.source_hunks import unreached_json, unreached_markdown
+    from .conformance.changelog.source_hunks import unreached_json, unreached_markdown
 
     head = ["", f"## Changed scheduler source from {a} to {b} that no workload reached", ""]
     if reaches is None:
@@ -185,8 +192,8 @@ def _hunks(reaches: Any, asked: bool, a: str, b: str) -> tuple[list[str], dict[s
 
 
 def _tree_info(engine: str) -> dict[str, Any]:
+    from .conformance.engines.registry import vllm_source_of
     from .conformance.engines.vllm_source import vllm_source_info
-    from .conformance.registry import vllm_source_of
 
     return vllm_source_info(vllm_source_of(engine) or "")
 

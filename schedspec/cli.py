@@ -13,14 +13,12 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeAlias
 
 from rich.console import Console
 
+from .argparsing import EXIT_USER_ERROR, OneLineErrors
 from .outdir import abandon_unfinished
 from .spec.errors import SpecError
-
-EXIT_USER_ERROR = 2
 
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
@@ -28,7 +26,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from .reference_impl.engine import ENGINE_NAME, simulate_steps
     from .report import StepTable
     from .spec.engine import trace_end
-    from .steps import StepView
+    from .steps import StepDigest
     from .tracefile import TraceWriter
     from .workloads import BUILTIN, load_workload
 
@@ -44,7 +42,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     check_output_file(args.plot, args.force, "--plot")
     workload = load_workload(args.workload)
     table = StepTable(workload)
-    step_views: list[StepView] | None = [] if args.plot else None
+    digests: list[StepDigest] | None = [] if args.plot else None
     finished: set[str] = set()
     last = None
     with TraceWriter(args.out, workload, ENGINE_NAME) if args.out else contextlib.nullcontext() as trace_file:
@@ -53,8 +51,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             finished.update(last.finished)
             if trace_file is not None:
                 trace_file.add(last)
-            if step_views is not None:
-                step_views.append(view)
+            if digests is not None:
+                digests.append(view)
         end = trace_end(last, workload)
         console.print(table.table(ENGINE_NAME, end))
         if end == "max_steps":  # the caption alone read like a normal end
@@ -70,49 +68,12 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         if trace_file is not None:
             trace_file.finish(end)
             console.print(f"trace written to {args.out}", markup=False, highlight=False)
-    if step_views is not None:  # --plot
+    if digests is not None:  # --plot
         from .plot import plot_panels
 
-        plot_panels([(workload, ENGINE_NAME, step_views)], args.plot)
+        plot_panels([(workload, ENGINE_NAME, digests)], args.plot)
         console.print(f"timeline written to {args.plot}", markup=False, highlight=False)
     return 0
-
-
-class _DefaultsShown(argparse.HelpFormatter):
-    """Every option that has a default says it in `--help`: `(default: 900)` after its help, unless the help
-    already names it. A default of None or False means "not given", which the help describes in words."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if default in (None, False, argparse.SUPPRESS) or not action.option_strings or "default" in text:
-            return text
-        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-        return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """argparse's own errors (`--jobs abc`, a missing value) as one line, like every other bad input.
-
-    argparse prints the usage block and then the error; a CI log then shows
-    a wall of options above the one line that matters. `--help` still
-    prints the usage. Every parser of the command line is of this class (the
-    subcommands' too), so every one shows its options' defaults.
-    """
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", _DefaultsShown)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def error(self, message: str) -> NoReturn:
-        print(f"schedspec: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-
-
-# What each command module's add_*parser(sub) adds its commands to. The subcommands' parsers are of the top
-# parser's class (add_subparsers' default), so they say their errors in one line too. A string: argparse's
-# _SubParsersAction takes no subscript at run time.
-Subcommands: TypeAlias = "argparse._SubParsersAction[_OneLineErrors]"
 
 
 def _version() -> str:
@@ -125,7 +86,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(
+    parser = OneLineErrors(
         prog="schedspec", description="A formally checked specification of the vLLM 0.33.0 V1 scheduler."
     )
     parser.add_argument("--version", action="version", version=f"schedspec {_version()}")

@@ -1,7 +1,7 @@
 """`schedspec certify` and `schedspec replay`: the harness, as a person drives it.
 
 Both show a counterexample the same way: the few steps before the
-divergence as a table (`conformance/explain.py`), the diverging field in
+divergence as a table (`conformance/harness/explain.py`), the diverging field in
 red, and a PNG timeline of both engines' whole runs side by side, with the
 diverging step marked. Timelines need the engines again, so certify draws
 only the first `TIMELINES` counterexamples.
@@ -21,13 +21,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .cli import Subcommands
-from .conformance import certify as cert_mod
-from .conformance.campaign import WorkloadResult
-from .conformance.counterexample import Counterexample
-from .conformance.differ import diff
-from .conformance.explain import WINDOW, step_table
-from .conformance.registry import certify_engine, engine_factory, vllm_source_engine
+from .argparsing import Subcommands
+from .conformance.campaign import certify as cert_mod
+from .conformance.campaign.task import WorkloadResult
+from .conformance.engines.registry import certify_engine, engine_factory, vllm_source_engine
+from .conformance.harness.counterexample import Counterexample
+from .conformance.harness.differ import diff
+from .conformance.harness.explain import WINDOW, side_by_side
 from .spec.trace import StepRecord, Trace
 from .spec.workload import Workload
 
@@ -188,7 +188,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[green]no divergence: {cx.engine_a} and {engine_b} agree on all {result.steps_compared} steps")
     else:
         console.print(
-            _rich_table(step_table(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
+            rich_side_by_side(side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
         )
         console.print(
             f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False
@@ -209,8 +209,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     return 0 if d is None else 1
 
 
-def _rich_table(table: dict[str, Any], name_a: str, name_b: str) -> Table:
-    """`explain.step_table` for a terminal: the diverging row bold, the diverging cells red."""
+def rich_side_by_side(table: dict[str, Any], name_a: str, name_b: str) -> Table:
+    """`explain.side_by_side` for a terminal: the diverging row bold, the diverging cells red."""
     out = Table(title=f"diverges at step {table['step']} on {table['field']}")
     tokens_is_field = table["field"] == "output.num_scheduled_tokens"
     cols = ["step", f"scheduled (a: {name_a})", f"scheduled (b: {name_b})", "preempted a / b"]

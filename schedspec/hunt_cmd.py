@@ -4,7 +4,7 @@ Where `certify` runs a campaign of workloads generated up front, `hunt`
 lets Hypothesis choose each next event (an arrival, an abort, a step) from
 the state reached, compares both engines' records at `--level` and runs
 every invariant monitor on the engine's trace after every step
-(`conformance/lockstep_machine.py`). A failure is shrunk to a minimal run
+(`conformance/search/lockstep_machine.py`). A failure is shrunk to a minimal run
 and written to `--out` as `counterexample.json`, which `schedspec replay`
 reads, beside `workload.json` (the run as a workload) and `hunt.json`.
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from rich.console import Console
 
-from .cli import Subcommands
-from .conformance.compare import LEVELS
-from .conformance.search_budget import DEFAULT_EXAMPLES
+from .argparsing import Subcommands
+from .conformance.harness.compare import LEVELS
+from .conformance.search.budget import DEFAULT_EXAMPLES
 from .outdir import OutDir
 from .proof_cmds import check_seconds, progress
 from .spec.errors import SpecError
@@ -50,11 +50,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def cmd_hunt(args: argparse.Namespace, console: Console) -> int:
-    from .conformance.counterexample import Counterexample
-    from .conformance.differ import Divergence
-    from .conformance.lockstep_hunt import hunt_engine_full
-    from .conformance.lockstep_machine import EngineBroke
-    from .conformance.registry import engine_factory, engine_version
+    from .conformance.engines.registry import engine_factory, engine_version
+    from .conformance.harness.counterexample import Counterexample
+    from .conformance.harness.differ import Divergence
+    from .conformance.search.lockstep_hunt import hunt_engine_full
+    from .conformance.search.lockstep_machine import EngineBroke
 
     _check_args(args)
     out = OutDir(args.out, args.force, "--out", "hunt")

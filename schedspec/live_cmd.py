@@ -1,7 +1,7 @@
 """`schedspec replay-live`: replay a capture of a live vLLM server on the reference (`docs/live.md`).
 
 It shows what `replay` shows for a counterexample: the steps before the
-divergence side by side (`explain.step_table`, drawn by `replay`'s own
+divergence side by side (`explain.side_by_side`, drawn by `replay`'s own
 table), the diverging field, a PNG timeline of both runs, and, with `--out`,
 a certificate in `certify`'s formats (`certificate.json`, `certificate.md`,
 `junit.xml`) for one workload, the rebuilt one, written beside it
@@ -20,17 +20,17 @@ from typing import Any
 
 from rich.console import Console
 
-from .cli import Subcommands
-from .conformance.campaign import WorkloadResult
-from .conformance.certificate_text import markdown
-from .conformance.certify import OUTPUT_NAMES, verdict, write_outputs
-from .conformance.compare import LEVELS
-from .conformance.counterexample import Counterexample
-from .conformance.coverage import BEHAVIOURS, coverage
-from .conformance.coverage_map import cells, summary
-from .conformance.explain import WINDOW, step_table
-from .conformance.live_replay import LiveReplay, replay_live
-from .conformance.registry import engine_version
+from .argparsing import Subcommands
+from .conformance.campaign.certificate_text import markdown
+from .conformance.campaign.certify import OUTPUT_NAMES, verdict, write_outputs
+from .conformance.campaign.coverage import BEHAVIOURS, coverage
+from .conformance.campaign.coverage_map import cells, summary
+from .conformance.campaign.task import WorkloadResult
+from .conformance.engines.registry import engine_version
+from .conformance.harness.compare import LEVELS
+from .conformance.harness.counterexample import Counterexample
+from .conformance.harness.explain import WINDOW, side_by_side
+from .conformance.live_replay.replay import LiveReplay, replay_live
 from .spec.jsonio import write_json_atomic
 from .spec.trace import Trace
 from .spec.versions import RELEASES
@@ -69,9 +69,11 @@ def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
     if d is None:
         say(f"no divergence: the reference agrees with the capture on all {result.steps_compared} steps", style="green")
     else:
-        from .conformance_cmds import _rich_table
+        from .conformance_cmds import rich_side_by_side
 
-        console.print(_rich_table(step_table(result.reference, result.captured, d, args.window), "reference", "live"))
+        console.print(
+            rich_side_by_side(side_by_side(result.reference, result.captured, d, args.window), "reference", "live")
+        )
         say(f"diverges at step {d.step}: {d.field}: reference={d.a!r} live={d.b!r}", style="red")
     if out is not None:
         out.prepare([*OUTPUT_NAMES, WORKLOAD, COUNTEREXAMPLE, TIMELINE])
@@ -148,7 +150,7 @@ def certificate(result: LiveReplay, elapsed: float, cx_file: str | None) -> tupl
     cxs = []
     if d is not None:
         r.divergence, r.counterexample_file = d.to_json(), cx_file
-        table = step_table(result.reference, result.captured, d, WINDOW)
+        table = side_by_side(result.reference, result.captured, d, WINDOW)
         cxs.append(
             {
                 "workload": name,

@@ -17,7 +17,7 @@ seconds, decide every verdict (`mutation.Budget`), so the table is the
 same on a quiet machine and a loaded one (`benchmarks/RESULTS.md`).
 
 `--from MODULE` scores your own mutants instead of the catalogue's: the
-engines a module lists in `ENGINES` (`conformance/user_mutants.py`), by the
+engines a module lists in `ENGINES` (`conformance/search/user_mutants.py`), by the
 checkers that take an engine (monitors, diff, hypothesis).
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from .cli import Subcommands
-from .conformance.search_budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT
+from .argparsing import Subcommands
+from .conformance.search.budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT
 from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source, resolve, rewrite
 from .mutation import BUDGET_SPENT, CHECKERS, ENGINE_CHECKERS, Budget, Cell, Kill, run_cell
 from .outdir import OutDir
@@ -62,7 +62,7 @@ def catalogue_roster() -> Roster:
 
 
 def module_roster(module: str) -> Roster:
-    from .conformance.user_mutants import load
+    from .conformance.search.user_mutants import load
 
     found = load(module)
     return Roster(list(found.subjects), dict.fromkeys(found.subjects, module), found.equivalent, module)
@@ -246,10 +246,10 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     write_bytes_atomic(written[2], heatmap_png(kills, checkers, [n for n in roster.names if n in names]))
     out.record(written)
     console.print(f"written: {written[0]}, {OUTPUTS[1]}, {OUTPUTS[2]}")
-    return _verdict(names, by, checkers, console, roster.equivalent)
+    return run_verdict(names, by, checkers, console, roster.equivalent)
 
 
-def _verdict(
+def run_verdict(
     names: list[str],
     by: dict[tuple[str, str], Kill],
     checkers: list[str],

@@ -1,7 +1,7 @@
 """The mutant × checker kill matrix: how good each checker is, measured on real bugs.
 
 Every mutant of `mutants.MUTANTS` (or every engine of a `--from` module,
-`conformance/user_mutants.py`) is run through every checker within a
+`conformance/search/user_mutants.py`) is run through every checker within a
 budget. A checker kills a mutant when it reports a confirmed problem: a
 monitor violation (or one of vLLM's own asserts firing) on a generated
 workload, a divergence from the unmutated reference (and, where its venv
@@ -18,7 +18,7 @@ those of `conformance/` and the Z3 and CrossHair ones of `proofs/`, and
 neither of those two packages imports the other. The mutants themselves sit
 below both (`schedspec.mutants`), since both plant them.
 
-**Budgets are counts** (`Budget`, `conformance/search_budget.py`), so a
+**Budgets are counts** (`Budget`, `conformance/search/budget.py`), so a
 verdict never depends on how loaded the machine is:
 
 * monitors and diff search the first `examples` generated workloads, in a
@@ -26,7 +26,7 @@ verdict never depends on how loaded the machine is:
 * the state machine runs `examples` Hypothesis examples, derandomized from
   a fixed seed (a mutant's `min_examples` is a floor: Z5 needs 2000); for a
   `--from` engine it is the lock-step machine of `schedspec hunt`, the
-  engine beside the pristine reference (`conformance/lockstep_hunt.py`);
+  engine beside the pristine reference (`conformance/search/lockstep_hunt.py`);
 * Z3 runs every check up to N = 3 with a resource limit (`rlimit`, work
   units) per query;
 * CrossHair runs `examples` of its iterations, each Z3 query bounded by work
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from .conformance.search_budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT, SearchCut, z3_rlimit
-from .conformance.subject import Subject, of_mutant
+from .conformance.search.budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT, SearchCut, z3_rlimit
+from .conformance.search.subject import Subject, of_mutant
 
 if TYPE_CHECKING:
     from .spec.workload import Workload
@@ -94,7 +94,7 @@ def _spent(s: Subject, checker: str, e: SearchCut, t0: float) -> Kill:
 
 def _monitors_or_diff(checker: str) -> Callable[[Subject, Budget], Kill]:
     def run(s: Subject, budget: Budget) -> Kill:
-        from .conformance.hunt import hunt
+        from .conformance.search.hunt import hunt
 
         t0 = time.perf_counter()
         try:
@@ -119,8 +119,8 @@ def _against_vllm(s: Subject, workload: Workload) -> str:
 
     if not vllm_venv_ready():
         return ""
-    from .conformance.differ import diff
-    from .conformance.registry import engine_factory
+    from .conformance.engines.registry import engine_factory
+    from .conformance.harness.differ import diff
 
     with s.running():
         try:
@@ -172,11 +172,11 @@ def _hypothesis(s: Subject, budget: Budget) -> Kill:
     examples = max(budget.examples, s.mutant.min_examples if s.mutant is not None else 0)
     try:
         if s.mutant is not None:
-            from .conformance.state_machine_hunt import hunt_state_machine
+            from .conformance.search.state_machine_hunt import hunt_state_machine
 
             f = hunt_state_machine(s.mutant, budget_s=budget.cap_s, max_examples=examples)
         else:  # an engine of its own: the lock-step machine, in step with the reference
-            from .conformance.lockstep_hunt import hunt_engine
+            from .conformance.search.lockstep_hunt import hunt_engine
 
             f = hunt_engine(s, examples=examples, budget_s=budget.cap_s)
     except SearchCut as e:
@@ -246,7 +246,7 @@ def _subjects(source: str | None) -> dict[str, Subject]:
         from .mutants import MUTANTS
 
         return {m.name: of_mutant(m) for m in MUTANTS}
-    from .conformance.user_mutants import load
+    from .conformance.search.user_mutants import load
 
     return load(source).subjects
 

@@ -29,7 +29,7 @@ from typing import Any
 from .spec.jsonio import write_bytes_atomic
 from .spec.trace import Trace
 from .spec.workload import Workload
-from .steps import StepView, views
+from .steps import StepDigest, views
 
 MAX_LANES = 24  # past this many requests, the lanes show the ones with the most events
 BAR_FLOOR = 0.5  # where the token bars start: below the log axis' bottom (0.7), since log(0) has no place
@@ -61,7 +61,7 @@ def plot_timelines(
 
 
 def plot_panels(
-    panels: Sequence[tuple[Workload, str, Sequence[StepView]]],
+    panels: Sequence[tuple[Workload, str, Sequence[StepDigest]]],
     path: str,
     mark_step: int | None = None,
     mark_label: str | None = None,
@@ -76,15 +76,15 @@ def plot_panels(
     write_bytes_atomic(path, buf.getvalue())
 
 
-def lanes(panels: Sequence[tuple[Workload, str, Sequence[StepView]]]) -> tuple[list[str], int]:
+def lanes(panels: Sequence[tuple[Workload, str, Sequence[StepDigest]]]) -> tuple[list[str], int]:
     """The requests drawn, top to bottom in arrival order, and how many were left out: all of them if they
     fit, else the `MAX_LANES` with the most events (chunks, admissions, preemptions), the same in every panel."""
     order = [r.request.request_id for r in panels[0][0].requests]
     if len(order) <= MAX_LANES:
         return order, 0
     events = dict.fromkeys(order, 0)
-    for _, _, step_views in panels:
-        for v in step_views:
+    for _, _, digests in panels:
+        for v in digests:
             for rid in [r for r, _ in v.prefill_chunks] + list(v.new + v.resumed + v.preempted):
                 events[rid] += 1
     kept = set(sorted(order, key=lambda r: -events[r])[:MAX_LANES])
@@ -92,7 +92,7 @@ def lanes(panels: Sequence[tuple[Workload, str, Sequence[StepView]]]) -> tuple[l
 
 
 def draw(
-    panels: Sequence[tuple[Workload, str, Sequence[StepView]]],
+    panels: Sequence[tuple[Workload, str, Sequence[StepDigest]]],
     mark_step: int | None = None,
     mark_label: str | None = None,
 ) -> Any:
@@ -108,12 +108,12 @@ def draw(
     fig, axes = plt.subplots(
         2 * len(panels), 1, figsize=(13, sum(ratios) + 1.2), sharex=True, gridspec_kw={"height_ratios": ratios}
     )
-    last = max((v.step for _, _, step_views in panels for v in step_views), default=0)
+    last = max((v.step for _, _, digests in panels for v in digests), default=0)
     drawn: set[str] = set()  # the legend lists what the picture shows, nothing else
-    for i, (workload, title, step_views) in enumerate(panels):
+    for i, (workload, title, digests) in enumerate(panels):
         top, bottom = axes[2 * i], axes[2 * i + 1]
-        _tokens(top, workload, step_views, f"{workload.name or 'workload'}: {title}")
-        _lanes(bottom, shown, left_out, step_views, drawn, label_chunks=last <= 150)
+        _tokens(top, workload, digests, f"{workload.name or 'workload'}: {title}")
+        _lanes(bottom, shown, left_out, digests, drawn, label_chunks=last <= 150)
         if mark_step is not None:
             for ax in (top, bottom):
                 ax.axvspan(mark_step - 0.5, mark_step + 0.5, color=DIVERGENCE, alpha=0.18, zorder=0)
@@ -135,16 +135,16 @@ def draw(
     return fig
 
 
-def _tokens(ax: Any, workload: Workload, step_views: Sequence[StepView], title: str) -> None:
+def _tokens(ax: Any, workload: Workload, digests: Sequence[StepDigest], title: str) -> None:
     import matplotlib.ticker
 
     budget = workload.config.token_budget
-    steps = [v.step for v in step_views]
-    decode = [v.decode_tokens for v in step_views]
+    steps = [v.step for v in digests]
+    decode = [v.decode_tokens for v in digests]
     prefill: list[int] = []
     recompute: list[int] = []  # a resumed request's chunks, told apart as in the lanes
     preempted_once: set[str] = set()
-    for v in step_views:
+    for v in digests:
         prefill.append(sum(n for r, n in v.prefill_chunks if r not in preempted_once))
         recompute.append(sum(n for r, n in v.prefill_chunks if r in preempted_once))
         preempted_once.update(v.preempted)
@@ -178,7 +178,7 @@ def _bars(ax: Any, steps: Sequence[int], bottoms: Sequence[float], tops: Sequenc
 
 
 def _lanes(
-    ax: Any, shown: list[str], left_out: int, step_views: Sequence[StepView], drawn: set[str], label_chunks: bool
+    ax: Any, shown: list[str], left_out: int, digests: Sequence[StepDigest], drawn: set[str], label_chunks: bool
 ) -> None:
     """Each lane's parts, gathered over the run and drawn as one artist per kind and request (`gid` "kind:rid"):
     a 12,000-step run draws a few hundred artists, not one per step and request."""
@@ -186,7 +186,7 @@ def _lanes(
     steps: dict[tuple[str, str], list[int]] = {}  # (kind, request) -> the steps it shows in
     preempted_once: set[str] = set()
     running: set[str] = set()
-    for v in step_views:
+    for v in digests:
         granted = set(v.decodes) | {r for r, _ in v.prefill_chunks}
         running |= set(v.new) | set(v.resumed)
         parts = [

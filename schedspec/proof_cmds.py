@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rich.console import Console
 from rich.table import Table
 
-from .cli import Subcommands
+from .argparsing import Subcommands
 from .outdir import OutDir
 from .spec.errors import SpecError
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from .cli import Subcommands
+from .argparsing import Subcommands
 from .outdir import OutDir
 from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 from .report import add_name_column
@@ -102,7 +102,7 @@ def _run(todo: Sequence[Job], run_job: Callable[[Job], Result], jobs: int) -> li
     """Every job, with a progress line per finished (policy, N) row and per check that is not proved.
 
     The jobs start in (policy, N) order, which keeps a worker's cached
-    encoding useful (prove._encoded); the results are put back in that order."""
+    encoding useful (prove.encoded_step); the results are put back in that order."""
     left = Counter((j.fcfs, j.n) for j in todo)
     results: list[Result] = []
     t0 = time.perf_counter()
@@ -170,7 +170,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     if with_decisions:
         todo += jobs(DECISIONS_MAX_N, DECISION_ROW_NAMES, policies, args.timeout, args.mutant)
         names += DECISION_ROW_NAMES
-    todo.sort(key=lambda j: (not j.fcfs, j.n))  # (policy, N) order keeps each worker's encoding (prove._encoded)
+    todo.sort(key=lambda j: (not j.fcfs, j.n))  # (policy, N) order keeps each worker's encoding (prove.encoded_step)
     t0 = time.perf_counter()
     results = _run(todo, run_job, args.jobs)
     elapsed = time.perf_counter() - t0

@@ -49,7 +49,7 @@ def engine_name(engine: str | Callable[..., Any]) -> str:
 
 def failure_message(cert: dict[str, Any], out_dir: Path) -> str:
     """What the failed test prints: verdict, first counterexample as a table, broken invariants, files."""
-    from .conformance.explain import markdown_table
+    from .conformance.harness.explain import markdown_table
 
     lines = [
         f"schedspec: engine {cert['engine']!r} failed certification against {cert['against']!r} "
@@ -111,8 +111,8 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
         step_timeout: float = 30.0,
         start_timeout: float = 300.0,
     ) -> dict[str, Any]:
-        from .conformance import certify as cert_mod
-        from .conformance.registry import vllm_source_engine
+        from .conformance.campaign import certify as cert_mod
+        from .conformance.engines.registry import vllm_source_engine
         from .conformance_cmds import write_timelines
         from .spec.errors import SpecError
 

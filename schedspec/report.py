@@ -18,7 +18,7 @@ from rich.table import Table
 
 from .spec.trace import StepRecord, Trace
 from .spec.workload import Workload
-from .steps import StepView, step_view
+from .steps import StepDigest, step_digest
 
 MAX_LISTED = 4
 
@@ -55,7 +55,7 @@ def _chunks(chunks: tuple[tuple[str, int], ...]) -> str:
     return shown + (f" +{len(chunks) - MAX_LISTED}" if len(chunks) > MAX_LISTED else "")
 
 
-def _quiet(v: StepView, prev: StepView | None) -> bool:
+def _quiet(v: StepDigest, prev: StepDigest | None) -> bool:
     return (
         prev is not None
         and not (v.prefill_chunks or v.new or v.resumed or v.preempted or v.finished)
@@ -70,12 +70,12 @@ class StepTable:
         self.workload = workload
         self.num_steps = 0
         self._rows: list[tuple[tuple[str, ...], str | None]] = []  # (cells, style)
-        self._prev: StepView | None = None
-        self._folded: tuple[StepView, StepView] | None = None
+        self._prev: StepDigest | None = None
+        self._folded: tuple[StepDigest, StepDigest] | None = None
 
-    def add(self, record: StepRecord) -> StepView:
+    def add(self, record: StepRecord) -> StepDigest:
         """Take one step's record; its view is returned for whoever else draws the run (the plot)."""
-        v = step_view(record, self.workload)
+        v = step_digest(record, self.workload)
         self.num_steps += 1
         if _quiet(v, self._prev):
             self._folded = (self._folded[0] if self._folded else v, v)

@@ -17,7 +17,7 @@ from .spec.workload import Workload
 
 
 @dataclass(frozen=True)
-class StepView:
+class StepDigest:
     step: int
     total: int
     decode_reqs: int
@@ -34,11 +34,11 @@ class StepView:
     waiting_ids: tuple[str, ...] = ()  # the waiting queue after the step, in order
 
 
-def views(trace: Trace) -> list[StepView]:
-    return [step_view(record, trace.workload) for record in trace.steps]
+def views(trace: Trace) -> list[StepDigest]:
+    return [step_digest(record, trace.workload) for record in trace.steps]
 
 
-def step_view(record: StepRecord, workload: Workload) -> StepView:
+def step_digest(record: StepRecord, workload: Workload) -> StepDigest:
     """One step on its own: a run being streamed is viewed a step at a time, never kept whole."""
     o = record.output
     computed_before = {r.req_id: r.num_computed_tokens for r in o.scheduled_new_reqs}
@@ -52,7 +52,7 @@ def step_view(record: StepRecord, workload: Workload) -> StepView:
             decode_tokens += n
         else:
             chunks.append((rid, n))
-    return StepView(
+    return StepDigest(
         step=record.step,
         total=o.total_num_scheduled_tokens,
         decode_reqs=len(decodes),

@@ -14,7 +14,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from .cli import Subcommands
+from .argparsing import Subcommands
 from .conformance.engines.vllm_venvs import built_venvs, remove_venvs, vllm_venv_path
 from .spec.versions import RELEASES
 

@@ -46,7 +46,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a user's file gets the user's mode
+        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600; a user's file gets the user's mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, p)
@@ -56,7 +56,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 @cache
-def _umask() -> int:
+def process_umask() -> int:
     """The process umask. Reading it means setting it, so once, before any thread could race."""
     mask = os.umask(0o022)
     os.umask(mask)

@@ -51,7 +51,7 @@ class KeysAfterSteps(SpecError):
 
 
 @cache
-def _validators() -> tuple[Any, Any]:
+def validators() -> tuple[Any, Any]:
     full = schema("trace")
     head = {
         **full,
@@ -168,7 +168,7 @@ def open_trace(path: str) -> StreamedTrace | Trace:
             return Trace.load(path)
         steps_at = w.mark()
     where = f"{path}:trace"
-    validate_with(_validators()[0], head, where)
+    validate_with(validators()[0], head, where)
     workload = Workload.from_json(head["workload"], f"{where}.workload")
     return StreamedTrace(path, workload, head["engine"], head["end"], steps_at)
 
@@ -187,7 +187,7 @@ class StreamedTrace:
         for i, d in self.raw_steps():
             where = f"{self.where}.steps[{i}]"
             if not plainly_valid(d):
-                validate_with(_validators()[1], d, where)
+                validate_with(validators()[1], d, where)
             try:
                 rec = StepRecord.from_json(d)
             except KeyError as e:  # a status name the schema cannot enumerate

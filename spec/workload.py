@@ -15,7 +15,7 @@ one that could only idle (`check_runnable`). Workloads embedded in traces and
 counterexamples are records of runs and are not judged again: the shrinker
 cuts `max_steps` below late arrivals (the engines must agree there too). The
 campaign families draw only workloads this rule accepts
-(`conformance/families.py:_runnable` grows a pool to the largest prompt).
+(`conformance/workloads/families.py:_runnable` grows a pool to the largest prompt).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...spec.engine import EngineFactory
 from ...spec.errors import InfrastructureError
-from ..lifeline import die_with_parent
+from .lifeline import die_with_parent
 from .snapshot import check_engine, encode
 
 
@@ -29,7 +29,7 @@ def _raised(e: BaseException) -> tuple[str, str]:
 
 
 def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
-    from ..registry import in_process_factory
+    from .registry import in_process_factory
 
     factory: EngineFactory | None = None
     engine: Any = None

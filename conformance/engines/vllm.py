@@ -62,8 +62,8 @@ from .vllm_venvs import (  # noqa: F401 - re-exported: where callers have always
     SETUP_SCRIPT,
     STAMP_NAME,
     VLLM_ENV_DIR,
-    _last_line,
     ensure_vllm_venv,
+    last_line,
     stamp_name,
     vllm_venv_path,
     vllm_venv_ready,
@@ -287,7 +287,7 @@ class VllmEngine:
         code = proc.wait()
         self._stderr.seek(0, os.SEEK_END)
         self._stderr.seek(max(0, self._stderr.tell() - 4000))
-        tail = _last_line(self._stderr.read().decode("utf-8", "replace"))
+        tail = last_line(self._stderr.read().decode("utf-8", "replace"))
         self._stderr.close()
         return code, tail
 

@@ -85,12 +85,12 @@ def ensure_vllm_venv(venv: Path | None = None, timeout_s: float = 1800.0, releas
     except subprocess.TimeoutExpired:
         raise SpecError("vllm venv", str(venv), f"was not built within {timeout_s:g} s; {hint}") from None
     if done.returncode != 0 or not vllm_venv_ready(venv, release):
-        last = _last_line(done.stderr) or _last_line(done.stdout)
+        last = last_line(done.stderr) or last_line(done.stdout)
         raise SpecError("vllm venv", str(venv), f"could not be built (exit {done.returncode}: {last}); {hint}")
     return venv
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 

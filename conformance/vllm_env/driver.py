@@ -60,7 +60,7 @@ import sys
 import traceback
 from collections import deque
 
-# The twin of `conformance/lifeline.py:die_with_parent` (this venv cannot import schedspec; a unit test keeps
+# The twin of `conformance/engines/lifeline.py:die_with_parent` (this venv cannot import schedspec; a unit test keeps
 # the two identical): a driver whose worker was killed must not live on, holding a vLLM scheduler's memory.
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

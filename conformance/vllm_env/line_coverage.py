@@ -6,7 +6,7 @@ Design notes
   changed between two releases any workload reached. The driver is the one
   process that runs vLLM's scheduler, so it measures which of its lines ran;
   the host diffs the two packages and reads these files
-  (`conformance/source_hunks.py`).
+  (`conformance/changelog/source_hunks.py`).
 * Like `cpu_scheduler.py`, it runs in the vLLM venv, must not import
   `schedspec`, and is imported by name. It must be started before
   `import vllm` (module-level lines count: a changed default or a new class

@@ -20,7 +20,7 @@ decision methods, so it changes one rule and nothing else:
 
 `derived_engine(cls, name, families)` wraps the scheduler as an engine
 factory. `families` names the workload families that exercise the change
-(`schedspec.conformance.families`); without it the core scope's nine are
+(`schedspec.conformance.workloads.families`); without it the core scope's nine are
 searched. A docstring's first line is the engine's description.
 """
 

@@ -224,7 +224,7 @@ def _run_crosshair(
     }
 
 
-def _replay(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
+def replay_counterexample(contract: str, args: str, mutant: str | None) -> dict[str, Any]:
     from .contracts import explain
 
     values = parse_args(args)
@@ -238,7 +238,7 @@ def run_task(task: Task) -> dict[str, Any]:
     verdict, _, args = classify(got["lines"], task.contract)
     if verdict == CX:
         try:
-            got["replay"] = _replay(task.contract, args, task.mutant)
+            got["replay"] = replay_counterexample(task.contract, args, task.mutant)
         except Exception as e:  # an unparsable argument, or a replay that crashes outside the contract
             got["replay"] = f"{type(e).__name__}: {e}"
     return got
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     check_mutant(a.mutant)
     task = Task(a.contract, a.timeout, a.mutant, a.max_iterations)
-    result = _replay(a.contract, a.replay, a.mutant) if a.replay is not None else run_task(task)
+    result = replay_counterexample(a.contract, a.replay, a.mutant) if a.replay is not None else run_task(task)
     print(json.dumps(result))
     return 0
 

@@ -15,8 +15,8 @@ Design notes
   in and whichever request a `pop` takes, so they hold for the real order
   and for every N: nothing in them counts requests.
 * Each event is the bounded encoding's own code, not a restatement: the
-  grant is `running.grant`, a pop is `running._pop`, an admission is
-  `waiting.size_admission`, the update is `update._update_slot`, each run on
+  grant is `running.grant`, a pop is `running.pop_slot`, an admission is
+  `waiting.size_admission`, the update is `update.update_slot`, each run on
   a one-slot `StepState` whose globals (budget, free blocks, victims so far)
   are replaced by the event's. So a mutant planted in `reference_impl.rules`
   reaches these events as it reaches the bounded proofs.
@@ -39,9 +39,9 @@ import z3
 from ...reference_impl import rules
 from ...spec.arith import and_, ite, not_, or_
 from ...spec.rules import num_owed_tokens, preempted_counters
-from .running import _pop, grant
+from .running import grant, pop_slot
 from .state import Config, Post, Pre, Slot, StepState
-from .update import _update_slot
+from .update import update_slot
 from .waiting import size_admission
 
 RUNNING, WAITING, UPDATE = 0, 1, 2  # the step's phases, in order
@@ -103,7 +103,7 @@ class Request:
     rpos0: Any = 0  # its place in `running` when the step began (running requests)
     key: Any = 0  # its place in `waiting` now, as a real: a victim goes in front (FCFS) or anywhere (PRIORITY)
     processed: Any = False  # the waiting pass has reached it
-    extra: dict[str, Any] = field(default_factory=dict)  # the update's verdicts (`_update_slot`'s Post row)
+    extra: dict[str, Any] = field(default_factory=dict)  # the update's verdicts (`update_slot`'s Post row)
 
     @classmethod
     def fresh(cls, tag: str, slot: Slot) -> Request:
@@ -135,7 +135,7 @@ def turn(c: Config, g: Globals, x: Request, thr: Any) -> tuple[Any, Globals, Req
 
 
 def pop(c: Config, g: Globals, x: Request, fcfs_pops_tail: bool = True) -> tuple[Any, Globals, Request]:
-    """x is a victim (of anyone's turn): `running._pop` on it, with the ghosts moved by its change.
+    """x is a victim (of anyone's turn): `running.pop_slot` on it, with the ghosts moved by its change.
 
     Any request still running may be the victim, which covers both policies' rules, except that an FCFS victim
     is never one already scheduled: FCFS pops the tail of `running`, which is the request whose turn it is or
@@ -145,7 +145,7 @@ def pop(c: Config, g: Globals, x: Request, fcfs_pops_tail: bool = True) -> tuple
     unscheduled = not_(x.sched) if c.fcfs and fcfs_pops_tail else True
     guard = and_(g.phase == RUNNING, g.owner != NOBODY, x.in_run, unscheduled)
     pre, st = _one_slot(c, x, g)
-    _pop(pre, st, 0, True, preempted_counters(False, 0, False, 0))
+    pop_slot(pre, st, 0, True, preempted_counters(False, 0, False, 0))
     was = ite(x.sched, x.n, 0)
     now = ite(st.sched[0], st.n[0], 0)
     g2 = replace(
@@ -250,11 +250,11 @@ def enter_update(g: Globals) -> tuple[Any, Globals]:
 
 
 def update(c: Config, g: Globals, x: Request) -> tuple[Any, Globals, Request]:
-    """update_from_output on x: `update._update_slot`, its freed blocks back to the pool."""
+    """update_from_output on x: `update.update_slot`, its freed blocks back to the pool."""
     guard = and_(g.phase == UPDATE, not_(x.updated))
     pre, st = _one_slot(c, x, g)
     post = Post(admitted=[x.admitted], preempted=[x.popped])
-    _update_slot(pre, st, post, 0)
+    update_slot(pre, st, post, 0)
     done = post.finished[0]
     g2 = replace(g, free=st.free, H=g.H - x.blocks + post.num_blocks[0], R=g.R - ite(and_(x.in_run, done), 1, 0))
     x2 = replace(

@@ -152,11 +152,11 @@ def _preemption_round(
         st.assume.append(not_(popped_now))
         return
     for j in range(len(pre.slots)):
-        _pop(pre, st, j, and_(want, victim[j]), victims.after[j])
+        pop_slot(pre, st, j, and_(want, victim[j]), victims.after[j])
     st.pops = st.pops + ite(popped_now, 1, 0)
 
 
-def _pop(pre: Pre, st: StepState, j: int, pop: Bool, after: PreemptedCounters) -> None:
+def pop_slot(pre: Pre, st: StepState, j: int, pop: Bool, after: PreemptedCounters) -> None:
     """Slot j, if `pop`: vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1812-1842), and its blocks freed."""
     c = pre.config
     if c.prefix_caching:  # only the blocks nobody else holds return to the free queue

@@ -216,12 +216,12 @@ def _post_async(pre: Pre, post: Post, P0: list[Any]) -> list[dict[str, Any]]:
     )
 
 
-def _caching(pre: Pre, shared: Any) -> dict[str, Any]:
+def caching_terms(pre: Pre, shared: Any) -> dict[str, Any]:
     """The prefix-caching globals of a view (none in the core scope)."""
     return dict(enable_prefix_caching=True, post_num_shared_block_refs=shared) if pre.config.prefix_caching else {}
 
 
-def _globals(pre: Pre) -> dict[str, Any]:
+def global_terms(pre: Pre) -> dict[str, Any]:
     c = pre.config
     return dict(
         token_budget=c.token_budget,
@@ -289,8 +289,8 @@ def step_view(pre: Pre, post: Post) -> StepView:
         rows=tuple(rows),
         pre_num_free_blocks=pre.num_free_blocks,
         post_num_free_blocks=post.num_free_blocks,
-        **_globals(pre),
-        **_caching(pre, post.num_shared_refs),
+        **global_terms(pre),
+        **caching_terms(pre, post.num_shared_refs),
     )
 
 
@@ -337,8 +337,8 @@ def state_view(pre: Pre) -> StepView:
         rows=tuple(rows),
         pre_num_free_blocks=pre.num_free_blocks,
         post_num_free_blocks=pre.num_free_blocks,
-        **_globals(pre),
-        **_caching(pre, pre.num_shared_refs),
+        **global_terms(pre),
+        **caching_terms(pre, pre.num_shared_refs),
     )
 
 
@@ -387,6 +387,6 @@ def post_state_view(pre: Pre, post: Post) -> StepView:
         rows=tuple(rows),
         pre_num_free_blocks=post.num_free_blocks,
         post_num_free_blocks=post.num_free_blocks,
-        **_globals(pre),
-        **_caching(pre, post.num_shared_refs),
+        **global_terms(pre),
+        **caching_terms(pre, post.num_shared_refs),
     )

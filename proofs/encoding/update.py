@@ -26,7 +26,7 @@ def update_from_output(pre: Pre, st: StepState) -> Post:
     N = len(pre.slots)
     post = Post(admitted=st.admitted, preempted=st.preempted, assume=st.assume)
     for j in range(N):
-        _update_slot(pre, st, post, j)
+        update_slot(pre, st, post, j)
     run_order = [ite(st.admitted[j], N + st.adm_pos[j], j) for j in range(N)]
     post.run_pos = [
         ite(post.running[j], count([and_(post.running[k], run_order[k] < run_order[j]) for k in range(N)]), -1)
@@ -42,7 +42,7 @@ def update_from_output(pre: Pre, st: StepState) -> Post:
     return post
 
 
-def _update_slot(pre: Pre, st: StepState, post: Post, j: int) -> None:
+def update_slot(pre: Pre, st: StepState, post: Post, j: int) -> None:
     """Slot j: its tokens computed, what it samples, whether it stops, and its blocks; appended to `post`."""
     c, s = pre.config, pre.slots[j]
     st.C[j] = st.C[j] + ite(st.sched[j], st.n[j], 0)

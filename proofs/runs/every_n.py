@@ -50,7 +50,7 @@ from ..encoding import one_request as ev
 from ..encoding.symbolic import fresh, state_view, well_formed
 from . import every_n_loop as loop
 from .every_n_goal import BIG, SUMS, goal
-from .every_n_loop import GLOBAL_PARTS, PAIR_PARTS, _and, _b, _no_global_part
+from .every_n_loop import GLOBAL_PARTS, PAIR_PARTS, and_all, as_bool, no_global_part
 from .prove import BLOCK_SIZE, Result, check
 
 EVERY_N = (
@@ -92,7 +92,7 @@ def fcfs_pops_tail() -> bool:
     sampled): then an FCFS victim is never a request already scheduled (`one_request.pop`)."""
     k = z3.Int("k")
     s = z3.Solver()
-    s.add(k >= 1, z3.Not(_b(rules.fcfs_victim_index(k) == k - 1)))
+    s.add(k >= 1, z3.Not(as_bool(rules.fcfs_victim_index(k) == k - 1)))
     return bool(s.check() == z3.unsat)
 
 
@@ -179,10 +179,10 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     `reachable` ones, each to be sat: a state the loop invariant allows that takes the event and where the event
     does something (`WITNESS`), so no lemma holds only because its hypotheses contradict each other."""
     c, g, x, y = m.pre.config, m.g, m.x, m.y
-    JG = GLOBAL_PARTS.get(name, _no_global_part)
+    JG = GLOBAL_PARTS.get(name, no_global_part)
 
     def J(gg: ev.Globals, xx: ev.Request) -> Any:
-        return loop._shape(c, gg, xx)
+        return loop.loop_shape(c, gg, xx)
 
     out: list[tuple[str, list[Any]]] = []
     tail = fcfs_pops_tail()
@@ -193,7 +193,7 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     )  # fmt: skip
     x0 = _start(m, x)
     start = [m.free0 >= 0, m.free0 <= c.num_usable_blocks, implies(x.running0, g.R >= 1), g.R >= 0]
-    out.append(("init", m.facts + start + [z3.Not(_and(JG(c, g0), J(g0, x0)))]))
+    out.append(("init", m.facts + start + [z3.Not(and_all(JG(c, g0), J(g0, x0)))]))
     events: dict[str, Callable[[ev.Globals, ev.Request], tuple[Any, ev.Globals, ev.Request]]] = {
         "turn": lambda gg, xx: ev.turn(c, gg, xx, m.thr),
         "pop": lambda gg, xx: ev.pop(c, gg, xx, tail),
@@ -209,23 +209,23 @@ def obligations(m: Model, name: str) -> list[tuple[str, list[Any]]]:
     pair = [JP(c, x, y), JP(c, y, x)] if JP is not None else []
     if JP is not None:
         y0 = _start(m, y)
-        out.append(("init: pair", m.facts + m.y_facts + [z3.Not(_and(JP(c, x0, y0), JP(c, y0, x0)))]))
+        out.append(("init: pair", m.facts + m.y_facts + [z3.Not(and_all(JP(c, x0, y0), JP(c, y0, x0)))]))
     for event, fn in events.items():
         guard, g2, x2 = fn(g, x)
         # Not vacuous: some state satisfying the loop invariant takes this event (a model is wanted, `sat`).
-        out.append((f"{event}: reachable", own + [_b(guard), _b(getattr(x2, WITNESS[event]))]))
-        out.append((f"{event}: own", own + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x2)))]))
+        out.append((f"{event}: reachable", own + [as_bool(guard), as_bool(getattr(x2, WITNESS[event]))]))
+        out.append((f"{event}: own", own + [as_bool(guard), z3.Not(and_all(JG(c, g2), J(g2, x2)))]))
         # The waiting pass reaches the head first: y, waiting and not reached, is behind x (an instance, at y, of
         # the real guard "x's key is the least of those not reached").
         head = [implies(and_(y.in_wait, not_(y.processed)), y.key > x.key)] if event == "admit" else []
-        out.append((f"{event}: frame", hyp + head + [_b(guard), z3.Not(J(g2, y))]))
+        out.append((f"{event}: frame", hyp + head + [as_bool(guard), z3.Not(J(g2, y))]))
         if JP is not None:  # the pair part, both ways round; an event on a third request changes neither
             pick = [loop.victim_instance(c, x, y, tail)] if event == "pop" else []
-            kept = _and(JP(c, x2, y), JP(c, y, x2))
-            out.append((f"{event}: pair", hyp + pair + pick + [_b(guard), z3.Not(kept)]))
+            kept = and_all(JP(c, x2, y), JP(c, y, x2))
+            out.append((f"{event}: pair", hyp + pair + pick + [as_bool(guard), z3.Not(kept)]))
     for phase, fn2 in (("enter_waiting", ev.enter_waiting), ("enter_update", ev.enter_update)):
         guard, g2 = fn2(g)
-        out.append((f"{phase}", own + [_b(guard), z3.Not(_and(JG(c, g2), J(g2, x)))]))
+        out.append((f"{phase}", own + [as_bool(guard), z3.Not(and_all(JG(c, g2), J(g2, x)))]))
     if name in SUMS:  # a sum is read when every request has been updated: the ghosts then are the totals
         done = [g.phase == ev.UPDATE, x.updated]
         out.append(("exit", own + done + [z3.Not(goal(name, m.pre, g, m.free0, x, y))]))
@@ -262,7 +262,7 @@ def prove_every_n(name: str, fcfs: bool, timeout_s: float = 60.0, release: str =
     for label, facts in obligations_:
         s = z3.Solver()
         s.set("timeout", max(50, int(timeout_s * 1000)))
-        s.add(*[_b(f) for f in facts])
+        s.add(*[as_bool(f) for f in facts])
         verdict = s.check()
         wanted = z3.sat if label.endswith("reachable") else z3.unsat
         if verdict == wanted:

@@ -18,8 +18,8 @@ from ...spec.invariants.catalogue import BY_NAME
 from ...spec.invariants.views import Row, StepView
 from ..encoding import one_request as ev
 from ..encoding.state import Post, Pre
-from ..encoding.symbolic import _caching, _globals, step_view
-from .every_n_loop import _and
+from ..encoding.symbolic import caching_terms, global_terms, step_view
+from .every_n_loop import and_all
 
 SUMS = ("budget-conservation", "block-conservation")  # the predicates that add a count over the rows
 BIG = z3.Real("big")  # above minus every key in a run: the queue's positions are the keys shifted by it
@@ -75,8 +75,8 @@ def _view(pre: Pre, g: ev.Globals, free0: Any, *xs: ev.Request, lumped: bool = F
         rows=tuple(rows),
         pre_num_free_blocks=free0,
         post_num_free_blocks=g.free,
-        **_globals(pre),
-        **_caching(pre, 0),
+        **global_terms(pre),
+        **caching_terms(pre, 0),
     )
 
 
@@ -88,4 +88,4 @@ def goal(name: str, pre: Any, g: ev.Globals, free0: Any, x: ev.Request, y: ev.Re
     holds = BY_NAME[name].holds
     if name in SUMS:
         return holds(_view(pre, g, free0, x, lumped=True))
-    return _and(holds(_view(pre, g, free0, x)), holds(_view(pre, g, free0, x, y)))
+    return and_all(holds(_view(pre, g, free0, x)), holds(_view(pre, g, free0, x, y)))

@@ -19,17 +19,17 @@ from ..encoding import one_request as ev
 from ..encoding.order import key_eq, key_gt
 
 
-def _b(x: Any) -> Any:
+def as_bool(x: Any) -> Any:
     return z3.BoolVal(x) if isinstance(x, bool) else x
 
 
-def _and(*xs: Any) -> Any:
-    return z3.And(*[_b(x) for x in xs])
+def and_all(*xs: Any) -> Any:
+    return z3.And(*[as_bool(x) for x in xs])
 
 
-def _shape(c: Any, g: ev.Globals, x: ev.Request) -> Any:
+def loop_shape(c: Any, g: ev.Globals, x: ev.Request) -> Any:
     """What every J_X says: where x is, and what its turn and grant look like; the globals' own ranges."""
-    return _and(*shape_facts(c, g, x))
+    return and_all(*shape_facts(c, g, x))
 
 
 def shape_facts(c: Any, g: ev.Globals, x: ev.Request) -> list[Any]:
@@ -38,50 +38,52 @@ def shape_facts(c: Any, g: ev.Globals, x: ev.Request) -> list[Any]:
         g.A >= 0,
         z3.Or(g.phase == ev.RUNNING, g.phase == ev.WAITING, g.phase == ev.UPDATE),
         implies(and_(g.go, g.phase == ev.WAITING), rules.waiting_pass_allowed(g.pops)),
-        z3.Not(_and(x.in_run, x.in_wait)),
-        implies(and_(x.popped, not_(x.admitted)), _and(not_(x.in_run), x.C == 0, x.blocks == 0, not_(x.sched))),
+        z3.Not(and_all(x.in_run, x.in_wait)),
+        implies(and_(x.popped, not_(x.admitted)), and_all(not_(x.in_run), x.C == 0, x.blocks == 0, not_(x.sched))),
         implies(and_(x.popped, not_(x.updated), not_(x.admitted)), x.in_wait),
         implies(not_(x.sched), x.n == 0),
         implies(x.sched, x.n > 0),
         implies(and_(x.running0, not_(x.turned)), not_(x.sched)),
         implies(not_(x.running0), x.turned),
-        implies(and_(not_(x.running0), not_(x.admitted)), _and(not_(x.popped), not_(x.sched), not_(x.in_run))),
-        implies(x.admitted, _and(g.phase != ev.RUNNING, x.sched, g.A >= 1)),
-        implies(and_(x.admitted, not_(x.updated)), _and(x.C == 0, x.in_run)),
-        implies(g.owner == x.ident, _and(x.running0, not_(x.turned), g.phase == ev.RUNNING)),
-        implies(and_(g.owner == x.ident, x.trying), _and(x.turn_n > 0, x.turn_n <= g.budget)),
+        implies(and_(not_(x.running0), not_(x.admitted)), and_all(not_(x.popped), not_(x.sched), not_(x.in_run))),
+        implies(x.admitted, and_all(g.phase != ev.RUNNING, x.sched, g.A >= 1)),
+        implies(and_(x.admitted, not_(x.updated)), and_all(x.C == 0, x.in_run)),
+        implies(g.owner == x.ident, and_all(x.running0, not_(x.turned), g.phase == ev.RUNNING)),
+        implies(and_(g.owner == x.ident, x.trying), and_all(x.turn_n > 0, x.turn_n <= g.budget)),
         implies(and_(x.running0, not_(x.popped)), not_(x.in_wait)),
         # Until its update, a running request not popped is where the step found it, with its C.
-        implies(and_(x.running0, not_(x.popped), not_(x.updated)), _and(x.in_run, x.C == x.slot.num_computed_tokens)),
+        implies(
+            and_(x.running0, not_(x.popped), not_(x.updated)), and_all(x.in_run, x.C == x.slot.num_computed_tokens)
+        ),
         implies(and_(not_(x.running0), not_(x.admitted), not_(x.updated)), x.in_wait),
         implies(x.popped, g.pops >= 1),
         implies(and_(x.popped, x.admitted), rules.waiting_pass_allowed(g.pops)),  # Z10 is what allows it
         implies(g.phase != ev.UPDATE, not_(x.updated)),
-        implies(not_(x.updated), _and(not_(x.finished), x.T == x.slot.num_tokens)),
-        implies(x.finished, _and(x.blocks == 0, not_(x.in_run), not_(x.in_wait))),
+        implies(not_(x.updated), and_all(not_(x.finished), x.T == x.slot.num_tokens)),
+        implies(x.finished, and_all(x.blocks == 0, not_(x.in_run), not_(x.in_wait))),
         x.blocks >= 0,
         x.turn_need >= 0,
         x.C >= 0,
-        implies(not_(x.updated), _and(x.C <= x.slot.num_tokens, implies(x.sched, x.C + x.n <= x.slot.num_tokens))),
+        implies(not_(x.updated), and_all(x.C <= x.slot.num_tokens, implies(x.sched, x.C + x.n <= x.slot.num_tokens))),
         implies(and_(g.owner == x.ident, x.trying), x.C + x.turn_n <= x.slot.num_tokens),
         implies(x.updated, x.C <= x.T),
         # Blocks follow the tokens computed (blocks-match-tokens), which the grant's allocation keeps.
         implies(and_(x.in_run, not_(x.sched), not_(x.updated)), x.blocks == _blocks_for(c, x.C)),
         implies(and_(x.sched, not_(x.updated)), x.blocks == _blocks_for(c, x.C + x.n)),
         implies(and_(x.updated, x.in_run), x.blocks == _blocks_for(c, x.C)),
-        implies(and_(x.in_wait, not_(x.popped)), _and(x.C == 0, x.blocks == 0)),
+        implies(and_(x.in_wait, not_(x.popped)), and_all(x.C == 0, x.blocks == 0)),
         implies(and_(g.owner == x.ident, x.trying, x.in_run), x.blocks + x.turn_need == _blocks_for(c, x.C + x.turn_n)),
         # The queue: a waiting request keeps its place; FCFS victims go in front of everyone who waited.
         implies(not_(x.running0), x.key0 >= 0),
         implies(and_(not_(x.running0), not_(x.popped)), x.key == z3.ToReal(x.key0)),
         implies(x.popped, x.key < 0) if c.fcfs else True,
         # The waiting pass walks the queue in order, and admits a prefix of what it reaches.
-        implies(g.phase == ev.RUNNING, _and(not_(g.started), not_(g.stopped), not_(x.processed))),
-        implies(g.stopped, _and(g.started, g.stop_key <= g.cursor, not_(g.go))),
-        implies(x.processed, _and(g.started, x.key <= g.cursor)),
+        implies(g.phase == ev.RUNNING, and_all(not_(g.started), not_(g.stopped), not_(x.processed))),
+        implies(g.stopped, and_all(g.started, g.stop_key <= g.cursor, not_(g.go))),
+        implies(x.processed, and_all(g.started, x.key <= g.cursor)),
         implies(and_(g.started, x.in_wait, not_(x.processed), not_(x.updated)), x.key > g.cursor),
-        implies(x.admitted, _and(x.processed, implies(g.stopped, x.key < g.stop_key))),
-        implies(and_(x.processed, not_(x.admitted)), _and(g.stopped, g.stop_key <= x.key)),
+        implies(x.admitted, and_all(x.processed, implies(g.stopped, x.key < g.stop_key))),
+        implies(and_(x.processed, not_(x.admitted)), and_all(g.stopped, g.stop_key <= x.key)),
     ]
 
 
@@ -91,18 +93,18 @@ def _blocks_for(c: Any, tokens: Any) -> Any:
 
 
 def _budget(c: Any, g: ev.Globals) -> Any:
-    return _and(g.budget >= 0, g.budget + g.U == c.token_budget)
+    return and_all(g.budget >= 0, g.budget + g.U == c.token_budget)
 
 
 def _blocks(c: Any, g: ev.Globals) -> Any:
-    return _and(g.free >= 0, g.free + g.H == c.num_usable_blocks)
+    return and_all(g.free >= 0, g.free + g.H == c.num_usable_blocks)
 
 
 def _admission(c: Any, g: ev.Globals) -> Any:
-    return _and(implies(g.phase == ev.RUNNING, g.A == 0), implies(g.pops > 0, g.A == 0))
+    return and_all(implies(g.phase == ev.RUNNING, g.A == 0), implies(g.pops > 0, g.A == 0))
 
 
-def _no_global_part(c: Any, g: ev.Globals) -> Any:
+def no_global_part(c: Any, g: ev.Globals) -> Any:
     return True  # a per-request invariant: J_X alone carries it
 
 

@@ -12,7 +12,7 @@ among the appended ones, 0 <= proposal <= k) join the facts.
 2: schedule, then absorb the older step in flight
 (encoding/async_scheduling.py). The pre-state carries each request's record
 of that step, assumed (`symbolic.in_flight_record`) and proved again after the step together with
-every invariant (`_goal`), so the strengthening is discharged by the same
+every invariant (`goal_of`), so the strengthening is discharged by the same
 checks. Without `--feature` nothing async is built; the default feature set
 is the synchronous loop's two (`SYNC`).
 
@@ -56,7 +56,7 @@ class Job(prove.Job):
     features: tuple[str, ...] = SYNC
 
 
-def _encoded(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC, release: str = DEFAULT_RELEASE):
+def encoded_step(n: int, fcfs: bool, preempts: bool, features: tuple[str, ...] = SYNC, release: str = DEFAULT_RELEASE):
     pre = fresh(
         n,
         fcfs,
@@ -77,9 +77,9 @@ def _concretizable(pre) -> list:
     return [pre.num_shared_refs == 0] + [s.evictable == s.hit_blocks for s in pre.slots]
 
 
-def _goal(invariant: Invariant, pre, post) -> z3.BoolRef:
+def goal_of(invariant: Invariant, pre, post) -> z3.BoolRef:
     """The invariant after the step; under async, with the in-flight record that the pre-state assumed."""
-    goal = prove._goal(invariant, pre, post)
+    goal = prove.goal_of(invariant, pre, post)
     return z3.And(goal, post_in_flight_record(pre, post)) if pre.config.async_scheduling else goal
 
 
@@ -130,18 +130,18 @@ def _refute(
     PRIORITY, N = 4: 30 s of CPU whole, 42 s split)."""
     policy = "fcfs" if fcfs else "priority"
     for preempts in (False, True):
-        pre, context, post = _encoded(n, fcfs, preempts, features, release)
-        refuted = z3.Not(_goal(invariant, pre, post))
+        pre, context, post = encoded_step(n, fcfs, preempts, features, release)
+        refuted = z3.Not(goal_of(invariant, pre, post))
         for case in prove.by_running_count(pre) if n >= SPLIT_FROM_N else [[]]:
             facts = context + post.assume + post.inputs + case + [refuted]
-            verdict, solver = prove._solve(facts, deadline)
+            verdict, solver = prove.solve(facts, deadline)
             if verdict == z3.unsat:
                 continue
             if verdict == z3.unknown:
                 return prove.Result(invariant.name, n, policy, "unknown", 0.0)
             model = (
-                prove._minimise(pre, facts + _concretizable(pre), timeout_s)
-                or prove._minimise(pre, facts, timeout_s)
+                prove.minimise(pre, facts + _concretizable(pre), timeout_s)
+                or prove.minimise(pre, facts, timeout_s)
                 or solver.model()
             )
             return prove.replayed(invariant, n, policy, pre, model, t0)

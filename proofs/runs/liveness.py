@@ -36,7 +36,7 @@ from ...spec.output import ModelRunnerOutput
 from ..encoding.step import step
 from ..encoding.symbolic import fresh, state_view, well_formed
 from .concrete import to_state
-from .prove import BLOCK_SIZE, Result, _minimise, _solver
+from .prove import BLOCK_SIZE, Result, minimise, new_solver
 
 PROPERTIES = ("no-livelock", "fits-alone-is-admitted")
 REPLAY_STEPS = 50
@@ -63,14 +63,14 @@ def check(prop: str, n: int, fcfs: bool, timeout_s: float = 30.0) -> Result:
             for j, s in enumerate(pre.slots)
         ]
         facts.append(or_(*fits_alone))
-    solver = _solver(timeout_s)
+    solver = new_solver(timeout_s)
     solver.add(*facts)
     verdict = solver.check()
     if verdict == z3.unsat:
         return Result(prop, n, policy, "proved", time.perf_counter() - t0)
     if verdict == z3.unknown:
         return Result(prop, n, policy, "unknown", time.perf_counter() - t0)
-    model = _minimise(pre, facts, timeout_s) or solver.model()
+    model = minimise(pre, facts, timeout_s) or solver.model()
     state, sampled = to_state(model, pre)
     confirmed, detail = replay_stuck(state)
     return Result(

@@ -55,7 +55,7 @@ class Result:
     release: str = DEFAULT_RELEASE  # the vLLM release whose rules were proved (spec/versions.py)
 
 
-def _solver(timeout_s: float) -> z3.Solver:
+def new_solver(timeout_s: float) -> z3.Solver:
     # elim-term-ite names each if-then-else term, and arith.solver 2 is the older simplex: together about 13%
     # less CPU over the default run than plain smt after solve-eqs (same logic, unbounded integers).
     s = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-term-ite", "smt").solver()
@@ -64,7 +64,7 @@ def _solver(timeout_s: float) -> z3.Solver:
     return s
 
 
-def _minimise(pre: Pre, facts: list[Any], timeout_s: float) -> z3.ModelRef | None:
+def minimise(pre: Pre, facts: list[Any], timeout_s: float) -> z3.ModelRef | None:
     """The smallest counterexample: shortest prompts and outputs, smallest numbers, per `Optimize`."""
     opt = z3.Optimize()
     opt.set("timeout", int(timeout_s * 1000))
@@ -79,20 +79,20 @@ def _minimise(pre: Pre, facts: list[Any], timeout_s: float) -> z3.ModelRef | Non
     return opt.model() if opt.check() == z3.sat else None
 
 
-def _goal(invariant: Invariant, pre: Pre, post: Any) -> Any:
+def goal_of(invariant: Invariant, pre: Pre, post: Any) -> Any:
     goal = invariant.holds(step_view(pre, post))
     if invariant.state:
         goal = z3.And(goal, invariant.holds(post_state_view(pre, post)))
     return goal
 
 
-def _solve(facts: list[Any], deadline: float) -> Any:
-    solver = _solver(max(deadline - time.perf_counter(), 0.05))
+def solve(facts: list[Any], deadline: float) -> Any:
+    solver = new_solver(max(deadline - time.perf_counter(), 0.05))
     solver.add(*facts)
     return solver.check(), solver
 
 
-def _by_cuts(
+def by_cuts(
     invariant: Invariant,
     pre: Pre,
     context: list[Any],
@@ -106,11 +106,11 @@ def _by_cuts(
     name = loop_invariant_of(invariant.name)
     if proofs is None or name not in proofs:
         proof = obligations(pre, name, step)
-        lemmas_hold = all(_solve((context if needs else []) + q, deadline)[0] == z3.unsat for needs, q in proof.lemmas)
+        lemmas_hold = all(solve((context if needs else []) + q, deadline)[0] == z3.unsat for needs, q in proof.lemmas)
         if proofs is not None:
             proofs[name] = (proof, lemmas_hold)
     proof, lemmas_hold = proofs[name] if proofs is not None else (proof, lemmas_hold)
-    return lemmas_hold and _solve(context + proof.final(_goal(invariant, pre, proof.post)), deadline)[0] == z3.unsat
+    return lemmas_hold and solve(context + proof.final(goal_of(invariant, pre, proof.post)), deadline)[0] == z3.unsat
 
 
 def _heap_order(pre: Pre, context: list[Any]) -> list[Any]:
@@ -131,7 +131,7 @@ def _heap_order(pre: Pre, context: list[Any]) -> list[Any]:
     ]
     if not fact:
         return []
-    proved = _solve(context + [z3.Not(z3.And(*fact))], time.perf_counter() + 30)[0] == z3.unsat
+    proved = solve(context + [z3.Not(z3.And(*fact))], time.perf_counter() + 30)[0] == z3.unsat
     return fact if proved else []
 
 
@@ -139,7 +139,7 @@ _LAST: dict[tuple[int, bool, bool, str], tuple[Pre, list[Any], Any]] = {}  # (N,
 _CUTS: dict[tuple[int, bool, str], dict[str, tuple[CutProof, bool]]] = {}  # per encoding of the case that preempts
 
 
-def _encoded(
+def encoded_step(
     n: int, fcfs: bool, preempts: bool, reuse: bool, release: str = DEFAULT_RELEASE
 ) -> tuple[Pre, list[Any], Any]:
     """The pre-state, the context and one case of the step. `reuse` keeps the last ones (one N and policy):
@@ -206,21 +206,21 @@ def _check(invariant: Invariant, n: int, fcfs: bool, timeout_s: float, reuse: bo
     t0 = time.perf_counter()
     deadline = t0 + timeout_s
     for preempts in (False, True):
-        pre, context, post = _encoded(n, fcfs, preempts, reuse, release)
+        pre, context, post = encoded_step(n, fcfs, preempts, reuse, release)
         cases = _cases(invariant, pre)
         cut = preempts and not (fcfs and invariant.name in PRIORITY_ONLY) and len(cases) == 1
         proofs = _CUTS.setdefault((n, fcfs, release), {}) if reuse else None
-        if cut and _by_cuts(invariant, pre, context, deadline, proofs):
+        if cut and by_cuts(invariant, pre, context, deadline, proofs):
             continue
-        refuted = z3.Not(_goal(invariant, pre, post))
+        refuted = z3.Not(goal_of(invariant, pre, post))
         for case in cases:
             facts = context + post.assume + case + [refuted]
-            verdict, solver = _solve(facts, deadline)
+            verdict, solver = solve(facts, deadline)
             if verdict == z3.unsat:
                 continue
             if verdict == z3.unknown:
                 return Result(invariant.name, n, policy, "unknown", time.perf_counter() - t0)
-            return replayed(invariant, n, policy, pre, _minimise(pre, facts, timeout_s) or solver.model(), t0)
+            return replayed(invariant, n, policy, pre, minimise(pre, facts, timeout_s) or solver.model(), t0)
     return Result(invariant.name, n, policy, "proved", time.perf_counter() - t0)
 
 

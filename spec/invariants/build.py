@@ -9,7 +9,7 @@ block tables, and the drafts and async counters that the summary leaves out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..block_hash import block_hashes
@@ -17,7 +17,7 @@ from ..config import SchedulerConfig
 from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import Request, RequestStatus
 from ..state import RequestState, SchedulerState
-from ..trace import FinishedRequest, Trace
+from ..trace import FinishedRequest
 from ..versions import holds
 from .views import Row, StepView
 
@@ -305,11 +305,3 @@ def view_from_states(
         model_output,
         finished,
     )
-
-
-def views_from_trace(trace: Trace) -> Iterator[StepView]:
-    from .replay import TraceReplay
-
-    replay = TraceReplay(trace)
-    for rec in trace.steps:
-        yield replay.step(rec)

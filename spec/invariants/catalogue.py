@@ -54,11 +54,11 @@ def maybe_symbolic(r: Row) -> bool:
     return is_symbolic(r.pre_wait_pos) or is_symbolic(r.post_wait_pos) or is_symbolic(r.pre_waiting)
 
 
-def _all(xs: Sequence[Any]) -> Any:
+def all_of(xs: Sequence[Any]) -> Any:
     return and_(*xs) if xs else True
 
 
-def _sum(xs: Iterable[Any]) -> Any:
+def sum_of(xs: Iterable[Any]) -> Any:
     total: Any = 0
     for x in xs:
         total = total + x
@@ -72,14 +72,14 @@ def _owed_after(r: Row) -> Any:
 
 
 def owed_nonnegative(v: StepView) -> Any:
-    return _all([implies(r.post_live, _owed_after(r) >= 0) for r in v.rows])
+    return all_of([implies(r.post_live, _owed_after(r) >= 0) for r in v.rows])
 
 
 def budget_conservation(v: StepView) -> Any:
     # sum + remaining == budget holds by definition of remaining; what can break is remaining >= 0 and n > 0.
     return and_(
-        _sum([r.num_scheduled for r in v.rows]) <= v.token_budget,
-        _all([implies(r.scheduled, and_(r.num_scheduled > 0, r.pre_live)) for r in v.rows]),
+        sum_of([r.num_scheduled for r in v.rows]) <= v.token_budget,
+        all_of([implies(r.scheduled, and_(r.num_scheduled > 0, r.pre_live)) for r in v.rows]),
     )
 
 
@@ -104,7 +104,7 @@ def no_starvation_after_prepend(v: StepView) -> Any:
                     and_(r.preempted, r.post_live),
                     and_(
                         r.post_waiting,
-                        _all(
+                        all_of(
                             [
                                 implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
                                 for q in v.rows
@@ -118,7 +118,7 @@ def no_starvation_after_prepend(v: StepView) -> Any:
         # preemption is still in flight (async): then it is skipped until that drains
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
         rules.append(
-            _all(
+            all_of(
                 [
                     implies(
                         and_(
@@ -135,23 +135,23 @@ def no_starvation_after_prepend(v: StepView) -> Any:
                 ]
             )
         )
-    return _all(rules)
+    return all_of(rules)
 
 
 def no_admission_after_preemption(v: StepView) -> Any:
     any_preempted = or_(*[r.preempted for r in v.rows]) if v.rows else False
-    return implies(any_preempted, _all([not_(r.admitted) for r in v.rows]))
+    return implies(any_preempted, all_of([not_(r.admitted) for r in v.rows]))
 
 
 def seqs_limit(v: StepView) -> Any:
     return and_(
-        _sum([ite(r.post_running, 1, 0) for r in v.rows]) <= v.max_num_seqs,
-        _sum([ite(r.num_scheduled > 0, 1, 0) for r in v.rows]) <= v.max_num_seqs,
+        sum_of([ite(r.post_running, 1, 0) for r in v.rows]) <= v.max_num_seqs,
+        sum_of([ite(r.num_scheduled > 0, 1, 0) for r in v.rows]) <= v.max_num_seqs,
     )
 
 
 def scheduled_subset_running(v: StepView) -> Any:
-    return _all(
+    return all_of(
         [
             and_(
                 implies(r.num_scheduled > 0, or_(r.post_running, not_(r.post_live))),
@@ -164,7 +164,7 @@ def scheduled_subset_running(v: StepView) -> Any:
 
 def block_conservation(v: StepView) -> Any:
     # A block shared by several tables (prefix caching) is one block: its extra table entries are not held blocks.
-    held = _sum([ite(r.post_live, r.post_num_blocks, 0) for r in v.rows]) - v.post_num_shared_block_refs
+    held = sum_of([ite(r.post_live, r.post_num_blocks, 0) for r in v.rows]) - v.post_num_shared_block_refs
     return and_(v.post_num_free_blocks + held == v.num_usable_blocks, v.post_num_free_blocks >= 0, v.ids_consistent)
 
 
@@ -176,12 +176,12 @@ def blocks_match_tokens(v: StepView) -> Any:
         need = cdiv(min_(r.post_num_computed_tokens, v.max_model_len), v.block_size)
         return and_(r.post_num_blocks >= need, implies(v.num_speculative_tokens == 0, r.post_num_blocks <= need))
 
-    return _all([implies(r.post_running, ok(r)) for r in v.rows])
+    return all_of([implies(r.post_running, ok(r)) for r in v.rows])
 
 
 def waiting_holds_nothing(v: StepView) -> Any:
     # _preempt_request also drops the drafts and the placeholders (I-7); a new request never had any.
-    return _all(
+    return all_of(
         [
             implies(
                 r.post_waiting,
@@ -198,7 +198,7 @@ def waiting_holds_nothing(v: StepView) -> Any:
 
 
 def one_place(v: StepView) -> Any:
-    return _all(
+    return all_of(
         [
             and_(
                 r.post_live == or_(r.post_running, r.post_waiting),
@@ -214,7 +214,7 @@ def one_place(v: StepView) -> Any:
 def token_bounds(v: StepView) -> Any:
     # Before 0.29.0 min_tokens held back the L cap too, so a request could stay live past L - 1: a known
     # violation of those releases (`spec.versions.KNOWN_VIOLATIONS`), not a weaker invariant.
-    return _all(
+    return all_of(
         [
             implies(
                 r.post_live,
@@ -233,13 +233,13 @@ def token_bounds(v: StepView) -> Any:
 def chunk_bounds(v: StepView) -> Any:
     # Running requests stop at position L - 1; the threshold caps any chunk unless the request was alone
     # (the adaptive threshold can only be larger, so it is not checked here).
-    alone = _sum([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
+    alone = sum_of([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
     thr = v.long_prefill_token_threshold
     capped = and_(thr > 0, not_(alone), not_(v.threshold_adaptive))
     # A padded spec-decode admission must leave room for 1 + k + 1 positions
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1320-1325)); before 0.29.0, for 1 + k.
     room = 1 if holds("padding-needs-room-to-sample", v.vllm_version) else 0
-    return _all(
+    return all_of(
         [
             and_(
                 implies(
@@ -261,7 +261,7 @@ def fcfs_victim_is_latest(v: StepView) -> Any:
     if not v.fcfs:
         return True
     # Victims are popped from the tail: nobody after a victim in the old running order survives.
-    return _all(
+    return all_of(
         [
             implies(and_(r.preempted, q.pre_running, q.pre_run_pos > r.pre_run_pos), q.preempted)
             for r in v.rows
@@ -280,7 +280,7 @@ def priority_victim_is_least_important(v: StepView) -> Any:
     def key_ge(a: Row, b: Row) -> Any:
         return lex_ge(victim_key(a.priority, a.arrival), victim_key(b.priority, b.arrival))
 
-    return _all(
+    return all_of(
         [
             implies(and_(r.preempted, q.post_running), key_ge(r, q))
             for r in v.rows
@@ -296,8 +296,8 @@ def skipped_keep_order(v: StepView) -> Any:
     kept = [r for r in v.rows if maybe(and_(r.pre_waiting, r.post_waiting))]
     if not any(map(maybe_symbolic, kept)):
         kept.sort(key=lambda r: r.pre_wait_pos)
-        return _all([a.post_wait_pos < b.post_wait_pos for a, b in zip(kept, kept[1:])])
-    return _all(
+        return all_of([a.post_wait_pos < b.post_wait_pos for a, b in zip(kept, kept[1:])])
+    return all_of(
         [
             implies(
                 and_(r.pre_waiting, q.pre_waiting, r.post_waiting, q.post_waiting, r.pre_wait_pos < q.pre_wait_pos),
@@ -318,7 +318,7 @@ def progress_when_idle(v: StepView) -> Any:
     # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1326-1328)): the whole sequence fitting is not enough. Two
     # livelocks of vLLM 0.33.0, like D1.
     k = v.num_speculative_tokens
-    nothing_running = _all([not_(r.pre_running) for r in v.rows])
+    nothing_running = all_of([not_(r.pre_running) for r in v.rows])
     need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
     # A preempted head whose output is still in flight (stale) is skipped until it drains
     # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
@@ -332,25 +332,25 @@ def progress_when_idle(v: StepView) -> Any:
         if v.rows
         else False
     )
-    return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), _sum([r.num_scheduled for r in v.rows]) > 0)
+    return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), sum_of([r.num_scheduled for r in v.rows]) > 0)
 
 
 def stop_token_finishes(v: StepView) -> Any:
     # EOS and stop tokens are checked before the length caps, and finish even below min_tokens.
-    return _all([implies(r.sampled_stop, and_(not_(r.post_live), r.finished_stopped)) for r in v.rows])
+    return all_of([implies(r.sampled_stop, and_(not_(r.post_live), r.finished_stopped)) for r in v.rows])
 
 
 def running_owes_tokens(v: StepView) -> Any:
     # After a synchronous step, every running request owes the next decode or prefill chunk. Under async
     # scheduling T + P - C = 1 after a decode is scheduled and every update keeps it, so it holds there too.
-    return _all([implies(r.post_running, _owed_after(r) >= 1) for r in v.rows])
+    return all_of([implies(r.post_running, _owed_after(r) >= 1) for r in v.rows])
 
 
 def running_served_while_budget_lasts(v: StepView) -> Any:
     # A running request left unscheduled although budget remained and nobody was preempted owed nothing.
-    total = _sum([r.num_scheduled for r in v.rows])
+    total = sum_of([r.num_scheduled for r in v.rows])
     any_preempted = or_(*[r.preempted for r in v.rows]) if v.rows else False
-    return _all(
+    return all_of(
         [
             implies(
                 and_(r.pre_running, r.num_scheduled == 0, total < v.token_budget, not_(any_preempted)),
@@ -378,7 +378,7 @@ def placeholders_match_in_flight(v: StepView) -> Any:
             implies(P > 0, and_(r.post_running, r.post_num_tokens + P - r.post_num_computed_tokens == 1)),
         )
 
-    return _all([implies(r.post_live, ok(r)) for r in v.rows])
+    return all_of([implies(r.post_live, ok(r)) for r in v.rows])
 
 
 INVARIANTS: tuple[Invariant, ...] = (

@@ -40,7 +40,7 @@ from typing import Any
 
 from .. import rules
 from ..arith import and_, implies, ite, lex_eq, lex_ge, min_, not_, or_
-from .catalogue import Invariant, _all, _sum
+from .catalogue import Invariant, all_of, sum_of
 from .decisions import DECISIONS
 from .step_walk import ADMISSION, GRANT, ROLLBACK, STOP, VICTIMS, WORK
 from .views import Row, StepView
@@ -53,7 +53,7 @@ def _any(xs: list[Any]) -> Any:
 def _threshold(v: StepView) -> Any:
     """The step's threshold: fixed once, from every live request (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
     (754-769))."""
-    eligible = _sum(ite(r.pre_live, 1, 0) for r in v.rows)
+    eligible = sum_of(ite(r.pre_live, 1, 0) for r in v.rows)
     return ite(
         v.threshold_adaptive,
         rules.effective_threshold(v.long_prefill_token_threshold, eligible, True, v.token_budget, v.vllm_version),
@@ -67,7 +67,7 @@ def _ahead(v: StepView, x: Row) -> list[tuple[Row, Any]]:
 
 
 def _granted_ahead(v: StepView, x: Row) -> Any:
-    return _sum(ite(a, y.num_scheduled, 0) for y, a in _ahead(v, x))
+    return sum_of(ite(a, y.num_scheduled, 0) for y, a in _ahead(v, x))
 
 
 def _running_grant(v: StepView, x: Row, thr: Any, given_back: Any = 0) -> Any:
@@ -86,7 +86,7 @@ def _grant_range(v: StepView, x: Row, thr: Any) -> tuple[Any, Any]:
     most = _running_grant(v, x, thr)
     if v.fcfs:  # FCFS pops the tail, which nothing ahead of it waits on
         return most, most
-    held = _sum(ite(and_(a, y.preempted), _running_grant(v, y, thr), 0) for y, a in _ahead(v, x))
+    held = sum_of(ite(and_(a, y.preempted), _running_grant(v, y, thr), 0) for y, a in _ahead(v, x))
     return _running_grant(v, x, thr, held), most
 
 
@@ -115,25 +115,25 @@ def _any_preempted(v: StepView) -> Any:
 
 def grant_exact(v: StepView) -> Any:
     thr, preempted = _threshold(v), _any_preempted(v)
-    run_granted = _sum(ite(r.pre_running, r.num_scheduled, 0) for r in v.rows)
+    run_granted = sum_of(ite(r.pre_running, r.num_scheduled, 0) for r in v.rows)
     facts = []
     for x in v.rows:
         least, most = _grant_range(v, x, thr)
         facts.append(implies(and_(x.pre_running, x.scheduled), and_(least <= x.num_scheduled, x.num_scheduled <= most)))
-        admitted_ahead = _sum(
+        admitted_ahead = sum_of(
             ite(and_(y.admitted, y.pre_wait_pos < x.pre_wait_pos), y.num_scheduled, 0) for y in v.rows if y is not x
         )
         left = v.token_budget - run_granted - admitted_ahead
         owed = rules.waiting_num_new_tokens(x.pre_num_tokens, x.num_hit_tokens, thr)
         facts.append(implies(and_(x.admitted, not_(preempted)), x.num_scheduled == min_(owed, left)))
-    return _all(facts)
+    return all_of(facts)
 
 
 def running_work_conserving(v: StepView) -> Any:
     # Left out although even the least budget its turn could have had gives it something: the walk's named
     # reasons (the budget ran out, a zero grant, the pass ended at a self-preemption) are all gone.
     thr = _threshold(v)
-    return _all(
+    return all_of(
         [
             implies(
                 and_(x.pre_running, not_(x.scheduled), not_(x.preempted), not_(_pass_may_end_ahead(v, x))),
@@ -152,11 +152,11 @@ def _admits(v: StepView, x: Row, thr: Any) -> Any:
     others = [y for y in v.rows if y is not x]
     ahead = [and_(y.pre_waiting, y.pre_wait_pos < x.pre_wait_pos) for y in others]
     before = [or_(y.pre_running, a) for y, a in zip(others, ahead)]  # everyone whose turn came before x's
-    left = v.token_budget - _sum(ite(b, y.num_scheduled, 0) for y, b in zip(others, before))
-    running = _sum(ite(and_(y.pre_running, not_(y.preempted)), 1, 0) for y in others) + _sum(
+    left = v.token_budget - sum_of(ite(b, y.num_scheduled, 0) for y, b in zip(others, before))
+    running = sum_of(ite(and_(y.pre_running, not_(y.preempted)), 1, 0) for y in others) + sum_of(
         ite(a, 1, 0) for a in ahead
     )
-    free = v.pre_num_free_blocks - _sum(ite(b, _allocated(v, y, _start(y)), 0) for y, b in zip(others, before))
+    free = v.pre_num_free_blocks - sum_of(ite(b, _allocated(v, y, _start(y)), 0) for y, b in zip(others, before))
     wanted = rules.waiting_num_new_tokens(x.pre_num_tokens, 0, thr)
     n = min_(wanted, left)
     watermark = ite(running > 0, v.watermark_blocks, 0)
@@ -174,14 +174,14 @@ def _admits(v: StepView, x: Row, thr: Any) -> Any:
 
 def admission_exact(v: StepView) -> Any:
     thr = _threshold(v)
-    allowed = rules.waiting_pass_allowed(_sum(ite(r.preempted, 1, 0) for r in v.rows))
+    allowed = rules.waiting_pass_allowed(sum_of(ite(r.preempted, 1, 0) for r in v.rows))
     facts = []
     for x in v.rows:
-        heads_ahead = _all(
+        heads_ahead = all_of(
             [implies(and_(y.pre_waiting, y.pre_wait_pos < x.pre_wait_pos), y.admitted) for y in v.rows if y is not x]
         )
         facts.append(implies(x.pre_waiting, x.admitted == and_(allowed, heads_ahead, _admits(v, x, thr))))
-    return _all(facts)
+    return all_of(facts)
 
 
 def _sampled(r: Row) -> Any:
@@ -191,7 +191,7 @@ def _sampled(r: Row) -> Any:
 
 def rollback_exact(v: StepView) -> Any:
     # With no drafts nothing is rolled back: C is where schedule() left it, and T grew by the one sampled token.
-    return _all(
+    return all_of(
         [
             implies(
                 and_(r.pre_live, r.post_live),
@@ -223,13 +223,13 @@ def stop_exact(v: StepView) -> Any:
         finished = and_(r.pre_live, not_(r.post_live))
         stops = and_(r.pre_live, _sampled(r), verdict != rules.NOT_STOPPED)
         facts.append(and_(finished == stops, r.finished_stopped == and_(stops, verdict == rules.STOPPED)))
-    return _all(facts)
+    return all_of(facts)
 
 
 def victims_exact(v: StepView) -> Any:
     if not v.fcfs:  # the rule's order: every victim is the first maximum of the key among those still running
         key = {id(r): rules.victim_key(r.priority, r.arrival) for r in v.rows}
-        return _all(
+        return all_of(
             [
                 implies(
                     and_(y.preempted, x.pre_running, not_(x.preempted)),
@@ -246,20 +246,20 @@ def victims_exact(v: StepView) -> Any:
     # The tail, and no more of it than the last allocation needed: the last victim, the one nearest the head, left
     # fewer blocks free after the pass than it gave back, or it was the request whose allocation failed.
     thr = _threshold(v)
-    free = v.pre_num_free_blocks - _sum(ite(r.pre_running, _allocated(v, r, _start(r)), 0) for r in v.rows)
-    free = free + _sum(ite(r.preempted, r.pre_num_blocks, 0) for r in v.rows)
+    free = v.pre_num_free_blocks - sum_of(ite(r.pre_running, _allocated(v, r, _start(r)), 0) for r in v.rows)
+    free = free + sum_of(ite(r.preempted, r.pre_num_blocks, 0) for r in v.rows)
     facts = []
     for y in v.rows:
         ahead = _ahead(v, y)
         behind = [and_(x.pre_running, x.pre_run_pos > y.pre_run_pos) for x in v.rows if x is not y]
         facts += [implies(and_(y.preempted, b), x.preempted) for x, b in zip([x for x in v.rows if x is not y], behind)]
-        last = and_(y.preempted, _all([not_(and_(a, x.preempted)) for x, a in ahead]))
+        last = and_(y.preempted, all_of([not_(and_(a, x.preempted)) for x, a in ahead]))
         n = _running_grant(v, y, thr)
         need = rules.num_blocks_to_allocate(
             rules.num_tokens_need_slot(y.pre_num_computed_tokens, n, 0, v.max_model_len), y.pre_num_blocks, v.block_size
         )
         facts.append(implies(last, free - y.pre_num_blocks < need))
-    return _all(facts)
+    return all_of(facts)
 
 
 _ROW_FORMS = {

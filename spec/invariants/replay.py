@@ -52,7 +52,7 @@ that a reseeded replay's views equal the full replay's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 from ..request import RequestStatus
 from ..rules import heap_key
@@ -268,3 +268,9 @@ class TraceReplay:
         self.records = {s: r for s, r in self.records.items() if s in keep}
         live = set(rec.state.requests)
         self.spec = {rid: n for rid, n in self.spec.items() if rid in live}
+
+
+def views_from_trace(trace: Trace) -> Iterator[StepView]:
+    replay = TraceReplay(trace)
+    for rec in trace.steps:
+        yield replay.step(rec)

@@ -4,7 +4,7 @@
 --workloads 900`) run as one batch of instances (the batched fast path of
 `certify`); the certificate must pass with every invariant monitor silent,
 every behaviour counted, and every possible cell of the coverage map reached
-(`conformance/coverage_map.py`). A few workloads also run in lock-step mode,
+(`conformance/campaign/coverage_map.py`). A few workloads also run in lock-step mode,
 so both paths stay certified.
 """
 
@@ -13,7 +13,7 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance import batched
+from schedspec.conformance.campaign import batched
 
 
 @pytest.mark.slow_ok("the README's main job, scaled down: the torch engine certified, every possible cell reached")

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.differ import diff
+from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_ready
-from schedspec.conformance.registry import engine_factory
+from schedspec.conformance.harness.differ import diff
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.version_workloads import VERSION_WORKLOADS
 

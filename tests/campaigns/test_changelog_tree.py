@@ -17,8 +17,8 @@ import pytest
 from vllm_tree import FREE_HEAD_FIRST, git, make_vllm_checkout, plant
 
 from schedspec.cli import main
+from schedspec.conformance.engines.registry import engine_factory, vllm_source_engine
 from schedspec.conformance.engines.vllm import vllm_venv_ready
-from schedspec.conformance.registry import engine_factory, vllm_source_engine
 
 pytestmark = pytest.mark.skipif(
     not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh"

@@ -9,9 +9,9 @@ it against the real vLLM 0.33.0 in lock-step, when its venv exists.
 import pytest
 from hypothesis import HealthCheck, given, settings, target
 
-from schedspec.conformance.differ import diff
 from schedspec.conformance.engines.vllm import vllm_venv_ready
-from schedspec.conformance.strategies import workloads
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.strategies import workloads
 from schedspec.reference_impl import ReferenceEngine, simulate
 from schedspec.spec.invariants import check_trace
 from schedspec.spec.trace import Trace
@@ -43,7 +43,7 @@ def test_reference_keeps_every_invariant(workload):
 @settings(SETTINGS, max_examples=60)
 @given(workloads(family="kv-pressure") | workloads(family="priority"))
 def test_reference_matches_vllm_under_pressure(workload):
-    from schedspec.conformance.registry import engine_factory
+    from schedspec.conformance.engines.registry import engine_factory
 
     result = diff(workload, ReferenceEngine, engine_factory("vllm"), "blocks", keep_records=True)
     pressure(Trace(workload, tuple(result.records_a)))

@@ -131,7 +131,7 @@ def test_sigint_ends_the_run_at_once_and_leaves_nothing_behind(tmp_path, command
 def test_an_interrupted_run_with_no_earlier_one_leaves_no_empty_folder(tmp_path):
     """^C during a hanging factory: exit 130, and no empty --out left behind to trip the next run."""
     out = tmp_path / "c"
-    argv = ["certify", "--engine", "schedspec.conformance.misbehaving:hanging_factory", "--workloads", "1"]
+    argv = ["certify", "--engine", "schedspec.conformance.demo_engines.misbehaving:hanging_factory", "--workloads", "1"]
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH, *argv, "--out", str(out)],
         stdout=subprocess.DEVNULL,

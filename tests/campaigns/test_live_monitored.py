@@ -30,12 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance.differ import diff
 from schedspec.conformance.engines.vllm import VllmEngine, vllm_venv_ready
 from schedspec.conformance.engines.vllm_pool import SharedDriverFactory
-from schedspec.conformance.families import generate
-from schedspec.conformance.live_replay import replay_live
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.live_replay.capture_write import capture_of, write_capture
+from schedspec.conformance.live_replay.replay import replay_live
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import ReferenceEngine
+from schedspec.spec.capture_format import encode_line
 from schedspec.spec.engine import run
 from schedspec.spec.errors import SpecError
 from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput
@@ -329,3 +331,25 @@ def test_sampled_monitors_catch_the_planted_bug(monkeypatch, pythonpath):
             eng.close()
     assert caught, "sampled monitors saw nothing of a scheduler that appends preempted requests"
     assert all("schedspec.live: invariant" in e for _, e in caught), caught
+
+
+def test_a_fixture_is_byte_for_byte_what_the_monitored_scheduler_writes(monkeypatch, pythonpath, tmp_path):
+    """`capture_write` (the fixtures of CI) and `schedspec.live` (inside vLLM) write one format from one home,
+    `spec/capture_format.py`: on one workload, the files agree byte for byte, all but the header's process id and
+    start time, which only a live run has."""
+    w = generate("kv-pressure", 0, 2)
+    cap = tmp_path / "live.jsonl"
+    eng = engine(monkeypatch, pythonpath, "schedspec.live.MonitoredScheduler", f"mode=log,capture={cap}", w.config)
+    try:
+        trace = run(eng, w)
+    finally:
+        eng.close()
+    (live,) = [s for s in sessions(cap) if any(d["kind"] == "schedule" for d in s)]
+    fixture = tmp_path / "fixture.jsonl"
+    write_capture(str(fixture), capture_of(trace, session=live[0]["session"]))
+    live_bytes = [encode_line(d) for d in live]
+    live_bytes[0] = encode_line({**live[0], "pid": 1, "started": "2026-01-01T00:00:00+00:00"})
+    got = fixture.read_bytes().splitlines()
+    for i, (a, b) in enumerate(zip(got, live_bytes)):
+        assert a == b, (i, a, b)
+    assert len(got) == len(live_bytes)

@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from schedspec.conformance.differ import diff
+from schedspec.conformance.changelog.source_hunks import changed_hunks, load_lines, package_root, reach, unreached_json
+from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
-from schedspec.conformance.registry import engine_factory
-from schedspec.conformance.source_hunks import changed_hunks, load_lines, package_root, reach, unreached_json
+from schedspec.conformance.harness.differ import diff
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.version_workloads import VERSION_WORKLOADS
 

@@ -9,7 +9,7 @@ to that one invariant, so the catch is its own.
 
 from __future__ import annotations
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.invariants import BY_NAME

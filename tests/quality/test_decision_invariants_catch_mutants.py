@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.conformance.families import FAMILIES, generate
-from schedspec.conformance.hunt import hunt
+from schedspec.conformance.search.hunt import hunt
+from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.invariants import DECISION_ROWS_BY_NAME, DECISIONS, INVARIANTS, check_trace

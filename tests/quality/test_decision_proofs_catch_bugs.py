@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.proofs.runs.prove import check
 from schedspec.reference_impl import rules as scheduler_rules
 from schedspec.spec import rules

@@ -7,7 +7,7 @@ full cross-check over every rule mutant is `tests/slow/test_every_n_cross_check.
 
 import pytest
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME, applied
 from schedspec.proofs.runs.every_n import prove_every_n
 

@@ -1,9 +1,9 @@
 """`schedspec hunt` catches every catalogue mutant run as an engine of its own, and shrinks it to this.
 
-Each mutant is an engine here: `schedspec.conformance.mutant_engines:NAME`,
+Each mutant is an engine here: `schedspec.conformance.demo_engines.mutant_engines:NAME`,
 the reference with the mutant planted in a process of its own (planting
 rewrites the reference of its process, and the oracle must stay pristine).
-The lock-step machine (`conformance/lockstep_machine.py`) drives it beside
+The lock-step machine (`conformance/search/lockstep_machine.py`) drives it beside
 the reference, up to 2000 derandomized examples from seed 0: the core scope
 for a core mutant, the full scope (prefix caching, spec decode, async
 scheduling with the engine loop's batch queue of 2) for a feature mutant,
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.conformance.lockstep_hunt import hunt_engine_full
-from schedspec.conformance.registry import engine_factory
+from schedspec.conformance.engines.registry import engine_factory
+from schedspec.conformance.search.lockstep_hunt import hunt_engine_full
 from schedspec.mutants import BY_NAME, CORE_MUTANTS
 
 EXAMPLES = 2000
@@ -82,7 +82,7 @@ FAST = {"Z14-double-free", "blocks-off-by-one", "Z2-no-async-max-tokens-skip", "
 
 
 def _hunt(name: str):
-    spec = f"schedspec.conformance.mutant_engines:{name}"
+    spec = f"schedspec.conformance.demo_engines.mutant_engines:{name}"
     factory = engine_factory(spec)
     try:
         return hunt_engine_full(factory, spec, examples=EXAMPLES, core=BY_NAME[name] in CORE_MUTANTS)
@@ -116,5 +116,7 @@ def test_the_reference_against_itself_finds_nothing():
 
 def test_every_catalogue_mutant_is_pinned_or_argued():
     missing = set(BY_NAME) - set(PINNED) - NOT_FOUND
-    assert not missing, f"hunt each with `schedspec hunt --engine schedspec.conformance.mutant_engines:NAME`: {missing}"
+    assert not missing, (
+        f"hunt each with `schedspec hunt --engine schedspec.conformance.demo_engines.mutant_engines:NAME`: {missing}"
+    )
     assert not set(PINNED) & NOT_FOUND

@@ -27,7 +27,7 @@ the monitors nor the differ reach it, only the state machine does.
 
 import pytest
 
-from schedspec.conformance.hunt import hunt
+from schedspec.conformance.search.hunt import hunt
 from schedspec.mutants import BY_NAME
 
 PINNED = {

@@ -10,9 +10,9 @@ step while reducing the workload to the pinned size
 
 import pytest
 
-from schedspec.conformance.differ import diff
-from schedspec.conformance.planted import perturbed
-from schedspec.conformance.shrink import shrink, size
+from schedspec.conformance.demo_engines.planted import perturbed
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.harness.shrink import shrink, size
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.workloads import BUILTIN
 

@@ -20,7 +20,7 @@ or busier machine finds the same example, later. The seconds cap only stops
 a runaway, and a hunt it stops raises `SearchCut`: it never passes as
 "nothing found". Nor does a hunt
 depend on what else the test run imported: it draws no constants from our
-modules' literals (`state_machine_hunt._own_constants_only`;
+modules' literals (`state_machine_hunt.own_constants_only`;
 `test_a_hunt_does_not_depend_on_what_else_is_imported`).
 
 `priority-self-preempt-breaks` is the control: it makes a legal but wrong
@@ -35,7 +35,7 @@ shows each new invariant, on its own, catching a planted bug.
 
 import pytest
 
-from schedspec.conformance.state_machine_hunt import hunt_state_machine
+from schedspec.conformance.search.state_machine_hunt import hunt_state_machine
 from schedspec.mutants import BY_NAME
 
 PINNED = {
@@ -133,7 +133,7 @@ def test_a_hunt_does_not_depend_on_what_else_is_imported():
         "import sys, importlib\n"
         "for m in sys.argv[1:]: importlib.import_module(m)\n"
         "from schedspec.mutants import BY_NAME\n"
-        "from schedspec.conformance.state_machine_hunt import hunt_state_machine\n"
+        "from schedspec.conformance.search.state_machine_hunt import hunt_state_machine\n"
         "m = BY_NAME['Z10-admit-after-preemption']\n"
         "f = hunt_state_machine(m, expect=m.expect)\n"
         "print(f.what, f.size, f.original.count(chr(10)))\n"

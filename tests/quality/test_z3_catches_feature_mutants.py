@@ -16,7 +16,7 @@ catch them.
 
 import pytest
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME
 from schedspec.proofs.runs.features import SYNC, Job, run_job
 from schedspec.proofs.runs.report import load_state_counterexample, replay_state, write_state_counterexample

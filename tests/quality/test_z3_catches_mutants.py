@@ -12,7 +12,7 @@ pins that Z3 proves the invariants despite them.
 
 import pytest
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME
 from schedspec.proofs.runs.prove import Job, run_job
 from schedspec.spec.invariants import INVARIANTS

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.coverage_map import POSSIBLE_CELLS, cells
-from schedspec.conformance.families import FAMILIES, generate
-from schedspec.conformance.families_mixed import MIXED_FAMILIES
+from schedspec.conformance.campaign.coverage_map import POSSIBLE_CELLS, cells
+from schedspec.conformance.workloads.families import FAMILIES, generate
+from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
 from schedspec.reference_impl import simulate
 
 

@@ -10,7 +10,7 @@
 
 import pytest
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME, applied
 from schedspec.proofs.runs.every_n import EVERY_N, POLICY_ONLY, prove_every_n
 from schedspec.proofs.runs.prove import check

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from schedspec.proofs.runs.cuts import LOOP_INVARIANTS
-from schedspec.proofs.runs.prove import PRIORITY_ONLY, _by_cuts, _encoded, check
+from schedspec.proofs.runs.prove import PRIORITY_ONLY, by_cuts, check, encoded_step
 from schedspec.spec.invariants import BY_NAME, INVARIANTS
 
 
@@ -37,13 +37,13 @@ NOT_REACHED_AT_TWELVE_PRIORITY = ("budget-conservation", "priority-victim-is-lea
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_the_running_pass_induction_at_twelve_requests(fcfs):
-    pre, context, _ = _encoded(12, fcfs, True, reuse=False)
+    pre, context, _ = encoded_step(12, fcfs, True, reuse=False)
     for name in LOOP_INVARIANTS:
         if not (fcfs and name in PRIORITY_ONLY) and (fcfs or name not in NOT_REACHED_AT_TWELVE_PRIORITY):
-            assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600), name
+            assert by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600), name
     proofs: dict = {}  # the per-row lemmas, solved once for the four
     for name in ("blocks-match-tokens", "owed-nonnegative", "running-owes-tokens", "computed-behind-known-tokens"):
-        assert _by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600, proofs), name
+        assert by_cuts(BY_NAME[name], pre, context, time.perf_counter() + 600, proofs), name
 
 
 @pytest.mark.parametrize("name", ["no-admission-after-preemption", "seqs-limit", "budget-conservation"])

@@ -10,8 +10,8 @@ the finding's workload replays it through `simulate()`.
 
 import pytest
 
-from schedspec.conformance.state_machine import Bounds
-from schedspec.conformance.state_machine_hunt import LONG, hunt_state_machine
+from schedspec.conformance.search.state_machine import Bounds
+from schedspec.conformance.search.state_machine_hunt import LONG, hunt_state_machine
 
 WORLDS = {
     "default": Bounds(),

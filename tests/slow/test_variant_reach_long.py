@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
-from schedspec.conformance.differ import diff
-from schedspec.conformance.families import FAMILIES, at_release, generate
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.versions import RELEASES, VARIANTS
 

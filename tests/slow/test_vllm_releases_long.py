@@ -15,9 +15,9 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.differ import diff
+from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import ensure_vllm_venv
-from schedspec.conformance.registry import engine_factory
+from schedspec.conformance.harness.differ import diff
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.versions import RELEASES
 from schedspec.version_workloads import VERSION_WORKLOADS, at

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError

@@ -3,8 +3,8 @@ behaviours the campaign missed are named below the table."""
 
 from __future__ import annotations
 
-from schedspec.conformance.certificate_text import markdown
-from schedspec.conformance.certify import certify, plan
+from schedspec.conformance.campaign.certificate_text import markdown
+from schedspec.conformance.campaign.certify import certify, plan
 
 
 def test_zero_count_behaviours_are_flagged_not_exercised(tmp_path):

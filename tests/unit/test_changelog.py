@@ -13,9 +13,9 @@ import dataclasses
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.changelog import Cluster, explain, variants_between
-from schedspec.conformance.counterexample import Counterexample
-from schedspec.conformance.differ import diff
+from schedspec.conformance.changelog.clusters import Cluster, explain, variants_between
+from schedspec.conformance.harness.counterexample import Counterexample
+from schedspec.conformance.harness.differ import diff
 from schedspec.reference_impl import ReferenceEngine, Scheduler, derived_engine
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.versions import BY_NAME, RELEASES, VARIANTS

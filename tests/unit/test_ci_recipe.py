@@ -88,7 +88,7 @@ def test_recipe_exit_codes(tmp_path, monkeypatch, capsys):
 
     diverging = swap(
         swap(
-            swap(on_reference, "--engine", "schedspec.conformance.planted:extra_token_at_step_3"),
+            swap(on_reference, "--engine", "schedspec.conformance.demo_engines.planted:extra_token_at_step_3"),
             "--out",
             "cert-diverging",
         ),
@@ -113,7 +113,7 @@ def test_allow_divergence_lists_departures_and_still_fails_on_invariants(tmp_pat
         [
             "certify",
             "--engine",
-            "schedspec.conformance.planted:extra_token_at_step_3",
+            "schedspec.conformance.demo_engines.planted:extra_token_at_step_3",
             "--workloads",
             "3",
             "--family",

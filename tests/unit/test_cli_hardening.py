@@ -225,13 +225,13 @@ def test_a_real_survivor_and_a_cut_search_are_told_apart(capsys):
         ("b", "monitors"): cell("b", "monitors", "unknown: 2 checks not proved (timeout or unconfirmed)"),
     }
     assert [k.verdict for k in by.values()] == ["survived", "unknown", "survived", "unknown"]
-    assert mutants_cmd._verdict(["a", "b"], by, ["z3", "monitors"], Console()) == 1
+    assert mutants_cmd.run_verdict(["a", "b"], by, ["z3", "monitors"], Console()) == 1
     assert "2 not killed before the budget was spent" in capsys.readouterr().err
     solid = {
         ("a", "z3"): cell("a", "z3", "proved up to N=3"),
         ("a", "crosshair"): cell("a", "crosshair", "no counterexample within bounds"),
     }
-    assert mutants_cmd._verdict(["a"], solid, ["z3", "crosshair"], Console()) == 1
+    assert mutants_cmd.run_verdict(["a"], solid, ["z3", "crosshair"], Console()) == 1
     captured = capsys.readouterr()
     assert "survived every checker: a" in captured.out and "1 survived every checker" in captured.err
 

@@ -270,7 +270,7 @@ def test_a_counterexample_that_does_not_replay_is_unconfirmed():
     line = f"/x/contracts.py:76: error: false when calling {name}({text}) (which returns False)"
     got = {"rc": 1, "seconds": 0.1, "cpu_seconds": 0.1, "lines": [line], "scenarios": 1}
     task = runner.Task(name, 1, None)
-    r = runner.outcome(task, {**got, "replay": runner._replay(name, text, None)})
+    r = runner.outcome(task, {**got, "replay": runner.replay_counterexample(name, text, None)})
     assert r.verdict == UNCONFIRMED and r.replay["holds"]
     r = runner.outcome(task, {**got, "replay": "ValueError: unexpected call"})  # a replay that failed confirms nothing
     assert r.verdict == UNCONFIRMED and "replay failed" in r.message

@@ -1,4 +1,4 @@
-"""The coverage map's event detectors (`conformance/events.py`), each on a small golden workload.
+"""The coverage map's event detectors (`conformance/campaign/events.py`), each on a small golden workload.
 
 Every event fires on a workload written for it, with the count stated, and
 stays silent on a near miss: the same workload with the one knob that
@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.coverage_map import (
+from schedspec.conformance.campaign.coverage_map import (
     ALL_CELLS,
     EVENTS,
     IMPOSSIBLE,
@@ -31,9 +31,9 @@ from schedspec.conformance.coverage_map import (
     markdown_lines,
     summary,
 )
-from schedspec.conformance.events import EventTracker, events
-from schedspec.conformance.families import FAMILIES, generate
-from schedspec.conformance.families_mixed import MIXED_FAMILIES
+from schedspec.conformance.campaign.events import EventTracker, events
+from schedspec.conformance.workloads.families import FAMILIES, generate
+from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.request import Request

@@ -14,8 +14,8 @@ import dataclasses
 
 import pytest
 
-from schedspec.conformance.families import generate
-from schedspec.conformance.hunt import CORE_FAMILIES
+from schedspec.conformance.search.hunt import CORE_FAMILIES
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.spec.invariants import DECISION_ROWS, DECISIONS, check_trace
 from schedspec.spec.invariants.decision_rows import DECISION_ROWS_BY_NAME

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import ReferenceEngine, Scheduler, derived_engine, simulate
 from schedspec.reference_impl.live_request import LiveRequest

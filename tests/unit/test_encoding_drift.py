@@ -13,9 +13,9 @@ end of the file.
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from schedspec.conformance.families import FAMILIES, at_release, generate
-from schedspec.conformance.families_mixed import MIXED_FAMILIES
-from schedspec.conformance.strategies import workloads
+from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
+from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
+from schedspec.conformance.workloads.strategies import workloads
 from schedspec.mutants import MUTANTS, applied
 from schedspec.proofs.drift.core import compare
 from schedspec.reference_impl import ReferenceEngine

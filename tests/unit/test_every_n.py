@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 import z3
 
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.mutants import BY_NAME as MUTANTS, applied
 from schedspec.proofs.encoding.state import Pre
 from schedspec.proofs.encoding.step import step
@@ -73,7 +73,7 @@ def test_every_event_can_happen_under_the_loop_invariant():
     assert len(reach) == 5
     for label, facts in reach:
         s = z3.Solver()
-        s.add(*[every_n._b(f) for f in facts])
+        s.add(*[every_n_loop.as_bool(f) for f in facts])
         assert s.check() == z3.sat, label
 
 

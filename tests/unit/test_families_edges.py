@@ -1,4 +1,4 @@
-"""The release edges (`conformance/families_edges.py`) reach the rules that chance rarely reaches.
+"""The release edges (`conformance/workloads/edges.py`) reach the rules that chance rarely reaches.
 
 A workload reaches a variant rule when the reference at the release before it parts from the reference with
 the rule taken early. The spec-decode family's edges alone must reach each of the three rules they are drawn
@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
-from schedspec.conformance.differ import diff
-from schedspec.conformance.families import FAMILIES, FEATURE_MAX_STEPS, at_release, generate
-from schedspec.conformance.families_edges import EDGE_MAX_STEPS, EDGES, WithEdges
+from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.edges import EDGE_MAX_STEPS, EDGES, WithEdges
+from schedspec.conformance.workloads.families import FAMILIES, FEATURE_MAX_STEPS, at_release, generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.versions import BY_NAME, RELEASES
 

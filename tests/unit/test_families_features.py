@@ -2,7 +2,7 @@
 
 A family that agreed with vLLM on 300 workloads proves little if none of
 them evicted a cached block or rejected a draft. What the step records show
-is counted by `conformance.coverage` (the certificate's counters); what only
+is counted by `conformance.campaign.coverage` (the certificate's counters); what only
 the scheduler's insides show (an eviction, a hit on an evictable block, the
 async max-tokens skip rule) is counted by wrapping the reference's own
 functions while it runs.
@@ -14,8 +14,8 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.coverage import coverage
-from schedspec.conformance.families import generate
+from schedspec.conformance.campaign.coverage import coverage
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import block_pool, rules, simulate
 from schedspec.spec.request import RequestStatus
 

@@ -1,6 +1,6 @@
 """An engine that fails as a program is an `error`, never a divergence, and never takes the run with it.
 
-Each engine of `conformance/misbehaving.py` stands for a failure seen in
+Each engine of `conformance/demo_engines/misbehaving.py` stands for a failure seen in
 practice. Each test pins the outcome, the exit status, who is blamed (the
 engine, never the oracle) and that the run ends in bounded time: the
 deadlines are set low, so a harness that waited on a hang would blow the
@@ -14,15 +14,15 @@ import time
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.counterexample import Counterexample
-from schedspec.conformance.differ import diff
-from schedspec.conformance.misbehaving import SLOW_START_ENV, mutating
-from schedspec.conformance.planted import crashing, hanging, malformed
+from schedspec.conformance.demo_engines.misbehaving import SLOW_START_ENV, mutating
+from schedspec.conformance.demo_engines.planted import crashing, hanging, malformed
+from schedspec.conformance.harness.counterexample import Counterexample
+from schedspec.conformance.harness.differ import diff
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.workloads import BUILTIN
 
-M = "schedspec.conformance.misbehaving:"
-P = "schedspec.conformance.planted:"
+M = "schedspec.conformance.demo_engines.misbehaving:"
+P = "schedspec.conformance.demo_engines.planted:"
 FAST = ["--family", "budget", "--step-timeout", "2", "--start-timeout", "3", "--no-plots"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from schedspec.cli import main
 from schedspec.spec.workload import Workload
 
-PLANTED = "schedspec.conformance.mutant_engines:"
+PLANTED = "schedspec.conformance.demo_engines.mutant_engines:"
 
 
 def test_the_reference_against_itself_finds_nothing(tmp_path, capsys):
@@ -41,7 +41,7 @@ def test_a_planted_mutant_is_found_shrunk_and_replays(tmp_path, capsys):
 
 def test_a_crash_of_the_engine_is_a_finding(tmp_path):
     out = tmp_path / "h"
-    engine = "schedspec.conformance.planted:crashing"
+    engine = "schedspec.conformance.demo_engines.planted:crashing"
     assert main(["hunt", "--engine", engine, "--examples", "20", "--core", "--out", str(out)]) == 1
     summary = json.loads((out / "hunt.json").read_text())
     assert summary["what"] == "crash" and summary["divergence"]["field"] == "engine b"
@@ -51,8 +51,8 @@ def test_a_crash_of_the_engine_is_a_finding(tmp_path):
 @pytest.mark.parametrize(
     "engine,extra,kind",
     [
-        ("schedspec.conformance.planted:hanging", ["--step-timeout", "1"], "timeout"),
-        ("schedspec.conformance.planted:malformed", [], "malformed"),
+        ("schedspec.conformance.demo_engines.planted:hanging", ["--step-timeout", "1"], "timeout"),
+        ("schedspec.conformance.demo_engines.planted:malformed", [], "malformed"),
     ],
 )
 def test_an_engine_failing_as_a_program_is_exit_3_and_never_shrunk(tmp_path, capsys, engine, extra, kind):

@@ -10,7 +10,7 @@ after a step is this step's schedule() plus the update of an older step.
 
 import pytest
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec import engine as engine_loop
 from schedspec.spec.invariants.build import counts_of, shared_refs
@@ -69,7 +69,7 @@ def test_shared_prefix_blocks_are_counted_once():
     """Some prefix-caching workload shares blocks, and conservation still holds on it (distinct blocks)."""
     from schedspec.reference_impl import simulate
     from schedspec.spec.invariants import check_trace
-    from schedspec.spec.invariants.build import views_from_trace
+    from schedspec.spec.invariants.replay import views_from_trace
 
     shared = 0
     for index in range(40):

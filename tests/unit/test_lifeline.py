@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.conformance import lifeline
+from schedspec.conformance.engines import lifeline
 
-DRIVER = Path(lifeline.__file__).parent / "vllm_env" / "driver.py"
+DRIVER = Path(lifeline.__file__).parents[1] / "vllm_env" / "driver.py"
 
 
 def test_the_drivers_twin_is_the_same_code():
@@ -30,7 +30,7 @@ def test_the_drivers_twin_is_the_same_code():
 @pytest.mark.parametrize("protected", [True, False])
 def test_a_grandchild_dies_with_its_killed_parent(protected):
     """parent -> child (sleeps) ; SIGKILL the parent ; the child is gone only when it asked for the lifeline."""
-    child = "import time; from schedspec.conformance.lifeline import die_with_parent; "
+    child = "import time; from schedspec.conformance.engines.lifeline import die_with_parent; "
     child += ("die_with_parent(); " if protected else "") + "print('up', flush=True); time.sleep(60)"
     parent = (
         "import subprocess, sys, time; "

@@ -50,7 +50,9 @@ def test_a_changed_step_fails_the_example_with_exit_1_and_garbage_with_exit_2(tm
     capture = tmp_path / "capture.jsonl"
     lines = capture.read_text().splitlines()
     k = next(
-        i for i, line in enumerate(lines) if '"kind": "schedule"' in line and '"num_scheduled_tokens": [["' in line
+        i
+        for i, line in enumerate(lines)
+        if json.loads(line)["kind"] == "schedule" and json.loads(line)["output"]["num_scheduled_tokens"]
     )
     line = json.loads(lines[k])
     line["output"]["num_scheduled_tokens"][0][1] += 1

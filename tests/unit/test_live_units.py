@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from schedspec.live import capture, hashing, scope, settings
+from schedspec.live import capture, scope, settings
 from schedspec.live.online import monitor_names
 from schedspec.live.steps import StepAssembler
+from schedspec.spec.capture_format import SPACE, TokenHasher
 from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput
 from schedspec.spec.trace import StateSummary
 
@@ -158,10 +159,10 @@ def test_scope_per_request_and_release():
 
 
 def test_hashing_is_keyed_deterministic_and_keeps_placeholders():
-    h = hashing.TokenHasher(b"k" * 16)
+    h = TokenHasher(b"k" * 16)
     a = h.many([1, 2, 1, -1])
-    assert a[0] == a[2] != a[1] and a[3] == -1 and all(0 <= t < hashing.SPACE for t in a[:3])
-    assert hashing.TokenHasher(b"k" * 16).many([1]) == a[:1] != hashing.TokenHasher(b"j" * 16).many([1])
+    assert a[0] == a[2] != a[1] and a[3] == -1 and all(0 <= t < SPACE for t in a[:3])
+    assert TokenHasher(b"k" * 16).many([1]) == a[:1] != TokenHasher(b"j" * 16).many([1])
     assert len(set(h.many(range(20000)))) == 20000
 
 

@@ -1,5 +1,5 @@
 """`schedspec mutants --from MODULE`: your own mutants, engines derived from the reference, scored by every checker
-that takes an engine (`conformance/user_mutants.py`, `examples/my_mutants/my_mutants.py`)."""
+that takes an engine (`conformance/search/user_mutants.py`, `examples/my_mutants/my_mutants.py`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from schedspec.spec.jsonio import write_json_atomic
 CHEAP = ["--engine", "reference", "--workloads", "2", "--family", "budget", "--no-plots"]
 FAILING = [
     "--engine",
-    "schedspec.conformance.planted:extra_token_at_step_3",
+    "schedspec.conformance.demo_engines.planted:extra_token_at_step_3",
     "--workloads",
     "2",
     "--family",
@@ -99,12 +99,12 @@ def test_outputs_take_the_umask_mode(tmp_path):
     try:
         from schedspec.spec import jsonio
 
-        jsonio._umask.cache_clear()
+        jsonio.process_umask.cache_clear()
         write_json_atomic(tmp_path / "a.json", {"x": 1})
         assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o640
     finally:
         os.umask(old)
-        jsonio._umask.cache_clear()
+        jsonio.process_umask.cache_clear()
     write_json_atomic(tmp_path / "b.json", {"x": 1})
     assert stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o666 & ~old
 

@@ -85,15 +85,15 @@ def test_the_cut_proofs_go_through_without_falling_back(fcfs):
     import time
 
     from schedspec.proofs.runs.cuts import LOOP_INVARIANTS, ROWS, loop_invariant_of
-    from schedspec.proofs.runs.prove import PRIORITY_ONLY, _by_cuts, _encoded
+    from schedspec.proofs.runs.prove import PRIORITY_ONLY, by_cuts, encoded_step
 
-    pre, context, _ = _encoded(4, fcfs, True, reuse=False)
+    pre, context, _ = encoded_step(4, fcfs, True, reuse=False)
     proofs: dict = {}
     for inv in INVARIANTS:
         if fcfs and inv.name in PRIORITY_ONLY:
             continue
         assert loop_invariant_of(inv.name) == (inv.name if inv.name in LOOP_INVARIANTS else ROWS)
-        assert _by_cuts(inv, pre, context, time.perf_counter() + 60, proofs), inv.name
+        assert by_cuts(inv, pre, context, time.perf_counter() + 60, proofs), inv.name
     assert all(lemmas_hold for _, lemmas_hold in proofs.values())  # the row lemmas were solved once, and held
 
 
@@ -103,12 +103,12 @@ def test_a_failed_lemma_falls_back_to_a_replayed_counterexample():
     import time
 
     from schedspec.mutants import BY_NAME as MUTANTS, applied
-    from schedspec.proofs.runs.prove import _by_cuts, _encoded
+    from schedspec.proofs.runs.prove import by_cuts, encoded_step
     from schedspec.spec.invariants import BY_NAME
 
     with applied(MUTANTS["budget-off-by-one"]):
-        pre, context, _ = _encoded(2, False, True, reuse=False)
-        assert not _by_cuts(BY_NAME["budget-conservation"], pre, context, time.perf_counter() + 60)
+        pre, context, _ = encoded_step(2, False, True, reuse=False)
+        assert not by_cuts(BY_NAME["budget-conservation"], pre, context, time.perf_counter() + 60)
     r = run_job(Job("budget-conservation", 2, False, 60, "budget-off-by-one"))
     assert r.verdict == "violated" and r.state is not None
 

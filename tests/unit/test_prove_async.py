@@ -14,7 +14,7 @@ import z3
 from helpers import possible
 
 from schedspec.cli import main
-from schedspec.proofs.runs.features import CONCRETE_ONLY, _encoded, check
+from schedspec.proofs.runs.features import CONCRETE_ONLY, check, encoded_step
 from schedspec.spec.invariants import INVARIANTS
 
 ASYNC = ("async",)
@@ -42,7 +42,7 @@ def test_every_invariant_is_inductive_with_all_three_features_for_one_request(fc
 
 @pytest.mark.parametrize("preempts", [False, True])
 def test_the_assumptions_leave_every_async_behaviourpossible(preempts):
-    pre, context, post = _encoded(2, True, preempts, ALL)
+    pre, context, post = encoded_step(2, True, preempts, ALL)
     facts = context + post.assume + post.inputs
     s0, s1 = pre.slots
     if not preempts:
@@ -77,14 +77,14 @@ def test_the_catalogue_alone_is_not_inductive_under_async():
     """Why the record is assumed (and proved again after every step): without it, a pre-state may hold
     placeholders that no step in flight accounts for, and the catalogue's async invariant does not carry over."""
     from schedspec.proofs.encoding.symbolic import in_flight_record
-    from schedspec.proofs.runs.prove import _goal
+    from schedspec.proofs.runs.prove import goal_of
     from schedspec.spec.invariants import BY_NAME
 
-    pre, context, post = _encoded(1, True, False, ASYNC)
+    pre, context, post = encoded_step(1, True, False, ASYNC)
     record = in_flight_record(pre, 0)
     weaker = [c for c in context if not (z3.is_expr(c) and c.eq(record))]
     assert len(weaker) == len(context) - 1
-    goal = _goal(BY_NAME["placeholders-match-in-flight"], pre, post)
+    goal = goal_of(BY_NAME["placeholders-match-in-flight"], pre, post)
     assert possible(weaker + post.assume + post.inputs + [z3.Not(goal)])
     assert not possible(context + post.assume + post.inputs + [z3.Not(goal)])
 

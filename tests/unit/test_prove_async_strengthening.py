@@ -12,11 +12,12 @@ is still in flight).
 
 from __future__ import annotations
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import api, simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants import BY_NAME
-from schedspec.spec.invariants.build import view_from_states, views_from_trace
+from schedspec.spec.invariants.build import view_from_states
+from schedspec.spec.invariants.replay import views_from_trace
 from schedspec.spec.output import ModelRunnerOutput, SchedulerOutput
 from schedspec.spec.request import Request, RequestStatus
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.search_budget import DEFAULT_Z3_RLIMIT, z3_rlimit
+from schedspec.conformance.search.budget import DEFAULT_Z3_RLIMIT, z3_rlimit
 from schedspec.proofs.runs.prove import check
 from schedspec.spec.invariants import DECISION_ROWS, INVARIANTS
 

@@ -8,7 +8,7 @@ from helpers import possible
 from schedspec.cli import main
 from schedspec.proofs.encoding.step import step
 from schedspec.proofs.encoding.symbolic import fresh
-from schedspec.proofs.runs.features import CONCRETE_ONLY, _encoded, check
+from schedspec.proofs.runs.features import CONCRETE_ONLY, check, encoded_step
 from schedspec.spec.invariants import BY_NAME, INVARIANTS
 from schedspec.spec.versions import known_violation
 
@@ -42,7 +42,7 @@ def test_a_stop_token_below_min_tokens_is_no_stop_before_0_29_under_spec_decode(
 @pytest.mark.parametrize("preempts", [False, True])
 def test_the_assumptions_leave_every_spec_behaviourpossible(preempts):
     """A proof is vacuous if WellFormed, Inv and the model's bounds rule out what spec decode does."""
-    pre, context, post = _encoded(2, True, preempts)
+    pre, context, post = encoded_step(2, True, preempts)
     facts = context + post.assume + post.inputs
     s0, s1 = pre.slots
     sampled_with_drafts = [post.num_scheduled_spec[0] > 0, post.num_scheduled[0] > 0]

@@ -38,7 +38,7 @@ def test_the_example_engine_passes_with_the_example_test(pytester):
 def test_a_diverging_engine_fails_with_its_counterexample_table(pytester):
     pytester.makepyfile("""
         def test_engine(schedspec_certify):
-            schedspec_certify("schedspec.conformance.planted:extra_token_at_step_3", workloads=3, families=["budget"])
+            schedspec_certify("schedspec.conformance.demo_engines.planted:extra_token_at_step_3", workloads=3, families=["budget"])
     """)
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
@@ -69,7 +69,7 @@ def test_the_failure_docs_engines_md_shows_is_what_its_test_prints(pytester):
 def test_allowed_divergence_passes_and_returns_the_departures(pytester):
     pytester.makepyfile(
         test_departs="""
-        from schedspec.conformance.planted import perturbed
+        from schedspec.conformance.demo_engines.planted import perturbed
 
         reordered = perturbed("order", 1)  # the same grants in another order: no invariant cares
 

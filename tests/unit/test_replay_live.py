@@ -3,7 +3,7 @@
 The captures here are made by `capture_of` from reference runs, so a faithful
 reader must find no divergence; a planted change must be found at its step and
 field; a cut, corrupt, rotated or restarted capture must be read as the format
-says (`conformance/live_capture.py`).
+says (`conformance/live_replay/capture.py`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.families import generate
-from schedspec.conformance.live_capture_write import capture_of, write_capture
-from schedspec.conformance.live_replay import replay_live
+from schedspec.conformance.live_replay.capture_write import capture_of, write_capture
+from schedspec.conformance.live_replay.replay import replay_live
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl.engine import ReferenceEngine
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import run
@@ -129,7 +129,7 @@ def test_a_capture_cut_mid_line_replays_its_complete_prefix(tmp_path):
     trace = trace_of(generate("kv-pressure", 0, 1))
     path = write(tmp_path, capture_of(trace, end=None))
     text = Path(path).read_bytes()
-    Path(path).write_bytes(text[: text.rindex(b'{"kind": "update"') + 25])  # killed mid-write of an update
+    Path(path).write_bytes(text[: text.rindex(b'{"kind":"update"') + 25])  # killed mid-write of an update
     result = replay_live(path)
     assert result.divergence is None
     assert 0 < result.steps_compared < busy_steps(trace)

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec import engine as engine_loop
 from schedspec.spec.invariants.replay import ReplaySeed, TraceReplay

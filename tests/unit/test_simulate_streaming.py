@@ -15,7 +15,7 @@ import os
 import pytest
 
 from schedspec import cli
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.reference_impl.engine import ENGINE_NAME, simulate_steps
 from schedspec.spec.config import SchedulerConfig

@@ -7,7 +7,7 @@ so every assertion names the one hunk that difference must give, or the one it m
 import json
 import textwrap
 
-from schedspec.conformance.source_hunks import (
+from schedspec.conformance.changelog.source_hunks import (
     ENTERED,
     NEVER_ENTERED,
     LineSets,

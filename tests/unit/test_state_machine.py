@@ -1,6 +1,6 @@
 """The Hypothesis state machine over the reference, fast profile: every invariant holds on every step.
 
-The machine (`conformance/state_machine.py`) adds, aborts and steps, and
+The machine (`conformance/search/state_machine.py`) adds, aborts and steps, and
 asserts every catalogue invariant and both trace checks after each step. The
 fast profile (100 examples of up to 30 rules, derandomized) runs in seconds;
 `tests/slow/test_state_machine_long.py` runs thousands. The other tests here
@@ -13,16 +13,16 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from schedspec.conformance.search_budget import SearchCut
-from schedspec.conformance.state_machine import (
+from schedspec.conformance.search.budget import SearchCut
+from schedspec.conformance.search.state_machine import (
     TRACE_CHECKS,
     Bounds,
     SchedulerMachine,
-    _raw,
     make_config,
     make_request,
 )
-from schedspec.conformance.state_machine_hunt import FAST, hunt_state_machine
+from schedspec.conformance.search.state_machine_draws import raw_draws
+from schedspec.conformance.search.state_machine_hunt import FAST, hunt_state_machine
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.arith import cdiv
@@ -44,11 +44,11 @@ def test_every_check_is_an_invariant_of_the_machine():
 @given(st.data())
 def test_drawn_configs_and_requests_are_what_vllm_accepts(data):
     b = Bounds()
-    config = make_config(data.draw(_raw(b)[0]), b)  # SchedulerConfig validates as vLLM does; this would raise
+    config = make_config(data.draw(raw_draws(b)[0]), b)  # SchedulerConfig validates as vLLM does; this would raise
     L = config.max_model_len
     assert config.num_usable_blocks >= cdiv(L, config.block_size)  # one max_model_len sequence fits
     assert config.enable_chunked_prefill or config.max_num_batched_tokens >= L
-    w = make_request(data.draw(_raw(b)[1]), config, b, 3, 0)
+    w = make_request(data.draw(raw_draws(b)[1]), config, b, 3, 0)
     q = w.request
     assert 1 <= q.num_prompt_tokens < L and 0 <= q.min_tokens <= q.max_tokens
     assert config.policy == "priority" or (q.priority == 0 and q.arrival_time == 3.0)
@@ -80,10 +80,10 @@ def test_a_hunt_stopped_by_its_safety_cap_is_unknown_not_a_pass():
 @given(st.data())
 def test_drawn_feature_configs_are_what_vllm_accepts(data):
     b = Bounds(features=True)
-    config = make_config(data.draw(_raw(b)[0]), b)  # would raise on the exp1 crash config, among others
+    config = make_config(data.draw(raw_draws(b)[0]), b)  # would raise on the exp1 crash config, among others
     k, thr = config.num_speculative_tokens, config.long_prefill_token_threshold
     assert not (k > 0 and 1 <= thr < 1 + k)
-    w = make_request(data.draw(_raw(b)[1]), config, b, 0, 0)
+    w = make_request(data.draw(raw_draws(b)[1]), config, b, 0, 0)
     assert all(0 <= a <= d <= k for d, a in w.spec_proposals) and (k > 0 or not w.spec_proposals)
 
 

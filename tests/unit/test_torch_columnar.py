@@ -15,7 +15,7 @@ import pickle
 import pytest
 import torch
 
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.gpu_impl.columnar import DeferredSchedulerOutput, OutputTokens, SampledTokens
 from schedspec.gpu_impl.engine import TorchEngine
 from schedspec.reference_impl import simulate

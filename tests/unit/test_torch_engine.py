@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from schedspec.conformance import batched
-from schedspec.conformance.certify import Options, certify, plan
-from schedspec.conformance.differ import diff
-from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.campaign import batched
+from schedspec.conformance.campaign.certify import Options, certify, plan
+from schedspec.conformance.harness.differ import compare_records, diff
+from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.gpu_impl import device as device_mod
 from schedspec.gpu_impl.batch import run_batch
 from schedspec.gpu_impl.engine import TorchEngine
@@ -43,7 +43,7 @@ def cpu_engine(config: SchedulerConfig) -> TorchEngine:
 
 
 def assert_same(a: Trace, b: Trace) -> None:
-    d, n = batched.compare_records(a.steps, b.steps, "blocks")
+    d, n = compare_records(a.steps, b.steps, "blocks")
     assert d is None, f"{a.workload.name}: step {d.step}: {d.field}: {d.a!r} != {d.b!r}"
     assert a.end == b.end
     for ra, rb in zip(a.steps, b.steps):

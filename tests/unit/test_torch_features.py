@@ -15,8 +15,8 @@ import random
 import pytest
 import torch
 
-from schedspec.conformance import batched
-from schedspec.conformance.families import generate
+from schedspec.conformance.harness.differ import compare_records
+from schedspec.conformance.workloads.families import generate
 from schedspec.gpu_impl.batch import run_batch
 from schedspec.gpu_impl.engine import TorchEngine
 from schedspec.reference_impl import simulate
@@ -29,7 +29,7 @@ from schedspec.spec.workload import Abort, Workload, WorkloadRequest
 
 
 def assert_same(a: Trace, b: Trace) -> None:
-    d, _ = batched.compare_records(a.steps, b.steps, "blocks")
+    d, _ = compare_records(a.steps, b.steps, "blocks")
     assert d is None, f"{a.workload.name}: step {d.step}: {d.field}: {d.a!r} != {d.b!r}"
     ja, jb = a.to_json(), b.to_json()  # drafts, scheduled spec tokens, in-flight steps and the end too
     ja.pop("engine"), jb.pop("engine")

@@ -19,7 +19,7 @@ import random
 import pytest
 from test_torch_engine import assert_same
 
-from schedspec.conformance.families import FAMILIES, at_release, generate
+from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
 from schedspec.gpu_impl.batch import build_state, run_batch
 from schedspec.gpu_impl.engine import TorchEngine
 from schedspec.gpu_impl.state import release_column

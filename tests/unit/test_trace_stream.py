@@ -18,7 +18,7 @@ import json
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.families import generate
+from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.spec import trace_stream
 from schedspec.spec.errors import SpecError
@@ -202,7 +202,7 @@ def test_one_pass_finds_what_the_two_checkers_find(family, traces, tmp_path):
 
 def test_the_quick_shape_test_is_never_laxer_than_the_schema(traces):
     """`plainly_valid` may only say True where jsonschema does: it decides which steps skip jsonschema."""
-    schema_steps = trace_stream._validators()[1]
+    schema_steps = trace_stream.validators()[1]
     step = traces["spec-decode"].to_json()["steps"][5]
     async_step = next(s for s in traces["async"].to_json()["steps"] if "in_flight" in s)
     variants = []

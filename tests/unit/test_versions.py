@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance.families import FAMILIES, generate
+from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError
@@ -158,7 +158,7 @@ def test_docs_have_one_row_per_variant_with_its_release_and_workload():
 def test_a_release_s_known_violation_is_reported_and_fails_nothing(tmp_path, capsys):
     # A max-model-len workload at 0.28.0: min_tokens holds a request past L, breaking token-bounds, which
     # 0.29.0 fixed. The invariant stays; the trace's release marks the break as known.
-    from schedspec.conformance.families import at_release
+    from schedspec.conformance.workloads.families import at_release
 
     w = at_release(generate("max-model-len", 0, 1), "0.28.0")
     found = check_trace(simulate(w))

@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 
 from schedspec.cli import main
-from schedspec.conformance import registry
-from schedspec.conformance.campaign import Task, task_workload
-from schedspec.conformance.engines import vllm_venvs
+from schedspec.conformance.campaign.task import Task, task_workload
+from schedspec.conformance.engines import registry, vllm_venvs
+from schedspec.conformance.engines.registry import certify_engine
 from schedspec.conformance.engines.vllm_source import source_release
-from schedspec.conformance.families import FAMILIES, at_release, generate
-from schedspec.conformance.registry import certify_engine
+from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
 from schedspec.spec.errors import SpecError
 from schedspec.spec.versions import DEFAULT_RELEASE, RELEASES
 from schedspec.spec.workload import Workload

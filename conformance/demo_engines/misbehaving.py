@@ -1,0 +1,122 @@
+"""Engines that fail as programs, not as schedulers: what the harness must never call a divergence.
+
+Each is a factory usable as `--engine schedspec.conformance.demo_engines.misbehaving:NAME`,
+and each stands for a way a real engine was seen to fail: a driver that is
+slow to start on a loaded machine, a factory with a bug, a process that
+exits under the harness, a step that never returns, an engine that flips a
+coin, one that reuses the object it returned. `tests/unit/test_misbehaving_engines.py`
+pins the outcome and exit status the harness gives each.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+from ...reference_impl import ReferenceEngine
+from ...spec.config import SchedulerConfig
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from .planted import FailingAt
+
+SLOW_START_ENV = "SCHEDSPEC_TEST_SLOW_START_S"  # how long `slow_start` takes; the tests set it
+
+
+def slow_start(config: SchedulerConfig) -> ReferenceEngine:
+    """A correct engine that takes a while to start, like a vLLM driver on a machine with load 8."""
+    time.sleep(float(os.environ.get(SLOW_START_ENV, "2")))
+    return ReferenceEngine(config)
+
+
+def raising_factory(config: SchedulerConfig) -> ReferenceEngine:
+    raise RuntimeError("planted: the factory cannot build the engine")
+
+
+def none_factory(config: SchedulerConfig) -> None:
+    return None
+
+
+def no_arguments() -> ReferenceEngine:  # the wrong signature: a factory takes the config
+    return ReferenceEngine(SchedulerConfig())
+
+
+def hanging_factory(config: SchedulerConfig) -> ReferenceEngine:
+    time.sleep(3600)
+    return ReferenceEngine(config)
+
+
+def exits_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
+    """`os._exit(3)` inside schedule(): no exception, no cleanup, the process is just gone."""
+    return FailingAt(config, 2, lambda: os._exit(3))
+
+
+class _CoinFlip(ReferenceEngine):
+    """The reference, except that now and then it grants one token more: a nondeterministic engine."""
+
+    name = "coin-flip"
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        self._rng = random.Random(os.urandom(8))
+
+    def schedule(self) -> SchedulerOutput:
+        out = super().schedule()
+        items = list(out.num_scheduled_tokens.items())
+        if items and self._rng.random() < 0.2:
+            rid, n = items[-1]
+            items[-1] = (rid, n + 1)
+            return SchedulerOutput(
+                dict(items),
+                out.scheduled_new_reqs,
+                out.scheduled_cached_reqs,
+                out.scheduled_spec_decode_tokens,
+                out.preempted_req_ids,
+                out.finished_req_ids,
+            )
+        return out
+
+
+def coin_flip(config: SchedulerConfig) -> ReferenceEngine:
+    return _CoinFlip(config)
+
+
+class _Mutating(ReferenceEngine):
+    """Correct decisions, but it clears the grant dict it returned once the step is absorbed.
+
+    An engine that reuses its output buffers does this. A harness that reads
+    the output after `update_from_output` would see empty grants and report
+    a divergence the engine never made.
+    """
+
+    name = "mutating"
+
+    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> Any:
+        finished = super().update_from_output(output, model_output)
+        if isinstance(self._last, SchedulerOutput):
+            self._last.num_scheduled_tokens.clear()  # type: ignore[attr-defined]
+        return finished
+
+    def schedule(self) -> SchedulerOutput:
+        self._last = super().schedule()
+        return self._last
+
+
+def mutating(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mutating(config)
+
+
+_made = 0
+
+
+def every_second_run_differs(config: SchedulerConfig) -> ReferenceEngine:
+    """Right on its 1st, 3rd, ... run in a process, one token off on the 2nd, 4th, ...: flaky, but predictably so.
+
+    A random engine shows nondeterminism only by luck; this one shows it to
+    the determinism re-run of the very first workload, every time.
+    """
+    from .planted import PerturbedEngine
+
+    global _made
+    _made += 1
+    return ReferenceEngine(config) if _made % 2 else PerturbedEngine(config, "tokens", 1)

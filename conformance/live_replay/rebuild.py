@@ -1,0 +1,257 @@
+"""Rebuilding a live capture's workload, and its steps as records: the first half of `replay-live`.
+
+See `live_replay.py` for how each part of the workload is recovered from the capture's lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ...spec.errors import SpecError
+from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.request import Request, RequestStatus
+from ...spec.trace import FinishedRequest, StateSummary, StepRecord
+from ...spec.workload import DEFAULT_FILLER_TOKEN_ID, Abort, Workload, WorkloadRequest
+from .capture import Line, Session
+
+
+@dataclass
+class _LoopStep:
+    """One step of the engine loop as the capture shows it."""
+
+    adds: list[Line] = field(default_factory=list)
+    aborts: list[Line] = field(default_factory=list)
+    schedule: Line | None = None
+    update: Line | None = None
+    drafts: Line | None = None
+
+
+def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
+    """The capture's lines cut into engine-loop steps; an incomplete last step is left out."""
+    out: list[_LoopStep] = []
+    cur, schedules, pending = _LoopStep(), 0, set()
+    for line in s.lines:
+        kind, d = line.kind, line.data
+        if kind in ("add", "abort", "schedule") and (cur.schedule or cur.update) or kind == "update" and cur.update:
+            out.append(cur)
+            cur = _LoopStep()
+        if kind in ("add", "abort", "schedule") and d["step"] != schedules:
+            raise SpecError(line.at(f"{kind}.step"), d["step"], f"must be {schedules}, the schedule() calls before it")
+        if kind == "add":
+            cur.adds.append(line)
+        elif kind == "abort":
+            cur.aborts.append(line)
+        elif kind == "schedule":
+            cur.schedule, schedules = line, schedules + 1
+            pending.add(d["step"])
+        elif kind == "update":
+            if d["of_step"] not in pending or d["of_step"] > d["step"]:
+                raise SpecError(
+                    line.at("update.of_step"), d["of_step"], "names no schedule() still awaiting its output"
+                )
+            if not s.config.async_scheduling and cur.schedule is None:
+                raise SpecError(line.at("update"), d["of_step"], "must follow its step's schedule (synchronous)")
+            pending.discard(d["of_step"])
+            cur.update = line
+        elif kind == "drafts":
+            cur.drafts = line
+    out.append(cur)
+    last = out[-1]
+    incomplete = last.update is None and (last.schedule is None or not s.config.async_scheduling or s.truncated)
+    if incomplete or (s.end is not None and s.end.data["reason"] == "capture-full" and last.update is None):
+        out.pop()
+        if last.schedule is not None or last.update is not None:
+            notes.append(f"the last step ({len(out)}) is incomplete in the capture and is not replayed")
+    return out
+
+
+def rebuild(s: Session) -> tuple[Workload, list[StepRecord], set[int], list[str]]:
+    """The session's workload, its captured steps as records, the steps whose sampled tokens the capture
+    holds (an output still in flight at the end has none), and notes on what could not be kept exactly."""
+    notes: list[str] = []
+    loop = _loop_steps(s, notes)
+    requests: dict[str, tuple[Request, int, Line]] = {}
+    aborts: list[Abort] = []
+    outputs: dict[int, SchedulerOutput] = {}  # schedule() index -> its output
+    index_of: dict[int, int] = {}  # schedule() index -> loop step
+    for i, st in enumerate(loop):
+        for line in st.adds:
+            q = _request(line, len(requests))
+            if q.request_id in requests:
+                raise SpecError(line.at("add.request.request_id"), q.request_id, "is added twice")
+            requests[q.request_id] = (q, i, line)
+        for line in st.aborts:
+            aborts += [Abort(i, rid) for rid in line.data["request_ids"]]
+        if st.schedule is not None:
+            outputs[st.schedule.data["step"]] = SchedulerOutput.from_json(st.schedule.data["output"])
+            index_of[st.schedule.data["step"]] = i
+    prompt = {rid: q.num_prompt_tokens for rid, (q, _, _) in requests.items()}
+    planted: dict[str, dict[int, int]] = {rid: {} for rid in requests}
+    positions: dict[tuple[int, str], int] = {}
+    for st in loop:
+        if st.update is None:
+            continue
+        u = st.update
+        out = outputs[u.data["of_step"]]
+        for rid, toks in u.data["sampled"].items():
+            if not toks:
+                continue
+            pos = _position(out, rid, prompt, u)
+            positions[(u.data["of_step"], rid)] = pos
+            for j, t in enumerate(toks):  # the first sample at a position stays: a later step that disagrees diverges
+                old = planted[rid].setdefault(pos + j, t)
+                if old != t:
+                    notes.append(f"{rid} sampled {old} then {t} at output position {pos + j}: the replay plants {old}")
+
+    def truth(rid: str, pos: int) -> int:
+        return planted[rid].get(pos, DEFAULT_FILLER_TOKEN_ID)
+
+    proposals: dict[str, list[tuple[int, int]]] = {rid: [] for rid in requests}
+    if s.config.num_speculative_tokens > 0 and not s.config.async_scheduling:
+        for st in loop:
+            if st.update is None:
+                continue
+            finished = st.update.data.get("finished", {})
+            drafts = st.drafts.data["draft_token_ids"] if st.drafts is not None else {}
+            for rid, toks in st.update.data["sampled"].items():
+                if not toks or rid in finished:
+                    continue
+                proposed = drafts.get(rid, [])
+                start = positions[(st.update.data["of_step"], rid)] + len(toks)
+                proposals[rid].append(
+                    (len(proposed), _leading(proposed, [truth(rid, start + j) for j in range(len(proposed))]))
+                )
+    workload = _workload(s, loop, requests, aborts, planted, proposals)
+    captured = [_record(i, st, outputs, index_of, loop, s, prompt, truth) for i, st in enumerate(loop)]
+    known = {index_of[st.update.data["of_step"]] for st in loop if st.update is not None}
+    return workload, captured, known, notes
+
+
+def _request(line: Line, index: int) -> Request:
+    return Request.from_json(line.data["request"], default_arrival_time=index)
+
+
+def _position(out: SchedulerOutput, rid: str, prompt: Mapping[str, int], u: Line) -> int:
+    """The output position the fake model samples `rid` at in the step of `out`: `C - drafts - prompt`."""
+    before = _computed_before(out)
+    if rid not in out.num_scheduled_tokens or rid not in before or rid not in prompt:
+        raise SpecError(
+            u.at(f"update.sampled.{rid}"), rid, f"names a request step {u.data['of_step']} did not schedule"
+        )
+    pos = before[rid] + out.num_scheduled_tokens[rid] - len(out.scheduled_spec_decode_tokens.get(rid, ())) - prompt[rid]
+    if pos < 0:
+        raise SpecError(
+            u.at(f"update.sampled.{rid}"), pos, "is sampled inside the prompt (a partial prefill samples nothing)"
+        )
+    return pos
+
+
+def _leading(drafts: Any, truths: list[int]) -> int:
+    n = 0
+    while n < len(drafts) and drafts[n] == truths[n]:
+        n += 1
+    return n
+
+
+def _workload(
+    s: Session,
+    loop: list[_LoopStep],
+    requests: Mapping[str, tuple[Request, int, Line]],
+    aborts: list[Abort],
+    planted: Mapping[str, Mapping[int, int]],
+    proposals: Mapping[str, list[tuple[int, int]]],
+) -> Workload:
+    reqs = tuple(
+        WorkloadRequest(
+            q,
+            step,
+            tuple(planted[rid].get(p, DEFAULT_FILLER_TOKEN_ID) for p in range(max(planted[rid], default=-1) + 1)),
+            tuple(proposals[rid]),
+        )
+        for rid, (q, step, _) in requests.items()
+    )
+    lines = [line for _, _, line in requests.values()]
+    try:
+        return Workload(
+            s.config,
+            reqs,
+            tuple(aborts),
+            name=f"live-{s.id[:12]}",
+            description=f"rebuilt from the live capture {s.header.path}, session {s.id}",
+            max_steps=max(1, len(loop)),
+        )
+    except SpecError as e:  # name the capture's line, not the rebuilt workload's index
+        head, _, rest = e.where.partition("]")
+        if head.startswith("workload.requests["):
+            raise SpecError(
+                lines[int(head[len("workload.requests[") :])].at("add.request" + rest), e.value, e.why
+            ) from None
+        raise SpecError(f"{s.header.path}: {e.where}", e.value, e.why) from None
+
+
+def _record(
+    i: int,
+    st: _LoopStep,
+    outputs: Mapping[int, SchedulerOutput],
+    index_of: Mapping[int, int],
+    loop: list[_LoopStep],
+    s: Session,
+    prompt: Mapping[str, int],
+    truth: Any,
+) -> StepRecord:
+    """The captured step as a record: no state summary; sampled tokens from the update that absorbed it."""
+    output = SchedulerOutput()
+    sampled: dict[str, tuple[int, ...]] = {}
+    if st.schedule is not None:
+        n = st.schedule.data["step"]
+        output = _drafter_spelling(outputs[n], prompt, truth) if not s.config.async_scheduling else outputs[n]
+        absorbed = next((x.update for x in loop if x.update is not None and x.update.data["of_step"] == n), None)
+        if absorbed is not None:
+            sampled = {rid: tuple(t) for rid, t in absorbed.data["sampled"].items() if t}
+    finished = {rid: _finished(f) for line in st.aborts for rid, f in line.data.get("finished", {}).items()}
+    if st.update is not None:
+        finished.update({rid: _finished(f) for rid, f in st.update.data.get("finished", {}).items()})
+    return StepRecord(
+        i,
+        tuple(line.data["request"]["request_id"] for line in st.adds),
+        tuple(rid for line in st.aborts for rid in line.data["request_ids"]),
+        output,
+        ModelRunnerOutput(sampled),
+        StateSummary(),
+        finished,
+        updated_step=None if st.update is None else index_of[st.update.data["of_step"]],
+        draft_token_ids={}
+        if st.drafts is None
+        else {k: tuple(v) for k, v in st.drafts.data["draft_token_ids"].items()},
+        scheduled=st.schedule is not None,
+    )
+
+
+def _finished(d: Mapping[str, Any]) -> FinishedRequest:
+    return FinishedRequest(RequestStatus[d["status"]], tuple(d["output_token_ids"]))
+
+
+def _drafter_spelling(out: SchedulerOutput, prompt: Mapping[str, int], truth: Any) -> SchedulerOutput:
+    """Scheduled drafts as the spec's Drafter spells them: accepted ones are the true token, the rest true + 1."""
+    if not out.scheduled_spec_decode_tokens:
+        return out
+    before = _computed_before(out)
+    spelled = {}
+    for rid, drafts in out.scheduled_spec_decode_tokens.items():
+        if rid not in before or rid not in prompt or any(t < 0 for t in drafts):
+            spelled[rid] = drafts  # placeholders (-1) and ids the checks below report stay as written
+            continue
+        pos = before[rid] + out.num_scheduled_tokens.get(rid, 0) - len(drafts) - prompt[rid]
+        truths = [truth(rid, pos + j) for j in range(len(drafts))]
+        accepted = _leading(drafts, truths)
+        spelled[rid] = tuple(t if j < accepted else t + 1 for j, t in enumerate(truths))
+    return replace(out, scheduled_spec_decode_tokens=spelled)
+
+
+def _computed_before(out: SchedulerOutput) -> dict[str, int]:
+    """Each scheduled request's num_computed_tokens before the step's advance (a new one's: its prefix hit)."""
+    before = {r.req_id: r.num_computed_tokens for r in out.scheduled_new_reqs}
+    before.update({r.req_id: r.num_computed_tokens for r in out.scheduled_cached_reqs})
+    return before

@@ -1,0 +1,7 @@
+"""The workloads a campaign draws: sixteen families, each a seeded generator.
+
+`families.py` is the catalogue and the per-release mapping (`at_release`);
+`edges.py` and `mixed.py` hold the edge and mixed families, registered by
+`families.py`; `strategies.py` gives the same draws as Hypothesis strategies.
+Imports no room: a workload is spec data.
+"""
