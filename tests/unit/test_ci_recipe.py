@@ -281,3 +281,9 @@ def test_the_nightly_command_is_the_documented_one_and_runs_the_slow_tier():
     assert done.returncode == 0, done.stdout[-2000:]
     slow_files = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "slow").glob("test_*.py")}
     assert slow_files <= files, sorted(slow_files - files)
+
+
+def test_the_repository_tracks_no_venv():
+    """A venv (or a link to one) in git would land in every clone, where `.ci/run` must build its own."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert not [p for p in tracked.splitlines() if p.split("/")[0].startswith(".venv")]
