@@ -235,7 +235,7 @@ def private_imports(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("schedspec")):
             found += [
-                f"{where}:{node.lineno} imports {'.' * node.level}{node.module or ''}.{a.name}"
+                f"{where}, line {node.lineno}: imports {'.' * node.level}{node.module or ''}.{a.name}"
                 for a in node.names
                 if private(a.name)
             ]
@@ -243,7 +243,7 @@ def private_imports(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             modules |= {a.asname for a in node.names if a.name.startswith("schedspec") and a.asname}
     found += [
-        f"{where}:{node.lineno} uses {node.value.id}.{node.attr}"
+        f"{where}, line {node.lineno}: uses {node.value.id}.{node.attr}"
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
         if node.value.id in modules and private(node.attr)
@@ -263,4 +263,7 @@ def test_the_private_name_check_sees_a_planted_import(tmp_path):
     planted.write_text(
         "from . import differ\n\n\ndef f():\n    from .differ import _helper, public\n    differ._run()\n"
     )
-    assert private_imports(planted) == ["planted.py:5 imports .differ._helper", "planted.py:6 uses differ._run"]
+    assert private_imports(planted) == [
+        "planted.py, line 5: imports .differ._helper",
+        "planted.py, line 6: uses differ._run",
+    ]
