@@ -1,8 +1,8 @@
 """Our child processes die with their parent: no worker, engine host or vLLM driver outlives a killed run.
 
 A campaign's processes form a tree: `certify`, its pool workers
-(`workers.py`), each worker's isolated engine host (`engines/host.py`) and
-vLLM driver (`vllm_env/driver.py`). When `certify` is interrupted it kills
+(`harness/workers.py`), each worker's isolated engine host (`host.py`, beside
+this module) and vLLM driver (`vllm_env/driver.py`). When `certify` is interrupted it kills
 its workers, but a worker killed with SIGKILL cannot pass that on, and a
 host stuck inside a hanging engine never reads the EOF that would end it.
 Linux's `PR_SET_PDEATHSIG` has the kernel send SIGKILL to a process as

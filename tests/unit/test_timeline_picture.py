@@ -3,7 +3,7 @@
 `plot.draw` draws each lane's parts of one kind as one artist tagged `gid="kind:request"`; `_parts` reads the
 steps back from the artists' geometry (a bar's left edge, a line segment's ends, a mark's x). So a test can ask:
 is there a bar for every grant of the run, a mark for every admission, preemption, resumption and finish, at
-the step the trace says, and a legend entry for each kind drawn? `seed-preemption` is the README's picture:
+the step the trace says, and a legend entry for each kind drawn? `seed-preemption` is the picture of docs/commands.md:
 four requests, two preemptions, 76 steps of which about 70 are 1-4 token decodes.
 """
 
