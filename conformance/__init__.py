@@ -11,7 +11,7 @@ ones included; outside `conformance`, the README's layout table rules):
 
 | room | holds | may import |
 | --- | --- | --- |
-| `workloads/` | the workload families a campaign draws, their edge and mixed draws, and Hypothesis strategies over them | no room |
+| `workloads/` | the workload families a campaign draws, their edge and mixed draws, Hypothesis strategies over them, and the built-in workloads | no room |
 | `engines/` | how an engine spec string becomes a factory (`registry.py`), the isolated engine host, the vLLM driver adapters and venvs, answers snapshotted into spec types, and the lifeline that makes child processes die with their parent | no room |
 | `demo_engines/` | engines that are wrong on purpose: planted divergences, misbehaving programs (hang, die, malformed), mutants as engines | no room |
 | `harness/` | the lock-step differ and its comparison levels, counterexample files, shrinking, the first-difference explanation, and crash-proof worker pools | `engines` |

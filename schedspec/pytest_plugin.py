@@ -113,7 +113,7 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
     ) -> dict[str, Any]:
         from .conformance.campaign import certify as cert_mod
         from .conformance.engines.registry import vllm_source_engine
-        from .conformance_cmds import write_timelines
+        from .render.counterexample_timelines import write_timelines
         from .spec.errors import SpecError
 
         name, error = engine_name(engine), None

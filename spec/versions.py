@@ -36,7 +36,7 @@ class Variant:
     before: str  # the behaviour of the releases before `since`
     after: str  # the behaviour from `since` on
     vllm: str  # where it lives in vLLM, file.py:function
-    workload: str  # a built-in workload that shows the difference (`schedspec.workloads.BUILTIN`)
+    workload: str  # a built-in workload that shows the difference (`schedspec.conformance.workloads.builtin.BUILTIN`)
 
     @property
     def config_only(self) -> bool:

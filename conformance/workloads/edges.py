@@ -8,7 +8,7 @@ the other families reached `padding-needs-room-to-sample` zero times, so a
 changelog between 0.28.0 and 0.29.0 could not have seen it. These shapes
 put the scheduler on each edge, with the sizes (block size, k, the number
 of blocks hit, L, arrivals) drawn, so a campaign meets each rule at many
-points rather than at one canned workload (`schedspec/version_workloads.py`
+points rather than at one canned workload (`conformance/workloads/release_examples.py`
 keeps those, one per rule, for the docs and the tests):
 
 * `one-token-admission`: request `a` leaves m whole blocks cached and

@@ -14,8 +14,8 @@ from schedspec.cli import main
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS, at
 from schedspec.reference_impl import ReferenceEngine
-from schedspec.version_workloads import VERSION_WORKLOADS, at
 
 RELEASE = "0.28.0"
 needs_venv = pytest.mark.skipif(

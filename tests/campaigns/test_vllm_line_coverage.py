@@ -17,8 +17,8 @@ from schedspec.conformance.changelog.source_hunks import changed_hunks, load_lin
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS
 from schedspec.reference_impl import ReferenceEngine
-from schedspec.version_workloads import VERSION_WORKLOADS
 
 pytestmark = pytest.mark.skipif(
     not vllm_venv_ready(), reason="no vLLM venv: run conformance/vllm_env/setup_vllm_ref.sh"

@@ -13,8 +13,8 @@ import pytest
 from schedspec.conformance.demo_engines.planted import perturbed
 from schedspec.conformance.harness.differ import diff
 from schedspec.conformance.harness.shrink import shrink, size
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import ReferenceEngine
-from schedspec.workloads import BUILTIN
 
 CASES = [
     # field, step, reported field, shrunk size

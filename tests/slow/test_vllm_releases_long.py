@@ -4,7 +4,7 @@ Run with `.venv/bin/python -m pytest -m slow tests/slow/test_vllm_releases_long.
 `.venv-vllm-<V>` for each release (about 2 minutes and 1.5 GB each, package registries needed); later runs
 reuse them (`schedspec venvs --remove all` gives the space back).
 
-Three things per release: each variant workload (`schedspec/version_workloads.py`) runs identically on the
+Three things per release: each variant workload (`conformance/workloads/release_examples.py`) runs identically on the
 release and on the reference at that release, on both sides of every rule; a campaign certifies the
 release strictly (no `--allow-divergence`); and `schedspec changelog` between neighbours explains every
 difference it finds.
@@ -18,9 +18,9 @@ from schedspec.cli import main
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import ensure_vllm_venv
 from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS, at
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.versions import RELEASES
-from schedspec.version_workloads import VERSION_WORKLOADS, at
 
 OLDER = RELEASES[:-1]
 

@@ -14,13 +14,13 @@ import json
 import pytest
 
 from schedspec.cli import main
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError
 from schedspec.spec.request import Request
 from schedspec.spec.workload import Abort, Workload, WorkloadRequest, check_runnable
-from schedspec.workloads import BUILTIN
 
 
 def one_line_error(capsys, argv: list[str]) -> str:

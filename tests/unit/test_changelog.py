@@ -16,10 +16,10 @@ from schedspec.cli import main
 from schedspec.conformance.changelog.clusters import Cluster, explain, variants_between
 from schedspec.conformance.harness.counterexample import Counterexample
 from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS, at
 from schedspec.reference_impl import ReferenceEngine, Scheduler, derived_engine
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.versions import BY_NAME, RELEASES, VARIANTS
-from schedspec.version_workloads import VERSION_WORKLOADS, at
 
 
 def release(version: str):

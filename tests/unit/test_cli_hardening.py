@@ -10,9 +10,8 @@ import os
 
 import pytest
 
-from schedspec import mutants_cmd
-from schedspec.cli import main
-from schedspec.mutation import BUDGET_SPENT, Kill
+from schedspec.cli import main, mutants as mutants_cmd
+from schedspec.kill_matrix import BUDGET_SPENT, Kill
 from schedspec.proofs.runs import prove
 from schedspec.spec.invariants import BY_NAME
 

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
 from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS
 from schedspec.conformance.workloads.strategies import workloads
 from schedspec.mutants import MUTANTS, applied
 from schedspec.proofs.drift.core import compare
 from schedspec.reference_impl import ReferenceEngine
 from schedspec.spec.engine import fake_model
 from schedspec.spec.versions import RELEASES
-from schedspec.version_workloads import VERSION_WORKLOADS
 
 MAX_LIVE = 10
 CORE = [f for f in FAMILIES if f not in ("prefix-caching", "spec-decode", "async", *MIXED_FAMILIES)]

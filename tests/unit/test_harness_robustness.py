@@ -18,8 +18,8 @@ from schedspec.conformance.demo_engines.misbehaving import SLOW_START_ENV, mutat
 from schedspec.conformance.demo_engines.planted import crashing, hanging, malformed
 from schedspec.conformance.harness.counterexample import Counterexample
 from schedspec.conformance.harness.differ import diff
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import ReferenceEngine
-from schedspec.workloads import BUILTIN
 
 M = "schedspec.conformance.demo_engines.misbehaving:"
 P = "schedspec.conformance.demo_engines.planted:"

@@ -1,8 +1,9 @@
-"""Every import rule of the README's layout table holds, read from the table itself.
+"""Every import rule of the layer table in docs/architecture.md holds, read from the table itself.
 
 The table is the rule ("may import": `spec` imports nothing of ours, the
 torch engine only `spec`, ...). Reading it here, rather than restating it,
-means the README cannot promise a layering the code does not keep. Every
+means the architecture page cannot promise a layering the code does not keep.
+The README's short layout table lists the same folders. Every
 import of ours is found with `ast`, relative or absolute, at module level or
 inside a function: a late import is still a dependency.
 """
@@ -14,14 +15,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LAYERS = ("spec", "reference_impl", "gpu_impl", "mutants", "conformance", "proofs", "live", "schedspec")
 
 
 def allowed_imports() -> dict[str, set[str]]:
-    """folder -> the folders it may import, from the README's layout table."""
-    rows = re.findall(
-        r"^\| `(\w+)/` \| `schedspec[.\w]*` \| [^|]* \| ([^|]*) \|$", (ROOT / "README.md").read_text(), re.M
-    )
+    """folder -> the folders it may import, from the layer table of docs/architecture.md."""
+    rows = re.findall(r"^\| `(\w+)/` \| `schedspec[.\w]*` \| [^|]* \| ([^|]*) \|$", ARCHITECTURE.read_text(), re.M)
     allowed: dict[str, set[str]] = {}
     for folder, rule in rows:
         if "nothing of ours" in rule:
@@ -82,6 +82,11 @@ def sources(folder: str) -> list[Path]:
 def test_the_table_names_every_layer():
     assert set(allowed_imports()) == set(LAYERS)
     assert allowed_imports()["spec"] == set() and allowed_imports()["gpu_impl"] == {"spec"}
+
+
+def test_the_readme_lists_the_same_folders():
+    rows = re.findall(r"^\| `(\w+)/` \| [^|]* \|$", (ROOT / "README.md").read_text(), re.M)
+    assert set(LAYERS) <= set(rows), f"the README's layout table lacks {set(LAYERS) - set(rows)}"
 
 
 @pytest.mark.parametrize("folder", LAYERS)
@@ -151,6 +156,36 @@ def test_the_room_check_sees_a_planted_violation(tmp_path):
     assert room_violations("workloads", {"conformance/workloads/planted.py": found}) == [
         "conformance/workloads/planted.py imports schedspec.conformance.harness.differ"
     ]
+
+
+# ---- the command line apart from the library: nothing outside schedspec/cli imports it --------------------------
+
+
+def cli_importers(imported: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{where} imports {m}" for where, mods in imported.items() for m in mods if m.startswith("schedspec.cli")
+    )
+
+
+def test_nothing_outside_the_cli_imports_it():
+    imported = {
+        str(p.relative_to(ROOT)): imports_of(p, folder)
+        for folder in LAYERS
+        for p in sources(folder)
+        if not p.is_relative_to(ROOT / "schedspec" / "cli")
+    }
+    assert not cli_importers(imported), "\n".join(cli_importers(imported))
+    for room in ("cli", "render"):  # each room says what it holds and may import
+        doc = ast.get_docstring(ast.parse((ROOT / "schedspec" / room / "__init__.py").read_text())) or ""
+        assert "tests/unit/test_layers.py" in doc, f"schedspec/{room}/__init__.py does not state its import rule"
+
+
+def test_the_cli_check_sees_a_planted_import(tmp_path):
+    """A library module that borrows a command's helper, lazily, is refused."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from .cli.certify import CampaignProgress\n")
+    found = imports_of(planted, "schedspec", ["schedspec"])
+    assert cli_importers({"schedspec/planted.py": found}) == ["schedspec/planted.py imports schedspec.cli.certify"]
 
 
 # ---- no import cycle between the modules of one package, not even a lazy or TYPE_CHECKING one ----------------

@@ -10,9 +10,9 @@ import pytest
 
 from helpers import config, make_request, new_state, sched_dict, step
 
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import simulate
 from schedspec.spec.request import RequestStatus
-from schedspec.workloads import BUILTIN
 
 A, B, C, D, E, F, G = (ord(ch) for ch in "ABCDEFG")
 

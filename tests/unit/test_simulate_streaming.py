@@ -15,6 +15,7 @@ import os
 import pytest
 
 from schedspec import cli
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.reference_impl.engine import ENGINE_NAME, simulate_steps
@@ -24,9 +25,8 @@ from schedspec.spec.errors import SpecError
 from schedspec.spec.jsonio import write_json_atomic
 from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
+from schedspec.spec.trace_writer import TraceWriter
 from schedspec.spec.workload import Workload, WorkloadRequest
-from schedspec.tracefile import TraceWriter
-from schedspec.workloads import BUILTIN
 
 D1 = Workload(
     SchedulerConfig(block_size=16, num_gpu_blocks=3),

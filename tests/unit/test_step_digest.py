@@ -4,9 +4,9 @@ finished it, the same row whose queues and free blocks it left, not a step later
 
 from __future__ import annotations
 
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import simulate
-from schedspec.steps import step_digest
-from schedspec.workloads import BUILTIN
+from schedspec.render.step_digest import step_digest
 
 
 def test_a_request_is_finished_in_the_row_that_it_leaves() -> None:

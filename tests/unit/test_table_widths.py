@@ -8,9 +8,9 @@ import io
 import pytest
 from rich.console import Console
 
+from schedspec.kill_matrix import CHECKERS, Budget, Kill
 from schedspec.mutants import MUTANTS
-from schedspec.mutants_cmd import kills_table
-from schedspec.mutation import CHECKERS, Budget, Kill
+from schedspec.render.kill_tables import kills_table
 
 
 @pytest.mark.parametrize("width", [80, 100])
@@ -36,9 +36,9 @@ def test_every_mutant_name_is_printed_whole(width: int) -> None:
 
 @pytest.mark.parametrize("name", ["seed-long-prompt", "seed-preemption"])
 def test_the_simulate_table_fits_100_columns_whole(name: str) -> None:
+    from schedspec.conformance.workloads.builtin import BUILTIN
     from schedspec.reference_impl import simulate
-    from schedspec.report import step_table
-    from schedspec.workloads import BUILTIN
+    from schedspec.render.step_table import step_table
 
     out = io.StringIO()
     Console(file=out, width=100, color_system=None).print(step_table(simulate(BUILTIN[name]())))

@@ -17,10 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from schedspec.plot import DIVERGENCE, MARK_OFFSET, MAX_LANES, draw, lanes  # noqa: E402
+from schedspec.conformance.workloads.builtin import BUILTIN  # noqa: E402
 from schedspec.reference_impl import simulate  # noqa: E402
-from schedspec.steps import views  # noqa: E402
-from schedspec.workloads import BUILTIN  # noqa: E402
+from schedspec.render.step_digest import views  # noqa: E402
+from schedspec.render.timeline import DIVERGENCE, MARK_OFFSET, MAX_LANES, draw, lanes  # noqa: E402
 
 
 def _parts(fig) -> set[str]:

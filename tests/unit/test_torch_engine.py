@@ -23,6 +23,7 @@ import torch
 from schedspec.conformance.campaign import batched
 from schedspec.conformance.campaign.certify import Options, certify, plan
 from schedspec.conformance.harness.differ import compare_records, diff
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.gpu_impl import device as device_mod
 from schedspec.gpu_impl.batch import run_batch
@@ -33,7 +34,6 @@ from schedspec.spec.engine import run
 from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
 from schedspec.spec.workload import Abort, Workload, WorkloadRequest
-from schedspec.workloads import BUILTIN
 
 GPU_IMPL = Path(__file__).resolve().parents[2] / "gpu_impl"
 

@@ -20,6 +20,7 @@ import pytest
 from test_torch_engine import assert_same
 
 from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS, at
 from schedspec.gpu_impl.batch import build_state, run_batch
 from schedspec.gpu_impl.engine import TorchEngine
 from schedspec.gpu_impl.state import release_column
@@ -30,7 +31,6 @@ from schedspec.spec.errors import SpecError
 from schedspec.spec.request import Request
 from schedspec.spec.versions import DEFAULT_RELEASE, RELEASES, VARIANTS, holds, problem
 from schedspec.spec.workload import Abort, Workload, WorkloadRequest
-from schedspec.version_workloads import VERSION_WORKLOADS, at
 
 OLDER = tuple(r for r in RELEASES if r != DEFAULT_RELEASE)
 PER_FAMILY = 3  # generated workloads per family and older release

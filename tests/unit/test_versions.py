@@ -1,7 +1,7 @@
 """One switch per release: the config's `vllm_version` moves the reference and the monitors together.
 
 Each variant of `spec/versions.py` has a workload that shows it
-(`schedspec/version_workloads.py`). Here the reference runs it on both
+(`conformance/workloads/release_examples.py`). Here the reference runs it on both
 sides of the release that changed the rule, and the difference is pinned;
 the monitors, given the same release, pass the reference's trace and
 flag the other side's. That the real releases behave so is
@@ -19,6 +19,7 @@ import pytest
 
 from schedspec.cli import main
 from schedspec.conformance.workloads.families import FAMILIES, generate
+from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS, at
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError
@@ -26,7 +27,6 @@ from schedspec.spec.invariants import check_trace
 from schedspec.spec.trace import Trace
 from schedspec.spec.versions import BY_NAME, DEFAULT_RELEASE, RELEASES, VARIANTS, holds, known_violation, release_key
 from schedspec.spec.workload import Workload
-from schedspec.version_workloads import VERSION_WORKLOADS, at
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "versions.md"
 SHOWN = [v for v in VARIANTS if v.workload]

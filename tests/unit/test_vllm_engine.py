@@ -20,12 +20,12 @@ import pytest
 
 from schedspec.conformance.engines.vllm import STAMP_NAME, VllmEngine, ensure_vllm_venv, vllm_venv_ready
 from schedspec.conformance.engines.vllm_pool import SharedDriverFactory, vllm_engine_factory
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.engine import run
 from schedspec.spec.errors import SpecError
 from schedspec.spec.trace import Trace
-from schedspec.workloads import BUILTIN
 
 needs_vllm = pytest.mark.skipif(
     not vllm_venv_ready(), reason="no vLLM venv; build it with conformance/vllm_env/setup_vllm_ref.sh"

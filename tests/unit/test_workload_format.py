@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import SpecError
 from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
 from schedspec.spec.workload import Abort, Workload, WorkloadRequest
-from schedspec.workloads import BUILTIN
 
 
 def base_json() -> dict:

@@ -26,21 +26,21 @@ from typing import Any
 
 from rich.console import Console
 
+from ..conformance.harness.compare import LEVELS
+from ..conformance.workloads.families import FAMILIES
+from ..outdir import OutDir
+from ..spec.errors import SpecError
+from ..spec.jsonio import write_bytes_atomic, write_json_atomic
+from ..spec.versions import KNOWN_VIOLATIONS, release_key
 from .argparsing import Subcommands
-from .conformance.harness.compare import LEVELS
-from .conformance.workloads.families import FAMILIES
-from .outdir import OutDir
-from .spec.errors import SpecError
-from .spec.jsonio import write_bytes_atomic, write_json_atomic
-from .spec.versions import KNOWN_VIOLATIONS, release_key
 
 OUTPUTS = ("changelog.md", "changelog.json")
 PATTERNS = ("counterexample-*.json", "counterexample-*.png")
 
 
 def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
-    from .conformance.campaign.certify import Options, certify
-    from .conformance.changelog.clusters import (
+    from ..conformance.campaign.certify import Options, certify
+    from ..conformance.changelog.clusters import (
         check_sides,
         cluster,
         engine_side,
@@ -48,8 +48,8 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
         side_factories,
         variants_between,
     )
-    from .conformance.changelog.hunk_reach import measuring, source_reach
-    from .conformance.harness.counterexample import Counterexample
+    from ..conformance.changelog.hunk_reach import measuring, source_reach
+    from ..conformance.harness.counterexample import Counterexample
 
     side_a = release_side(args.a, "A")
     if args.engine_b is not None:
@@ -178,7 +178,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
 
 def _hunks(reaches: Any, asked: bool, a: str, b: str) -> tuple[list[str], dict[str, Any] | None]:
     """The changelog's limit: the scheduler's changed hunks from A to B that no workload of the campaign ran."""
-    from .conformance.changelog.source_hunks import unreached_json, unreached_markdown
+    from ..conformance.changelog.source_hunks import unreached_json, unreached_markdown
 
     head = ["", f"## Changed scheduler source from {a} to {b} that no workload reached", ""]
     if reaches is None:
@@ -192,15 +192,15 @@ def _hunks(reaches: Any, asked: bool, a: str, b: str) -> tuple[list[str], dict[s
 
 
 def _tree_info(engine: str) -> dict[str, Any]:
-    from .conformance.engines.registry import vllm_source_of
-    from .conformance.engines.vllm_source import vllm_source_info
+    from ..conformance.engines.registry import vllm_source_of
+    from ..conformance.engines.vllm_source import vllm_source_info
 
     return vllm_source_info(vllm_source_of(engine) or "")
 
 
 def _timelines(clusters: list[Any], out_dir: str, engine_b: str) -> dict[int, str]:
     """A PNG of both releases' runs beside each cluster's counterexample; one that cannot be drawn is skipped."""
-    from .conformance_cmds import plot_pair
+    from ..render.counterexample_timelines import plot_pair
 
     drawn: dict[int, str] = {}
     for c in clusters:

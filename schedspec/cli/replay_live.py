@@ -20,28 +20,28 @@ from typing import Any
 
 from rich.console import Console
 
+from ..conformance.campaign.certificate_text import markdown
+from ..conformance.campaign.certify import OUTPUT_NAMES, verdict, write_outputs
+from ..conformance.campaign.coverage import BEHAVIOURS, coverage
+from ..conformance.campaign.coverage_map import cells, summary
+from ..conformance.campaign.task import WorkloadResult
+from ..conformance.engines.registry import engine_version
+from ..conformance.harness.compare import LEVELS
+from ..conformance.harness.counterexample import Counterexample
+from ..conformance.harness.explain import WINDOW, side_by_side
+from ..conformance.live_replay.replay import LiveReplay, replay_live
+from ..spec.jsonio import write_json_atomic
+from ..spec.trace import Trace
+from ..spec.versions import RELEASES
 from .argparsing import Subcommands
-from .conformance.campaign.certificate_text import markdown
-from .conformance.campaign.certify import OUTPUT_NAMES, verdict, write_outputs
-from .conformance.campaign.coverage import BEHAVIOURS, coverage
-from .conformance.campaign.coverage_map import cells, summary
-from .conformance.campaign.task import WorkloadResult
-from .conformance.engines.registry import engine_version
-from .conformance.harness.compare import LEVELS
-from .conformance.harness.counterexample import Counterexample
-from .conformance.harness.explain import WINDOW, side_by_side
-from .conformance.live_replay.replay import LiveReplay, replay_live
-from .spec.jsonio import write_json_atomic
-from .spec.trace import Trace
-from .spec.versions import RELEASES
 
 EXIT_PASSED, EXIT_DIVERGED = 0, 1
 WORKLOAD, COUNTEREXAMPLE, TIMELINE = "workload.json", "counterexample-live.json", "timeline.png"
 
 
 def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
-    from .outdir import OutDir
-    from .spec.errors import SpecError
+    from ..outdir import OutDir
+    from ..spec.errors import SpecError
 
     if args.plot and not args.out:
         raise SpecError("--plot", True, "needs --out DIR: the timeline is written there as timeline.png")
@@ -69,7 +69,7 @@ def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
     if d is None:
         say(f"no divergence: the reference agrees with the capture on all {result.steps_compared} steps", style="green")
     else:
-        from .conformance_cmds import rich_side_by_side
+        from ..render.side_by_side import rich_side_by_side
 
         console.print(
             rich_side_by_side(side_by_side(result.reference, result.captured, d, args.window), "reference", "live")
@@ -100,7 +100,7 @@ def write_report(result: LiveReplay, out_dir: str, elapsed: float, plot: bool) -
         written.append(cx_file)
     cert, results = certificate(result, elapsed, cx_file)
     if plot:
-        from .plot import plot_timelines
+        from ..render.timeline import plot_timelines
 
         png = os.path.join(out_dir, TIMELINE)
         traces = [
@@ -115,7 +115,7 @@ def write_report(result: LiveReplay, out_dir: str, elapsed: float, plot: bool) -
     paths = write_outputs(out_dir, cert, results)
     text = markdown(cert)  # certify's Markdown; its campaign line becomes the capture's
     text = "\n".join(_capture_lines(cert) if line.startswith("- campaign:") else line for line in text.split("\n"))
-    from .spec.jsonio import write_bytes_atomic
+    from ..spec.jsonio import write_bytes_atomic
 
     write_bytes_atomic(paths[1], text.encode())
     return written + paths

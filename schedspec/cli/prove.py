@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from ..outdir import OutDir
+from ..render.step_table import add_name_column
+from ..spec.errors import SpecError
+from ..spec.invariants import DECISION_ROWS, DECISIONS, INVARIANTS, PROVABLE
 from .argparsing import Subcommands
-from .outdir import OutDir
-from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
-from .report import add_name_column
-from .spec.errors import SpecError
-from .spec.invariants import DECISION_ROWS, DECISIONS, INVARIANTS, PROVABLE
+from .run_options import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 
 if TYPE_CHECKING:
-    from .proofs.runs.prove import Job, Result
+    from ..proofs.runs.prove import Job, Result
 
 MARK = {
     "proved": "[green]proved",
@@ -69,7 +69,7 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         if name in DECISION_ROW_NAMES and args.feature:
             raise SpecError("--invariant", name, "is a decision invariant, whose row form is of the core scope only")
     if args.mutant:
-        from .mutants import BY_NAME as MUTANTS
+        from ..mutants import BY_NAME as MUTANTS
 
         if args.mutant not in MUTANTS:
             raise SpecError("--mutant", args.mutant, f"must be one of {', '.join(MUTANTS)}")
@@ -77,12 +77,12 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         raise SpecError("--max-requests", args.max_requests, "must be >= 1")
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
-    from .spec.versions import RELEASES
+    from ..spec.versions import RELEASES
 
     if args.vllm_version not in RELEASES:
         raise SpecError("--vllm-version", args.vllm_version, f"must be one of {', '.join(RELEASES)}")
     if args.feature:
-        from .proofs.runs.features import refusal
+        from ..proofs.runs.features import refusal
 
         why = refusal(tuple(args.feature), args.vllm_version)
         if why is not None:
@@ -121,10 +121,10 @@ def _run(todo: Sequence[Job], run_job: Callable[[Job], Result], jobs: int) -> li
 
 
 def cmd_prove(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.runs.report import write_state_counterexample
+    from ..proofs.runs.report import write_state_counterexample
 
     if args.every_n:
-        from .every_n_cmd import cmd_every_n
+        from .prove_every_n import cmd_every_n
 
         if args.decisions:
             raise SpecError("--every-n", "--decisions", "the proofs for every N do not take the decision invariants")
@@ -138,7 +138,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     jobs: Callable[[int, list[str], list[str], float, str | None], Sequence[Job]]
     run_job: Callable[[Any], Result]
     if args.feature:  # feature mode (proofs/runs/features.py): its own encoding, N <= 4 by default
-        from .proofs.runs.features import jobs as feature_jobs, run_job
+        from ..proofs.runs.features import jobs as feature_jobs, run_job
 
         jobs = lambda n, invariants, policies, timeout_s, mutant: feature_jobs(  # noqa: E731
             n,
@@ -150,7 +150,7 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
             release=args.vllm_version,
         )
     else:
-        from .proofs.runs.prove import jobs as core_jobs, run_job
+        from ..proofs.runs.prove import jobs as core_jobs, run_job
 
         jobs = lambda n, invariants, policies, timeout_s, mutant: core_jobs(  # noqa: E731
             n, invariants, policies, timeout_s, mutant, release=args.vllm_version
@@ -224,8 +224,8 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
     )
     status = _verdict(counts, args.allow_unknown)
     if with_every_n:
-        from .every_n_cmd import failed, run_and_print
-        from .proofs.runs.every_n import EVERY_N
+        from ..proofs.runs.every_n import EVERY_N
+        from .prove_every_n import failed, run_and_print
 
         chosen = [n for n in names if n in EVERY_N]
         if chosen and failed(run_and_print(chosen, policies, args, console), args.allow_unknown):

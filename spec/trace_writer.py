@@ -28,8 +28,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
-from .spec.trace import TRACE_VERSION, StepRecord
-from .spec.workload import Workload
+from .trace import TRACE_VERSION, StepRecord
+from .workload import Workload
 
 _STEP_INDENT = "  "  # a step is an item of "steps", a key of the top object: two levels of indent=1
 

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from .conformance.search.budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT, SearchCut, z3_rlimit
 from .conformance.search.subject import Subject, of_mutant
+from .mutants import EQUIVALENT, MUTANTS
 
 if TYPE_CHECKING:
     from .spec.workload import Workload
@@ -243,8 +244,6 @@ Cell = tuple[str, str, Budget, str | None]  # (mutant or engine name, checker, b
 @cache
 def _subjects(source: str | None) -> dict[str, Subject]:
     if source is None:
-        from .mutants import MUTANTS
-
         return {m.name: of_mutant(m) for m in MUTANTS}
     from .conformance.search.user_mutants import load
 
@@ -261,3 +260,24 @@ def run_cell(cell: Cell) -> Kill:
         return Kill(
             name, checker, False, f"checker error: {type(e).__name__}: {e}"[:120], time.perf_counter() - t0, None
         )
+
+
+@dataclass(frozen=True)
+class Roster:
+    """What is scored: the catalogue's mutants, or a `--from` module's engines, with their origins and arguments."""
+
+    names: list[str]  # in table order
+    origin: dict[str, str]
+    equivalent: dict[str, str]
+    source: str | None = None  # the `--from` module
+
+
+def catalogue_roster() -> Roster:
+    return Roster([m.name for m in MUTANTS], {m.name: m.origin for m in MUTANTS}, dict(EQUIVALENT))
+
+
+def module_roster(module: str) -> Roster:
+    from .conformance.search.user_mutants import load
+
+    found = load(module)
+    return Roster(list(found.subjects), dict.fromkeys(found.subjects, module), found.equivalent, module)

@@ -14,9 +14,9 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..conformance.engines.vllm_venvs import built_venvs, remove_venvs, vllm_venv_path
+from ..spec.versions import RELEASES
 from .argparsing import Subcommands
-from .conformance.engines.vllm_venvs import built_venvs, remove_venvs, vllm_venv_path
-from .spec.versions import RELEASES
 
 
 def _gb(size_bytes: int) -> str:

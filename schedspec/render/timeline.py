@@ -26,10 +26,10 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from .spec.jsonio import write_bytes_atomic
-from .spec.trace import Trace
-from .spec.workload import Workload
-from .steps import StepDigest, views
+from ..spec.jsonio import write_bytes_atomic
+from ..spec.trace import Trace
+from ..spec.workload import Workload
+from .step_digest import StepDigest, views
 
 MAX_LANES = 24  # past this many requests, the lanes show the ones with the most events
 BAR_FLOOR = 0.5  # where the token bars start: below the log axis' bottom (0.7), since log(0) has no place

@@ -20,10 +20,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from .outdir import OutDir
-from .proofs.runs.every_n import EveryN
-from .report import add_name_column
-from .spec.errors import SpecError
+from ..outdir import OutDir
+from ..proofs.runs.every_n import EveryN
+from ..render.step_table import add_name_column
+from ..spec.errors import SpecError
 
 MARK = {
     "proved": "[green]proved",
@@ -37,10 +37,10 @@ MARK = {
 
 def run_and_print(names: list[str], policies: list[str], args: argparse.Namespace, console: Console) -> list[EveryN]:
     """The proofs for every N of `names`, under `args.mutant` if any, printed as one table."""
-    from .proofs.runs.every_n import run
+    from ..proofs.runs.every_n import run
 
-    if args.mutant:  # checked by prove_cmd._check_args before anything is written
-        from .mutants import BY_NAME as MUTANTS, applied
+    if args.mutant:  # checked by cli/prove.py (its option checks) before anything is written
+        from ..mutants import BY_NAME as MUTANTS, applied
 
         planted: contextlib.AbstractContextManager[object] = applied(MUTANTS[args.mutant])
     else:
@@ -73,8 +73,8 @@ def failed(results: list[EveryN], allow_unknown: bool) -> bool:
 
 
 def cmd_every_n(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.runs.every_n import EVERY_N
-    from .proofs.runs.report import write_state_counterexample
+    from ..proofs.runs.every_n import EVERY_N
+    from ..proofs.runs.report import write_state_counterexample
 
     names = list(dict.fromkeys(args.invariant or EVERY_N))
     for name in names:

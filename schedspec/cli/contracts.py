@@ -11,73 +11,23 @@ The exit status is 1 if any contract has a confirmed counterexample,
 2 for bad input (an unknown contract or mutant, a bad timeout, an `--out`
 that cannot be written or holds an earlier run's results without `--force`),
 0 otherwise.
-
-The argument checks and the progress lines that `prove` and `mutants`
-share live here too, so the three long commands refuse the same inputs
-with the same words and report progress the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import multiprocessing
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..outdir import OutDir
 from .argparsing import Subcommands
-from .outdir import OutDir
-from .spec.errors import SpecError
+from .run_options import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress
 
 if TYPE_CHECKING:
-    from .proofs.crosshair.runner import ContractResult
-
-# Below 10 ms neither Z3 nor CrossHair does anything before the clock stops (prove's queries get 50 ms
-# anyway), so a smaller value is a typo, not a request. Above 10^6 s (11 days) Z3's timeout, an unsigned
-# 32-bit count of milliseconds, nears overflow. And 0 is refused, not passed on: Z3 reads it as no limit.
-MIN_SECONDS, MAX_SECONDS = 0.01, 1e6
-T = TypeVar("T")  # mypy takes a TypeVar only from an assignment of its own
-R = TypeVar("R")
-
-
-def check_seconds(option: str, value: float) -> None:
-    """A time limit, finite and in range: `nan` compares False with everything and would pass a bare `> 0`."""
-    if not (math.isfinite(value) and MIN_SECONDS <= value <= MAX_SECONDS):
-        raise SpecError(option, value, f"must be a number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS:.0f}")
-
-
-def check_jobs(value: int) -> None:
-    if value < 1:
-        raise SpecError("--jobs", value, "must be >= 1")
-
-
-class _Here:
-    """The pool's `imap_unordered`, run in this process: `--jobs 1` spawns nothing and keeps tracebacks local."""
-
-    def __enter__(self) -> _Here:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def imap_unordered(self, fn: Callable[[T], R], items: Iterable[T], chunksize: int = 1) -> Iterator[R]:
-        return map(fn, items)
-
-
-def worker_pool(jobs: int) -> Any:
-    """Where the work runs. Callers iterate `imap_unordered` (chunksize 1), not `map`: each result comes back as
-    it lands, so progress lines are live, and the jobs still start in the order given."""
-    return multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else _Here()
-
-
-def progress(command: str, line: str) -> None:
-    """One plain line on stderr, flushed: CI logs show it as it happens, with no bar to garble a file."""
-    print(f"{command}: {line}", file=sys.stderr, flush=True)
+    from ..proofs.crosshair.runner import ContractResult
 
 
 _STYLE = {
@@ -114,7 +64,7 @@ def _describe(replay: dict[str, Any] | None) -> str:
 
 
 def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
-    from .proofs.crosshair.runner import CX, ERROR, UNKNOWN, check_mutant, check_names, run_contracts
+    from ..proofs.crosshair.runner import CX, ERROR, UNKNOWN, check_mutant, check_names, run_contracts
 
     check_seconds("--timeout", args.timeout)
     check_jobs(args.jobs)
@@ -159,7 +109,7 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     confirmed = [r for r in results if r.verdict == CX]
     if out:
-        from .spec.jsonio import write_json_atomic
+        from ..spec.jsonio import write_json_atomic
 
         written = [out.file("results.json")]
         write_json_atomic(
@@ -182,7 +132,7 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
     return 1 if confirmed else 0
 
 
-def add_parsers(sub: Subcommands) -> None:
+def add_contracts_parser(sub: Subcommands) -> None:
     p = sub.add_parser("contracts", help="run CrossHair on the reference's contracts (bounded; see docs/crosshair.md)")
     p.add_argument(
         "--timeout",

@@ -1,4 +1,4 @@
-"""The command line's parser classes, apart from `cli.py`, so the command modules can name them without a cycle.
+"""The command line's parser classes, apart from `cli/__init__.py`, so the command modules can name them without a cycle.
 
 `cli.build_parser` imports every command module to add its subcommands;
 those modules need only the type of what they add to (`Subcommands`), which

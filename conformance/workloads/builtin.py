@@ -13,11 +13,11 @@ import os
 import zlib
 from collections.abc import Callable
 
-from .spec.config import Policy, SchedulerConfig
-from .spec.errors import SpecError
-from .spec.request import Request
-from .spec.workload import Workload, WorkloadRequest
-from .version_workloads import VERSION_WORKLOADS
+from ...spec.config import Policy, SchedulerConfig
+from ...spec.errors import SpecError
+from ...spec.request import Request
+from ...spec.workload import Workload, WorkloadRequest
+from .release_examples import VERSION_WORKLOADS
 
 
 def prompt_for(request_id: str, length: int) -> tuple[int, ...]:

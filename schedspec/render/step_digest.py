@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec.trace import StepRecord, Trace
-from .spec.workload import Workload
+from ..spec.trace import StepRecord, Trace
+from ..spec.workload import Workload
 
 
 @dataclass(frozen=True)

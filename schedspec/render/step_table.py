@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-from .spec.trace import StepRecord, Trace
-from .spec.workload import Workload
-from .steps import StepDigest, step_digest
+from ..spec.trace import StepRecord, Trace
+from ..spec.workload import Workload
+from .step_digest import StepDigest, step_digest
 
 MAX_LISTED = 4
 

@@ -26,13 +26,13 @@ from typing import Any
 
 from rich.console import Console
 
+from ..conformance.harness.compare import LEVELS
+from ..conformance.search.budget import DEFAULT_EXAMPLES
+from ..outdir import OutDir
+from ..spec.errors import SpecError
+from ..spec.jsonio import write_json_atomic
 from .argparsing import Subcommands
-from .conformance.harness.compare import LEVELS
-from .conformance.search.budget import DEFAULT_EXAMPLES
-from .outdir import OutDir
-from .proof_cmds import check_seconds, progress
-from .spec.errors import SpecError
-from .spec.jsonio import write_json_atomic
+from .run_options import check_seconds, progress
 
 OUTPUTS = ("hunt.json", "counterexample.json", "workload.json")
 MAX_EXAMPLES = 10_000_000
@@ -50,11 +50,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def cmd_hunt(args: argparse.Namespace, console: Console) -> int:
-    from .conformance.engines.registry import engine_factory, engine_version
-    from .conformance.harness.counterexample import Counterexample
-    from .conformance.harness.differ import Divergence
-    from .conformance.search.lockstep_hunt import hunt_engine_full
-    from .conformance.search.lockstep_machine import EngineBroke
+    from ..conformance.engines.registry import engine_factory, engine_version
+    from ..conformance.harness.counterexample import Counterexample
+    from ..conformance.harness.differ import Divergence
+    from ..conformance.search.lockstep_hunt import hunt_engine_full
+    from ..conformance.search.lockstep_machine import EngineBroke
 
     _check_args(args)
     out = OutDir(args.out, args.force, "--out", "hunt")

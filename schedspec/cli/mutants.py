@@ -13,7 +13,7 @@ cell was cut short by the `--budget` safety cap or a Z3 query hit its
 resource limit (`Kill.verdict` "unknown"); "a checker failed" when one
 crashed. None of them passes, and none is drawn as a survivor in the
 tables: "—" marks only a checker that used up its count. Counts, not
-seconds, decide every verdict (`mutation.Budget`), so the table is the
+seconds, decide every verdict (`kill_matrix.Budget`), so the table is the
 same on a quiet machine and a loaded one (`benchmarks/RESULTS.md`).
 
 `--from MODULE` scores your own mutants instead of the catalogue's: the
@@ -25,105 +25,37 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import statistics
-from dataclasses import dataclass
 
 from rich.console import Console
-from rich.table import Table
 
+from ..conformance.search.budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT
+from ..kill_matrix import (
+    CHECKERS,
+    ENGINE_CHECKERS,
+    Budget,
+    Cell,
+    Kill,
+    Roster,
+    catalogue_roster,
+    module_roster,
+    run_cell,
+)
+from ..mutants import BY_NAME, EQUIVALENT, MutantDrift, canonical_source, resolve, rewrite
+from ..outdir import OutDir
+from ..render.kill_tables import heatmap_png, kills_table, markdown_table
+from ..spec.errors import SpecError
+from ..spec.jsonio import write_bytes_atomic, write_json_atomic
 from .argparsing import Subcommands
-from .conformance.search.budget import DEFAULT_CAP_S, DEFAULT_EXAMPLES, DEFAULT_Z3_RLIMIT
-from .mutants import BY_NAME, EQUIVALENT, MUTANTS, MutantDrift, canonical_source, resolve, rewrite
-from .mutation import BUDGET_SPENT, CHECKERS, ENGINE_CHECKERS, Budget, Cell, Kill, run_cell
-from .outdir import OutDir
-from .proof_cmds import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
-from .report import add_name_column
-from .spec.errors import SpecError
-from .spec.jsonio import write_bytes_atomic, write_json_atomic
+from .run_options import MAX_SECONDS, MIN_SECONDS, check_jobs, check_seconds, progress, worker_pool
 
 OUTPUTS = ("mutants.json", "mutants.md", "mutants.png")
+
+
 MAX_EXAMPLES = 10_000_000
+
+
 MAX_RLIMIT = 2**62  # Z3 reads an unsigned 64-bit count
-
-
-@dataclass(frozen=True)
-class Roster:
-    """What is scored: the catalogue's mutants, or a `--from` module's engines, with their origins and arguments."""
-
-    names: list[str]  # in table order
-    origin: dict[str, str]
-    equivalent: dict[str, str]
-    source: str | None = None  # the `--from` module
-
-
-def catalogue_roster() -> Roster:
-    return Roster([m.name for m in MUTANTS], {m.name: m.origin for m in MUTANTS}, dict(EQUIVALENT))
-
-
-def module_roster(module: str) -> Roster:
-    from .conformance.search.user_mutants import load
-
-    found = load(module)
-    return Roster(list(found.subjects), dict.fromkeys(found.subjects, module), found.equivalent, module)
-
-
-def _missed(k: Kill) -> str:
-    """A cell that is not a kill, in a word or two; "—" only for a checker that finished and missed the mutant."""
-    if k.verdict == "unknown":
-        return BUDGET_SPENT if k.what.startswith(BUDGET_SPENT) else "unknown"
-    return {"error": "checker error", "survived": "—"}[k.verdict]
-
-
-def markdown_table(kills: list[Kill], checkers: list[str], roster: Roster | None = None) -> str:
-    roster = roster or catalogue_roster()
-    by = {(k.mutant, k.checker): k for k in kills}
-    lines = ["| mutant | origin | " + " | ".join(checkers) + " |", "|---|---|" + "---|" * len(checkers)]
-    for name in roster.names:
-        cells = []
-        for c in checkers:
-            k = by.get((name, c))
-            if k is None:
-                cells.append("")
-            elif k.killed:
-                size = f", {k.size[0]} req / {k.size[1]} steps" if k.size else ""
-                cells.append(f"killed {k.seconds:.1f}s ({k.what}{size})")
-            else:
-                cells.append(_missed(k))
-        lines.append(f"| `{name}` | {roster.origin[name]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def heatmap_png(kills: list[Kill], checkers: list[str], names: list[str] | None = None) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = names if names is not None else [m.name for m in MUTANTS]
-    by = {(k.mutant, k.checker): k for k in kills}
-    shade = {"killed": 1.0, "unknown": 0.5, "error": 0.5, "survived": 0.0}
-    grid = [[shade[by[(n, c)].verdict] if (n, c) in by else float("nan") for c in checkers] for n in names]
-    fig, ax = plt.subplots(figsize=(1.6 * len(checkers) + 3, 0.4 * len(names) + 1.5))
-    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(checkers)), checkers)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    for i, n in enumerate(names):
-        for j, c in enumerate(checkers):
-            k = by.get((n, c))
-            if k is not None:
-                label = f"{k.seconds:.1f}s" if k.killed else _missed(k)  # the table's words
-                dark = shade[k.verdict] in (0.0, 1.0)  # the green and red ends of the map
-                ax.text(j, i, label, ha="center", va="center", fontsize=7, color="white" if dark else "black")
-    ax.set_title(
-        "mutant x checker: green = killed (time to first counterexample), yellow = budget spent, red — = missed",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def _check_args(args: argparse.Namespace) -> tuple[list[str], list[str], Roster, Budget]:
@@ -189,32 +121,6 @@ def show(name: str) -> tuple[str, bool]:
         source.splitlines(), mutated.splitlines(), mutant.target, f"{mutant.target} ({name})", n=3, lineterm=""
     )
     return header + "\n".join(diff) + "\n", True
-
-
-def kills_table(kills: list[Kill], names: list[str], checkers: list[str], budget: Budget) -> Table:
-    """The mutants x checkers table the command prints: each cell the time and what caught the mutant, or why
-    nothing did."""
-    table = Table(
-        title=f"mutants x checkers ({budget.examples} examples, Z3 rlimit {budget.rlimit} per query; "
-        f"safety cap {budget.cap_s:g} s per cell)"
-    )
-    add_name_column(table, "mutant", names)
-    for c in checkers:
-        table.add_column(c, overflow="fold")  # narrow: wrapped, never elided
-    by = {(k.mutant, k.checker): k for k in kills}
-    style = {"survived": "red", "unknown": "yellow", "error": "magenta"}
-    for name in names:
-        row = [by[(name, c)] for c in checkers]
-        table.add_row(
-            name,
-            *[
-                f"[green]{k.seconds:.1f}s {k.what}" + (f" {k.size}" if k.size else "")
-                if k.killed
-                else f"[{style[k.verdict]}]{k.what}"
-                for k in row
-            ],
-        )
-    return table
 
 
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:

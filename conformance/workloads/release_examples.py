@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .spec.config import SchedulerConfig
-from .spec.request import Request
-from .spec.workload import Workload, WorkloadRequest
+from ...spec.config import SchedulerConfig
+from ...spec.request import Request
+from ...spec.workload import Workload, WorkloadRequest
 
 EOS = 2
 
