@@ -112,7 +112,7 @@ def failing_steps(workload: Workload, error: BaseException, after: int = 3):
 )
 def test_a_run_that_fails_midway_leaves_no_file_and_no_temporaries(error, rc, tmp_path, monkeypatch, capsys):
     """Nothing at the target, nothing beside it; and an old file there (with --force) is left as it was."""
-    monkeypatch.setattr("schedspec.reference_impl.engine.simulate_steps", lambda w: failing_steps(w, error))
+    monkeypatch.setattr("schedspec.cli.simulate.simulate_steps", lambda w: failing_steps(w, error))
     out = tmp_path / "t.json"
     argv = ["simulate", "seed-preemption", "--out", str(out)]
     for before in (None, b"the user's old trace"):
