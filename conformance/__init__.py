@@ -17,8 +17,8 @@ ones included; outside `conformance`, the README's layout table rules):
 | `harness/` | the lock-step differ and its comparison levels, counterexample files, shrinking, the first-difference explanation, and crash-proof worker pools | `engines` |
 | `campaign/` | `certify`: the plan, one workload's run (`task.py`), the batched torch campaign, behaviour coverage, the coverage map and its events, the certificate's text | `engines`, `harness`, `workloads` |
 | `search/` | the count-budgeted hunts of mutants (monitors, differ, the reference's state machine) and of engines (the lock-step machine), and user mutant modules | `harness`, `workloads` |
-| `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached | `engines`, `harness` |
-| `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference; the fixture writer | `harness` |
+| `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached, the report (`changelog.md`, `.json`) | `engines`, `harness` |
+| `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference, and its certificate; the fixture writer | `engines`, `harness`, `campaign` |
 
 `vllm_env/` is not a room of this process: its files run inside vLLM's venv
 (the driver and the CPU scheduler wiring) and import nothing of ours.

@@ -120,12 +120,13 @@ def _against_vllm(s: Subject, workload: Workload) -> str:
 
     if not vllm_venv_ready():
         return ""
+    from .conformance.engines.engine_spec import parse_engine
     from .conformance.engines.registry import engine_factory
     from .conformance.harness.differ import diff
 
     with s.running():
         try:
-            d = diff(workload, s.factory, engine_factory("vllm"), "blocks").divergence
+            d = diff(workload, s.factory, engine_factory(parse_engine("vllm")), "blocks").divergence
         except Exception as e:  # noqa: BLE001 - the vLLM check is a bonus; its failure is reported, not raised
             return f"; vs vLLM: error {type(e).__name__}"
     return f"; departs from vLLM at step {d.step}" if d is not None else "; agrees with vLLM"

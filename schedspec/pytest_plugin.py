@@ -112,30 +112,33 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
         start_timeout: float = 300.0,
     ) -> dict[str, Any]:
         from .conformance.campaign import certify as cert_mod
+        from .conformance.engines.engine_spec import parse_engine
         from .conformance.engines.registry import vllm_source_engine
         from .render.counterexample_timelines import write_timelines
         from .spec.errors import SpecError
 
         name, error = engine_name(engine), None
+        spec = against_spec = None
         out = base
         n = 1
         while out.exists():  # a test may certify several engines
             n += 1
             out = base.with_name(f"{base.name}-{n}")
         try:
+            spec, against_spec = parse_engine(name, "--engine"), parse_engine(against, "--against")
             if vllm_source is not None:
                 if name != "vllm":
                     raise SpecError("vllm_source", vllm_source, f"needs engine 'vllm', not {name!r}")
-                name = vllm_source_engine(vllm_source)
+                spec = vllm_source_engine(vllm_source)
             options = cert_mod.Options(
                 jobs=jobs, isolate=isolate, step_timeout_s=step_timeout, start_timeout_s=start_timeout
             )
-            tasks = cert_mod.plan(
-                name, against, level, families or list(cert_mod.FAMILIES), workloads, seed, (0, 1), str(out), options
-            )
+            families = families or list(cert_mod.FAMILIES)
+            shard = cert_mod.WHOLE
+            tasks = cert_mod.plan(spec, against_spec, level, families, workloads, seed, shard, str(out), options)
             cert, results = cert_mod.certify(
-                name,
-                against,
+                spec,
+                against_spec,
                 tasks=tasks,
                 options=options,
                 workloads=workloads,

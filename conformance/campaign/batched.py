@@ -63,7 +63,7 @@ def applicable(tasks: Sequence[Task]) -> bool:
     return (
         bool(tasks)
         and os.environ.get(LOCKSTEP_ENV) != "1"
-        and all(t.engine == "torch" and t.against == "reference" for t in tasks)
+        and all(t.engine.kind == "torch" and t.against.kind == "reference" for t in tasks)
     )
 
 
@@ -82,7 +82,7 @@ def _result(
     out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
     complete = divergence is None and compared < workload.max_steps
     engine_trace = Trace(
-        workload, tuple(torch_trace.steps[:compared]), task.engine, "drained" if complete else "max_steps"
+        workload, tuple(torch_trace.steps[:compared]), task.engine.name, "drained" if complete else "max_steps"
     )
     t1 = time.perf_counter()
     violations, out.cells, counting = judge_and_cells(
@@ -100,8 +100,8 @@ def _result(
         cx = Counterexample.of(
             workload,
             divergence,
-            task.against,
-            task.engine,
+            task.against.name,
+            task.engine.name,
             task.level,
             {"a": engine_version(task.against), "b": engine_version(task.engine)},
             workload,

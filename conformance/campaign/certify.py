@@ -37,13 +37,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...spec.errors import SpecError
 from ...spec.invariants import MONITORED
 from ...spec.jsonio import write_bytes_atomic, write_json_atomic
 from ...spec.versions import DEFAULT_RELEASE
-from ..engines.registry import engine_factory, engine_version, is_builtin, parse_vllm, vllm_source_of
+from ..engines.engine_spec import REFERENCE, EngineSpec
+from ..engines.registry import engine_factory, engine_version
 from ..engines.vllm_source import vllm_source_info
 from ..harness.compare import LEVELS
 from ..harness.workers import run_all
@@ -84,24 +85,37 @@ class Options:
                 raise SpecError(option, seconds, "must be a number of seconds >= 0.01")
 
 
-def parse_shard(text: str) -> tuple[int, int]:
+class Shard(NamedTuple):
+    """`--shard i/n`: every n-th workload of the campaign, starting at the i-th (0-based)."""
+
+    part: int
+    parts: int
+
+    def __str__(self) -> str:
+        return f"{self.part}/{self.parts}"
+
+
+WHOLE = Shard(0, 1)  # every workload: the default
+
+
+def parse_shard(text: str) -> Shard:
     try:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
         raise SpecError("--shard", text, "must look like i/n, e.g. 0/4") from None
     if not (n >= 1 and 0 <= i < n):
         raise SpecError("--shard", text, "needs 0 <= i < n")
-    return i, n
+    return Shard(i, n)
 
 
 def plan(
-    engine: str,
-    against: str,
+    engine: EngineSpec,
+    against: EngineSpec,
     level: str,
     families: list[str],
     workloads: int,
     seed: int,
-    shard: tuple[int, int],
+    shard: Shard,
     out_dir: str,
     options: Options = Options(),
 ) -> list[Task]:
@@ -113,8 +127,8 @@ def plan(
     if workloads < 1:
         raise SpecError("--workloads", workloads, "must be >= 1")
     options.validate()
-    engine_factory(engine, "--engine", isolate=False), engine_factory(against, "--against", isolate=False)  # fail fast
-    every = DETERMINISM_EVERY if is_builtin(engine) else DETERMINISM_EVERY_THIRD_PARTY
+    engine_factory(engine, isolate=False), engine_factory(against, isolate=False)  # fail fast
+    every = DETERMINISM_EVERY if engine.builtin else DETERMINISM_EVERY_THIRD_PARTY
     i, n = shard
     return [
         Task(
@@ -141,7 +155,7 @@ def _lost(task: Task) -> WorkloadResult:
     r = WorkloadResult(f"{task.family}-{task.index}", task.family, 0, 0.0)
     r.error = {
         "side": "b",
-        "engine": task.engine,
+        "engine": task.engine.name,
         "kind": "died",
         "step": None,
         "cause": "the worker process running this workload died (the engine ran in process: os._exit, a signal, "
@@ -193,7 +207,7 @@ def run(
 def certificate(
     tasks: list[Task],
     results: list[WorkloadResult],
-    shard: tuple[int, int],
+    shard: Shard,
     workloads: int,
     elapsed_s: float,
     allow_divergence: bool = False,
@@ -233,19 +247,19 @@ def certificate(
     crashes = [c for c in cxs if c["crash"]]
     departures = [c for c in cxs if not c["crash"]]
     outcomes = Counter(r.outcome for r in results)
-    source = vllm_source_of(t0.engine)
+    source = t0.engine.source
     return {
         "version": 2,
-        "engine": t0.engine,
+        "engine": t0.engine.name,
         "engine_version": engine_version(t0.engine),
-        "against": t0.against,
+        "against": t0.against.name,
         "against_version": engine_version(t0.against),
         "level": t0.level,
         "levels_checked": list(LEVELS[: LEVELS.index(t0.level) + 1]),
         "campaign": {
             "seed": t0.seed,
             "workloads": workloads,
-            "shard": f"{shard[0]}/{shard[1]}",
+            "shard": str(shard),
             "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index),
         },
         "vllm_source": vllm_source_info(source) if source is not None else None,
@@ -312,7 +326,7 @@ def write_outputs(out_dir: str, cert: dict[str, Any], results: list[WorkloadResu
     return paths
 
 
-def ensure_engines_built(engine: str, against: str, say: Callable[[str], None]) -> None:
+def ensure_engines_built(engine: EngineSpec, against: EngineSpec, say: Callable[[str], None]) -> None:
     """The first use of a vLLM release builds its 1.5 GB venv: say so, and do it before the campaign's clock starts.
 
     A source tree (`vllm@PATH`, `vllm==V@PATH`) runs on the default release's venv, whatever V it is judged as.
@@ -321,9 +335,8 @@ def ensure_engines_built(engine: str, against: str, say: Callable[[str], None]) 
 
     releases = []
     for e in (engine, against):
-        parsed = parse_vllm(e)
-        if parsed is not None:
-            releases.append(parsed[0] if parsed[1] is None else DEFAULT_RELEASE)
+        if e.is_vllm:
+            releases.append(e.release if e.release and e.source is None else DEFAULT_RELEASE)
     for release in dict.fromkeys(releases):
         if vllm_venv_ready(release=release):
             continue
@@ -340,13 +353,13 @@ def _stderr(line: str) -> None:
 
 
 def certify(
-    engine: str,
-    against: str = "reference",
+    engine: EngineSpec,
+    against: EngineSpec = REFERENCE,
     level: str = "blocks",
     families: list[str] | None = None,
     workloads: int = 100,
     seed: int = 0,
-    shard: tuple[int, int] = (0, 1),
+    shard: Shard = WHOLE,
     options: Options = Options(),
     out_dir: str = "certificate",
     on_done: Callable[[WorkloadResult], None] = lambda r: None,

@@ -37,7 +37,8 @@ from ...spec.engine import EngineFactory
 from ...spec.invariants.decisions import DECISION_NAMES
 from ...spec.trace import Trace
 from ...spec.workload import Workload
-from ..engines.registry import engine_factory, engine_version, vllm_release_of
+from ..engines.engine_spec import EngineSpec
+from ..engines.registry import engine_factory, engine_version
 from ..harness.counterexample import Counterexample
 from ..harness.differ import DiffResult, Divergence, compare_records, diff
 from ..harness.explain import side_by_side
@@ -54,8 +55,8 @@ class Task:
     family: str
     index: int
     seed: int
-    engine: str
-    against: str
+    engine: EngineSpec
+    against: EngineSpec
     level: str
     out_dir: str
     check_determinism: bool
@@ -97,15 +98,26 @@ class WorkloadResult:
 
 
 @cache
-def _factory(spec: str, isolate: bool | None, start_timeout_s: float, step_timeout_s: float) -> EngineFactory:
+def _factory(spec: EngineSpec, isolate: bool | None, start_timeout_s: float, step_timeout_s: float) -> EngineFactory:
     return engine_factory(spec, isolate=isolate, start_timeout_s=start_timeout_s, step_timeout_s=step_timeout_s)
 
 
-def _diff(task: Task, workload: Workload, a: str | None, b: str, level: str, keep_records: bool = False) -> DiffResult:
+def _diff(
+    task: Task, workload: Workload, a: EngineSpec | None, b: EngineSpec, level: str, keep_records: bool = False
+) -> DiffResult:
     """`diff` with the task's factories and deadlines; `a=None` runs b alone."""
     make_a = None if a is None else _factory(a, task.isolate, task.start_timeout_s, task.step_timeout_s)
     make_b = _factory(b, task.isolate, task.start_timeout_s, task.step_timeout_s)
-    return diff(workload, make_a, make_b, level, task.step_timeout_s, keep_records, task.start_timeout_s, (a or b, b))
+    return diff(
+        workload,
+        make_a,
+        make_b,
+        level,
+        task.step_timeout_s,
+        keep_records,
+        task.start_timeout_s,
+        ((a or b).name, b.name),
+    )
 
 
 def task_workload(task: Task) -> Workload:
@@ -115,9 +127,8 @@ def task_workload(task: Task) -> Workload:
     """
     workload = generate(task.family, task.seed, task.index)
     for spec in (task.against, task.engine):
-        release = vllm_release_of(spec)
-        if release is not None:
-            workload = at_release(workload, release)
+        if spec.release is not None:
+            workload = at_release(workload, spec.release)
     return workload
 
 
@@ -187,7 +198,7 @@ def _judge_engine_trace(task: Task, workload: Workload, result: DiffResult, out:
         solo = _timed(out, _diff(task, workload, None, task.engine, "blocks", keep_records=True), solo=True)
         if solo.divergence is None and solo.error is None:
             records_b, complete = solo.records_b, solo.steps_compared < workload.max_steps
-    engine_trace = Trace(workload, tuple(records_b), task.engine, "drained" if complete else "max_steps")
+    engine_trace = Trace(workload, tuple(records_b), task.engine.name, "drained" if complete else "max_steps")
     t0 = time.perf_counter()
     agree = result.divergence is None and task.level == "blocks"
     violations, out.cells, counting = judge_and_cells(engine_trace, result.records_a, agree)
@@ -210,8 +221,8 @@ def _write(task: Task, small: Workload, original: Workload, d: Divergence, out: 
     cx = Counterexample.of(
         small,
         d,
-        task.against,
-        task.engine,
+        task.against.name,
+        task.engine.name,
         task.level,
         {"a": engine_version(task.against), "b": engine_version(task.engine)},
         original,

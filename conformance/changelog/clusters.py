@@ -40,8 +40,9 @@ from typing import Any
 
 from ...reference_impl import ReferenceEngine
 from ...spec.errors import SpecError
-from ...spec.versions import BY_NAME, RELEASES, VARIANTS, release_key
+from ...spec.versions import BY_NAME, DEFAULT_RELEASE, RELEASES, VARIANTS, release_key
 from ...spec.workload import Workload
+from ..engines.engine_spec import EngineSpec, parse_engine
 from ..engines.registry import engine_factory
 from ..harness.counterexample import Counterexample
 from ..harness.differ import diff
@@ -58,40 +59,42 @@ class Side:
     """One side of the changelog: what it is called, the engine that runs it, the release the reference takes for it."""
 
     label: str  # "0.32.0", or "the tree at PATH"
-    engine: str  # `vllm==0.32.0`, `vllm@PATH`, `vllm==0.32.0@PATH`
+    engine: EngineSpec  # `vllm==0.32.0`, `vllm@PATH`, `vllm==0.32.0@PATH`
     release: str
 
     @property
     def is_release(self) -> bool:
-        return self.engine == f"vllm=={self.release}"
+        return self.engine.source is None
 
 
 def release_side(release: str, option: str) -> Side:
     if release not in RELEASES:
         raise SpecError(option, release, f"must be one of {', '.join(RELEASES)}")
-    return Side(release, f"vllm=={release}", release)
+    return Side(release, parse_engine(f"vllm=={release}", option), release)
 
 
 def engine_side(engine: str, version: str | None, option: str = "--engine-b") -> Side:
-    """Side B from `--engine-b`: `vllm==V`, or a source tree (`vllm-source:PATH`, `vllm@PATH`, `vllm==V@PATH`)."""
-    from ..engines.registry import certify_engine, parse_vllm
+    """Side B from `--engine-b`: `vllm==V`, or a source tree (`vllm-source:PATH`, `vllm@PATH`, `vllm==V@PATH`).
+
+    The one parser of `--engine-b`, whose grammar is the engine's plus `vllm-source:PATH`.
+    """
+    from ..engines.registry import certify_engine
 
     if engine.startswith("vllm-source:"):
-        engine = certify_engine("vllm", engine[len("vllm-source:") :], version)
+        spec = certify_engine(parse_engine("vllm", option), engine[len("vllm-source:") :], version)
     else:
-        parsed = parse_vllm(engine, option)
-        if parsed is None:
+        spec = parse_engine(engine, option)
+        if not spec.is_vllm:
             raise SpecError(option, engine, "must be a vLLM: vllm==V, vllm-source:PATH, vllm@PATH or vllm==V@PATH")
-        if parsed[1] is not None:
-            engine = certify_engine(f"vllm=={parsed[0]}" if engine.startswith("vllm==") else "vllm", parsed[1], version)
+        if spec.source is not None:
+            bare = parse_engine(f"vllm=={spec.release}" if engine.startswith("vllm==") else "vllm", option)
+            spec = certify_engine(bare, spec.source, version)
         elif version is not None:
             raise SpecError("--vllm-version", version, "only applies to a source tree (--engine-b vllm-source:PATH)")
-    parsed = parse_vllm(engine, option)
-    assert parsed is not None
-    release, source = parsed
-    if source is None:
-        return Side(release, engine, release)
-    return Side(f"the tree at {source}", engine, release)
+    release = spec.release or DEFAULT_RELEASE
+    if spec.source is None:
+        return Side(release, spec, release)
+    return Side(f"the tree at {spec.source}", spec, release)
 
 
 def check_sides(a: Side, b: Side) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..engines.registry import engine_factory, parse_vllm
+from ..engines.registry import engine_factory
 from .clusters import Side
 from .source_hunks import HunkReach, changed_hunks, load_lines, package_root, reach
 
@@ -35,12 +35,9 @@ def source_root(side: Side) -> Path:
     """The `vllm` package folder a side's driver imports."""
     from ..engines.vllm import vllm_venv_path
 
-    parsed = parse_vllm(side.engine)
-    assert parsed is not None, side
-    release, source = parsed
-    if source is not None:
-        return Path(source).resolve() / "vllm"
-    return package_root(vllm_venv_path(release=release)).resolve()
+    if side.engine.source is not None:
+        return Path(side.engine.source).resolve() / "vllm"
+    return package_root(vllm_venv_path(release=side.release)).resolve()
 
 
 def _close_idle(sides: tuple[Side, ...]) -> None:

@@ -1,6 +1,7 @@
 """The child side of `isolated.py`: one engine at a time, served over two pipes.
 
-Run as `python -m schedspec.conformance.engines.host IN_FD OUT_FD SPEC`.
+Run as `python -m schedspec.conformance.engines.host IN_FD OUT_FD ENGINE OPTION`: the engine's canonical
+name, read back with `engine_spec.parse_engine`, and the option the user named it with.
 It answers each message with `("ok", value)`, `("raise", "Type: message")`
 when the engine raised, or `("start" | "malformed", value, why)` when the
 engine could not be built or answered something with no JSON form. Its
@@ -17,6 +18,7 @@ from typing import Any
 
 from ...spec.engine import EngineFactory
 from ...spec.errors import InfrastructureError
+from .engine_spec import EngineSpec, parse_engine
 from .lifeline import die_with_parent
 from .snapshot import check_engine, encode
 
@@ -28,7 +30,7 @@ def _raised(e: BaseException) -> tuple[str, str]:
     return "raise", f"{type(e).__name__}: {first}{where}"
 
 
-def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
+def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
     from .registry import in_process_factory
 
     factory: EngineFactory | None = None
@@ -47,8 +49,8 @@ def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
                 outbox.send(("ok", None))
             elif op == "make":
                 assert factory is not None  # the parent's first message is always "hello" (isolated._Host)
-                engine = check_engine(factory(message[1]), f"the factory {spec!r}")
-                outbox.send(("ok", str(getattr(engine, "name", spec))))
+                engine = check_engine(factory(message[1]), f"the factory {spec.name!r}")
+                outbox.send(("ok", str(getattr(engine, "name", spec.name))))
             elif op == "drop":
                 close = getattr(engine, "close", None)
                 engine = None
@@ -71,4 +73,5 @@ def serve(inbox: Connection, outbox: Connection, spec: str) -> None:
 
 if __name__ == "__main__":
     die_with_parent()  # a host stuck in a hanging engine never reads the EOF of a parent that was killed
-    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False), sys.argv[3])
+    engine = parse_engine(sys.argv[3], sys.argv[4])
+    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False), engine)

@@ -41,6 +41,7 @@ from ...spec.errors import InfrastructureError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request
 from ...spec.trace import FinishedRequest, StateSummary
+from .engine_spec import EngineSpec
 from .snapshot import decode
 
 START_TIMEOUT_S = 300.0  # a child that imports torch on a machine with load 8 needs minutes, not seconds
@@ -54,13 +55,21 @@ class EngineRaised(Exception):
 class _Host:
     """One child process and its two pipes."""
 
-    def __init__(self, spec: str, start_timeout_s: float) -> None:
+    def __init__(self, spec: EngineSpec, start_timeout_s: float) -> None:
         to_child_r, self._to_child_w = os.pipe()
         self._from_child_r, from_child_w = os.pipe()
         self._stderr = tempfile.TemporaryFile()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "schedspec.conformance.engines.host", str(to_child_r), str(from_child_w), spec],
+            [
+                sys.executable,
+                "-m",
+                "schedspec.conformance.engines.host",
+                str(to_child_r),
+                str(from_child_w),
+                spec.name,
+                spec.option,
+            ],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
             stdout=self._stderr,
@@ -142,7 +151,7 @@ class IsolatedEngine:
 
     def _call(self, op: str, *args: Any) -> Any:
         if self._host is None:
-            raise InfrastructureError(f"engine {self._factory.spec!r} {op}", None, "was called after close()")
+            raise InfrastructureError(f"engine {self._factory.spec.name!r} {op}", None, "was called after close()")
         try:
             return decode(op, self._host.exchange(("call", op, args), self._factory.step_timeout_s, op, "timeout"))
         except InfrastructureError:
@@ -179,7 +188,7 @@ class IsolatedFactory:
     """An `EngineFactory` whose engines run in one reused child process (per harness process)."""
 
     def __init__(
-        self, spec: str, start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S
+        self, spec: EngineSpec, start_timeout_s: float = START_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S
     ) -> None:
         self.spec, self.start_timeout_s, self.step_timeout_s = spec, start_timeout_s, step_timeout_s
         self._idle: _Host | None = None

@@ -2,6 +2,7 @@
 
 `capture.py` reads and checks a capture file (`spec/live_capture.schema.json`),
 `rebuild.py` turns a session into a workload, `replay.py` replays it on the
-reference step by step, and `capture_write.py` writes fixture captures for
-tests. May import `harness`.
+reference step by step, `certificate.py` makes its certificate in
+`certify`'s formats, and `capture_write.py` writes fixture captures for
+tests. May import `engines`, `harness` and `campaign`.
 """

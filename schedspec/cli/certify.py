@@ -11,26 +11,26 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..conformance.campaign import certify as cert_mod
 from ..conformance.campaign.task import WorkloadResult
+from ..conformance.engines.engine_spec import parse_engine
 from ..conformance.engines.registry import certify_engine
 from ..render.counterexample_timelines import write_timelines
 from .argparsing import Subcommands
-
-if TYPE_CHECKING:
-    pass
 
 
 def cmd_certify(args: argparse.Namespace, console: Console) -> int:
     from ..outdir import OutDir
 
+    # Parsed once, here: the library takes the typed values.
     shard = cert_mod.parse_shard(args.shard)
-    args.engine = certify_engine(args.engine, args.vllm_source, args.vllm_version)
+    engine = certify_engine(parse_engine(args.engine, "--engine"), args.vllm_source, args.vllm_version)
+    against = parse_engine(args.against, "--against")
     options = cert_mod.Options(
         jobs=args.jobs,
         step_timeout_s=args.step_timeout,
@@ -41,8 +41,8 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
         max_errors=args.max_errors,
     )
     tasks = cert_mod.plan(
-        args.engine,
-        args.against,
+        engine,
+        against,
         args.level,
         args.family or list(cert_mod.FAMILIES),
         args.workloads,
@@ -53,11 +53,11 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
     )
     out = OutDir(args.out, args.force, "--out", "certify")
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
-    progress = CampaignProgress(console, len(tasks), f"{args.engine} vs {args.against}")
+    progress = CampaignProgress(console, len(tasks), f"{engine} vs {against}")
     with progress:  # an interrupt: cli.main puts --out back as it was (outdir.abandon_unfinished)
         cert, results = cert_mod.certify(
-            args.engine,
-            args.against,
+            engine,
+            against,
             tasks=tasks,
             options=options,
             shard=shard,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -31,8 +31,10 @@ from ..conformance.workloads.families import FAMILIES
 from ..outdir import OutDir
 from ..spec.errors import SpecError
 from ..spec.jsonio import write_bytes_atomic, write_json_atomic
-from ..spec.versions import KNOWN_VIOLATIONS, release_key
 from .argparsing import Subcommands
+
+if TYPE_CHECKING:
+    from ..conformance.engines.engine_spec import EngineSpec
 
 OUTPUTS = ("changelog.md", "changelog.json")
 PATTERNS = ("counterexample-*.json", "counterexample-*.png")
@@ -46,9 +48,9 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
         engine_side,
         release_side,
         side_factories,
-        variants_between,
     )
     from ..conformance.changelog.hunk_reach import measuring, source_reach
+    from ..conformance.changelog.report import Campaign, changelog
     from ..conformance.harness.counterexample import Counterexample
 
     side_a = release_side(args.a, "A")
@@ -63,7 +65,6 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
             raise SpecError("--vllm-version", args.vllm_version, "only applies with --engine-b vllm-source:PATH")
         side_b = release_side(args.b, "B")
     check_sides(side_a, side_b)
-    a, b = side_a.label, side_b.label
     for f in args.family or ():
         if f not in FAMILIES:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
@@ -96,66 +97,10 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
         for f in factories.values():
             getattr(f, "close_all", lambda: None)()
     files = {r.name: os.path.basename(r.counterexample_file or "") for r in diverged}
-    report: dict[str, Any] = {
-        "a": a,
-        "b": b,
-        "engine_a": side_a.engine,
-        "engine_b": side_b.engine,
-        "release_b": side_b.release,
-        "tree_b": None if side_b.is_release else _tree_info(side_b.engine),
-        "level": args.level,
-        "workloads": args.workloads,
-        "seed": args.seed,
-        "candidates": variants_between(side_a.release, side_b.release),
-        "diverged": len(diverged),
-        "errors": cert["errors"],
-        "clusters": [
-            {
-                "field": c.first_field,
-                "cause": c.explanation.key,
-                "variants": list(c.explanation.variants),
-                "reference_agrees": {"a": c.explanation.ref_agrees_a, "b": c.explanation.ref_agrees_b},
-                "workloads": c.members,
-                "counterexample": files.get(c.best.workload.name if c.best else "", ""),
-                "size": {"requests": c.best_size[0], "steps": c.best_size[1]},
-                "timeline": timelines.get(id(c), ""),
-            }
-            for c in clusters
-        ],
-    }
-    lines = [
-        f"# What the scheduler changed from vLLM {a} to {b}",
-        "",
-        f"{args.workloads} generated workloads (seed {args.seed}), run on both sides in lock-step at level "
-        f"`{args.level}`: {len(diverged)} diverged, {len(cert['errors'])} engine errors. Candidate rules between "
-        f"them: {', '.join(f'`{v}`' for v in report['candidates']) or 'none'}.",
-        "",
-    ]
-    if report["tree_b"] is not None:
-        t = report["tree_b"]
-        state = (
-            "not a git checkout"
-            if t["commit"] is None
-            else f"commit {t['commit'][:12]}" + (", with uncommitted changes in vllm/" if t["dirty"] else "")
-        )
-        lines += [f"B is the vLLM source tree {t['path']} ({state}), judged as release {side_b.release}.", ""]
-    for i, c in enumerate(clusters, 1):
-        name = report["clusters"][i - 1]["counterexample"]
-        lines += [f"## {i}. `{c.first_field}`: {c.explanation.key}", "", c.paragraph(side_a, side_b, name), ""]
-        if report["clusters"][i - 1]["timeline"]:
-            lines += [f"![both releases' runs]({report['clusters'][i - 1]['timeline']})", ""]
-    if not clusters:
-        lines.append("No difference found in these workloads.")
-    span = (release_key(side_a.release), release_key(side_b.release))
-    fixed = [k for k in KNOWN_VIOLATIONS if span[0] < release_key(k.fixed_in) <= span[1]]
-    if fixed:
-        lines += ["", f"## Invariants {a} breaks and {b} keeps", ""]
-        lines += [f"- `{k.invariant}` (fixed in {k.fixed_in}): {k.why}." for k in fixed]
-    report["known_violations_fixed"] = [{"invariant": k.invariant, "fixed_in": k.fixed_in, "why": k.why} for k in fixed]
-    lines_md, report["source_hunks"] = _hunks(reaches, args.hunks, a, b)
-    lines += lines_md
+    campaign = Campaign(args.level, args.workloads, args.seed, len(diverged), cert["errors"])
+    report, markdown = changelog(side_a, side_b, campaign, clusters, files, timelines, reaches, args.hunks)
     paths = [out.file(n) for n in OUTPUTS]
-    write_bytes_atomic(paths[0], ("\n".join(lines) + "\n").encode())
+    write_bytes_atomic(paths[0], markdown.encode())
     write_json_atomic(paths[1], report)
     pngs = [os.path.join(args.out, t) for t in timelines.values() if t]
     out.record(paths + pngs + [r.counterexample_file for r in results if r.counterexample_file])
@@ -176,29 +121,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _hunks(reaches: Any, asked: bool, a: str, b: str) -> tuple[list[str], dict[str, Any] | None]:
-    """The changelog's limit: the scheduler's changed hunks from A to B that no workload of the campaign ran."""
-    from ..conformance.changelog.source_hunks import unreached_json, unreached_markdown
-
-    head = ["", f"## Changed scheduler source from {a} to {b} that no workload reached", ""]
-    if reaches is None:
-        why = (
-            "not measured (--no-hunks)"
-            if not asked
-            else "not measured: the vLLM venvs lack coverage; rebuild them with conformance/vllm_env/setup_vllm_ref.sh"
-        )
-        return head + [why.capitalize() + "."], None
-    return head + unreached_markdown(reaches), unreached_json(reaches)
-
-
-def _tree_info(engine: str) -> dict[str, Any]:
-    from ..conformance.engines.registry import vllm_source_of
-    from ..conformance.engines.vllm_source import vllm_source_info
-
-    return vllm_source_info(vllm_source_of(engine) or "")
-
-
-def _timelines(clusters: list[Any], out_dir: str, engine_b: str) -> dict[int, str]:
+def _timelines(clusters: list[Any], out_dir: str, engine_b: EngineSpec) -> dict[int, str]:
     """A PNG of both releases' runs beside each cluster's counterexample; one that cannot be drawn is skipped."""
     from ..render.counterexample_timelines import plot_pair
 

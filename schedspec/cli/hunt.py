@@ -50,6 +50,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def cmd_hunt(args: argparse.Namespace, console: Console) -> int:
+    from ..conformance.engines.engine_spec import parse_engine
     from ..conformance.engines.registry import engine_factory, engine_version
     from ..conformance.harness.counterexample import Counterexample
     from ..conformance.harness.differ import Divergence
@@ -59,7 +60,8 @@ def cmd_hunt(args: argparse.Namespace, console: Console) -> int:
     _check_args(args)
     out = OutDir(args.out, args.force, "--out", "hunt")
     out.prepare(OUTPUTS)  # before the first example, not after an hour of them
-    factory = engine_factory(args.engine, start_timeout_s=args.start_timeout, step_timeout_s=args.step_timeout)
+    engine = parse_engine(args.engine)
+    factory = engine_factory(engine, start_timeout_s=args.start_timeout, step_timeout_s=args.step_timeout)
     scope = "the core scope" if args.core else "the full scope"
     progress(
         "hunt",
@@ -67,8 +69,8 @@ def cmd_hunt(args: argparse.Namespace, console: Console) -> int:
         f"{scope}, seed {args.seed}",
     )
     summary: dict[str, Any] = {
-        "engine": args.engine,
-        "versions": {"a": engine_version("reference"), "b": engine_version(args.engine)},
+        "engine": engine.name,
+        "versions": {"a": engine_version(parse_engine("reference")), "b": engine_version(engine)},
         "level": args.level,
         "examples": args.examples,
         "seed": args.seed,

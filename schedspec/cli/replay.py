@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from ..conformance.engines.engine_spec import parse_engine
 from ..conformance.engines.registry import engine_factory, vllm_source_engine
 from ..conformance.harness.counterexample import Counterexample
 from ..conformance.harness.differ import diff
@@ -39,17 +40,21 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
             console.print(item)
         return 1 if broken else 0
     cx = Counterexample.load(args.file)
-    engine_b = vllm_source_engine(args.vllm_source) if args.vllm_source else (args.engine or cx.engine_b)
+    engine_a = parse_engine(cx.engine_a, "engine_a")  # as the file names it
+    if args.vllm_source:
+        engine_b = vllm_source_engine(args.vllm_source)
+    else:
+        engine_b = parse_engine(args.engine) if args.engine else parse_engine(cx.engine_b, "engine_b")
     from ..outdir import check_output_file
 
     check_output_file(args.plot, args.force, "--plot")
     result = diff(
         cx.workload,
-        engine_factory(cx.engine_a),
+        engine_factory(engine_a),
         engine_factory(engine_b),
         cx.level,
         keep_records=True,
-        names=(cx.engine_a, engine_b),
+        names=(engine_a.name, engine_b.name),
     )
     if result.error is not None:
         console.print(
@@ -69,20 +74,22 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"  {side}: {name}: {cx.versions.get(side, 'version not recorded')}", markup=False, highlight=False
         )
-    if engine_b != cx.engine_b:
+    if engine_b.name != cx.engine_b:
         console.print(f"  replaying b as {engine_b}", markup=False, highlight=False)
     if d is None:
         console.print(f"[green]no divergence: {cx.engine_a} and {engine_b} agree on all {result.steps_compared} steps")
     else:
         console.print(
-            rich_side_by_side(side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b)
+            rich_side_by_side(
+                side_by_side(result.records_a, result.records_b, d, args.window), cx.engine_a, engine_b.name
+            )
         )
         console.print(
             f"diverges at step {d.step}: {d.field}: a={d.a!r} b={d.b!r}", style="red", markup=False, highlight=False
         )
     from ..spec.invariants import check_trace
 
-    violations = check_trace(Trace(cx.workload, tuple(whole_run(cx.workload, engine_b)), engine_b, "max_steps"))
+    violations = check_trace(Trace(cx.workload, tuple(whole_run(cx.workload, engine_b)), engine_b.name, "max_steps"))
     for v in violations[:5]:
         console.print(
             f"engine b breaks invariant {v.invariant} at step {v.step}: {v.detail}",

@@ -11,34 +11,33 @@ plugin, `certify`, `replay` and `changelog` use them).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..conformance.engines.engine_spec import EngineSpec, parse_engine
 from ..conformance.engines.registry import engine_factory
 from ..conformance.harness.counterexample import Counterexample
 from ..conformance.harness.differ import diff
 from ..spec.trace import StepRecord, Trace
 from ..spec.workload import Workload
 
-if TYPE_CHECKING:
-    pass
-
-
 TIMELINES = 5
 
 
-def whole_run(workload: Workload, name: str) -> list[StepRecord]:
+def whole_run(workload: Workload, engine: EngineSpec) -> list[StepRecord]:
     """An engine's whole run on its own, through the differ's timeouts and crash handling (one engine, not two)."""
-    return diff(workload, None, engine_factory(name), "blocks", keep_records=True, names=(name, name)).records_b
+    names = (engine.name, engine.name)
+    return diff(workload, None, engine_factory(engine), "blocks", keep_records=True, names=names).records_b
 
 
-def plot_pair(cx: Counterexample, engine_b: str, path: str, mark_step: int | None) -> None:
+def plot_pair(cx: Counterexample, engine_b: EngineSpec, path: str, mark_step: int | None) -> None:
     """Both engines' whole runs as timeline panels, one above the other, the divergence marked with its field."""
     from .timeline import plot_timelines
 
     w = cx.workload
     if mark_step is not None:  # shrinking cuts max_steps down to the divergence: let both runs go on past it
         w = w.replace(max_steps=max(w.max_steps, mark_step + 30))
-    traces = [Trace(w, tuple(whole_run(w, name)), name) for name in (cx.engine_a, engine_b)]
+    engines = (parse_engine(cx.engine_a, "engine_a"), engine_b)  # the file's name for a; b as the caller runs it
+    traces = [Trace(w, tuple(whole_run(w, e)), e.name) for e in engines]
     label = divergence_label(cx.divergence) if mark_step is not None else None
     plot_timelines(traces, path, [f"{cx.engine_a} (a)", f"{engine_b} (b)"], mark_step, label)
 
@@ -78,7 +77,8 @@ def write_timelines(cert: dict[str, Any], limit: int = TIMELINES) -> None:
     for c in drawable[:limit]:
         png = os.path.splitext(c["file"])[0] + ".png"
         try:
-            plot_pair(Counterexample.load(c["file"]), cert["engine"], png, c["shrunk"]["step"])
+            engine = parse_engine(cert["engine"])
+            plot_pair(Counterexample.load(c["file"]), engine, png, c["shrunk"]["step"])
             c["timeline"] = png
         except Exception as e:  # noqa: BLE001
             c["timeline_error"] = f"{type(e).__name__}: {e}"

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from schedspec.cli import main
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
@@ -49,7 +50,7 @@ def test_reference_matches_vllm_on_a_bounded_campaign(tmp_path):
 def test_the_release_variant_workloads_match_vllm_0_33_0():
     # Each shows one rule that changed before 0.33.0 (docs/versions.md); at 0.33.0 the real release must agree.
     # The older releases are held to the same workloads in tests/slow/test_vllm_releases_long.py.
-    factory = engine_factory("vllm")
+    factory = engine_factory(parse_engine("vllm"))
     try:
         for name, make in VERSION_WORKLOADS.items():
             r = diff(make(), ReferenceEngine, factory, "blocks")

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from schedspec.cli import main
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
@@ -37,7 +38,7 @@ def test_vllm_0_28_0_is_certified_against_the_reference_at_0_28_0(tmp_path):
 
 @needs_venv
 def test_the_variant_workloads_run_on_vllm_0_28_0_as_the_reference_at_0_28_0_says():
-    factory = engine_factory(f"vllm=={RELEASE}")
+    factory = engine_factory(parse_engine(f"vllm=={RELEASE}"))
     try:
         for name, make in VERSION_WORKLOADS.items():
             r = diff(at(make(), RELEASE), ReferenceEngine, factory, "blocks")

@@ -47,7 +47,7 @@ def changelog(tree, out, workloads: int, *options: str) -> tuple[int, dict, str]
 def test_a_branch_s_change_is_reported_as_the_tree_s_own(trees, tmp_path):
     rc, report, md = changelog(trees["branch"], tmp_path / "cl", 1, "--seed", "4")  # kv-pressure-4-0 diverges
     assert rc == 1
-    assert report["engine_b"] == vllm_source_engine(str(trees["branch"])) and report["release_b"] == "0.33.0"
+    assert report["engine_b"] == vllm_source_engine(str(trees["branch"])).name and report["release_b"] == "0.33.0"
     assert report["tree_b"]["commit"] == git(trees["branch"], "rev-parse", "HEAD") and not report["tree_b"]["dirty"]
     assert report["candidates"] == []
     (c,) = report["clusters"]

@@ -9,6 +9,7 @@ it against the real vLLM 0.33.0 in lock-step, when its venv exists.
 import pytest
 from hypothesis import HealthCheck, given, settings, target
 
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.vllm import vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
 from schedspec.conformance.workloads.strategies import workloads
@@ -45,6 +46,6 @@ def test_reference_keeps_every_invariant(workload):
 def test_reference_matches_vllm_under_pressure(workload):
     from schedspec.conformance.engines.registry import engine_factory
 
-    result = diff(workload, ReferenceEngine, engine_factory("vllm"), "blocks", keep_records=True)
+    result = diff(workload, ReferenceEngine, engine_factory(parse_engine("vllm")), "blocks", keep_records=True)
     pressure(Trace(workload, tuple(result.records_a)))
     assert result.divergence is None, result.divergence

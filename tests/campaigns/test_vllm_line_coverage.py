@@ -14,6 +14,7 @@ import json
 import pytest
 
 from schedspec.conformance.changelog.source_hunks import changed_hunks, load_lines, package_root, reach, unreached_json
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import vllm_venv_path, vllm_venv_ready
 from schedspec.conformance.harness.differ import diff
@@ -44,7 +45,7 @@ def body_lines(root, qualname):
 def lines_dir(tmp_path_factory):
     """The line files of one workload run through a fresh 0.33.0 driver with coverage on."""
     out = tmp_path_factory.mktemp("lines")
-    factory = engine_factory("vllm")
+    factory = engine_factory(parse_engine("vllm"))
     # The factory is shared per process: an idle driver started by an earlier test, without the variable,
     # would be reused and measure nothing. Drop them, so this workload starts its own.
     factory.close_all()

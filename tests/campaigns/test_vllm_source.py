@@ -90,7 +90,7 @@ def test_a_planted_change_is_caught_with_a_shrunk_counterexample(trees, tmp_path
     assert cx["shrunk_size"]["requests"] < 5 and cx["shrunk"]["rows"][-1]["diverges"]
     assert [v["violation"].split(": ")[1] for v in cert["invariant_violations"]] == ["no-starvation-after-prepend"]
     data = json.loads(Path(cx["file"]).read_text())  # everything a replay needs
-    assert data["engines"]["b"] == vllm_source_engine(str(trees["planted"])) and "dirty" in data["versions"]["b"]
+    assert data["engines"]["b"] == vllm_source_engine(str(trees["planted"])).name and "dirty" in data["versions"]["b"]
     assert data["workload"]["config"]["num_gpu_blocks"] > 0 and data["workload"]["requests"]
     assert Path(cx["timeline"]).stat().st_size > 10_000
     md = (tmp_path / "cert" / "certificate.md").read_text()

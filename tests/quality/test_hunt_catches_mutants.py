@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import pytest
 
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.search.lockstep_hunt import hunt_engine_full
 from schedspec.mutants import BY_NAME, CORE_MUTANTS
@@ -83,7 +84,7 @@ FAST = {"Z14-double-free", "blocks-off-by-one", "Z2-no-async-max-tokens-skip", "
 
 def _hunt(name: str):
     spec = f"schedspec.conformance.demo_engines.mutant_engines:{name}"
-    factory = engine_factory(spec)
+    factory = engine_factory(parse_engine(spec))
     try:
         return hunt_engine_full(factory, spec, examples=EXAMPLES, core=BY_NAME[name] in CORE_MUTANTS)
     finally:
@@ -111,7 +112,7 @@ def test_what_the_lockstep_machine_cannot_reach(name):
 
 
 def test_the_reference_against_itself_finds_nothing():
-    assert hunt_engine_full(engine_factory("reference"), "reference", examples=300) is None
+    assert hunt_engine_full(engine_factory(parse_engine("reference")), "reference", examples=300) is None
 
 
 def test_every_catalogue_mutant_is_pinned_or_argued():

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from schedspec.cli import main
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import engine_factory
 from schedspec.conformance.engines.vllm import ensure_vllm_venv
 from schedspec.conformance.harness.differ import diff
@@ -32,7 +33,7 @@ def release(request):
 
 
 def test_each_variant_workload_runs_on_the_release_as_the_reference_says(release):
-    factory = engine_factory(f"vllm=={release}")
+    factory = engine_factory(parse_engine(f"vllm=={release}"))
     try:
         for name, make in VERSION_WORKLOADS.items():
             w = at(make(), release)

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from schedspec.conformance.campaign import batched
-from schedspec.conformance.campaign.certify import Options, certify, plan
+from schedspec.conformance.campaign.certify import Options, Shard, certify, plan
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.harness.differ import compare_records, diff
 from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.conformance.workloads.families import FAMILIES, generate
@@ -238,18 +239,30 @@ def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
         return real(st, slots.flip(1), mask.flip(1))
 
     monkeypatch.setattr(update, "push_free", forward_free)
-    tasks = plan("torch", "reference", "blocks", ["big-batch"], 2, 0, (0, 1), str(tmp_path), Options(shrink_budget=20))
+    tasks = plan(
+        parse_engine("torch"),
+        parse_engine("reference"),
+        "blocks",
+        ["big-batch"],
+        2,
+        0,
+        Shard(0, 1),
+        str(tmp_path),
+        Options(shrink_budget=20),
+    )
     assert batched.applicable(tasks)
-    cert, results = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=2)
+    cert, results = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and cert["counterexamples"]
     assert all(os.path.exists(c["file"]) for c in cert["counterexamples"])
 
 
 def test_lock_step_mode_still_available(monkeypatch, tmp_path):
     monkeypatch.setenv(batched.LOCKSTEP_ENV, "1")
-    tasks = plan("torch", "reference", "blocks", list(FAMILIES), 9, 1, (0, 1), str(tmp_path))
+    tasks = plan(
+        parse_engine("torch"), parse_engine("reference"), "blocks", list(FAMILIES), 9, 1, Shard(0, 1), str(tmp_path)
+    )
     assert not batched.applicable(tasks)
-    cert, _ = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=9)
+    cert, _ = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=9)
     assert cert["passed"] and cert["workloads_run"] == 9
     _every_part_timed(cert)
 
@@ -263,9 +276,11 @@ def _every_part_timed(cert):
 
 
 def test_batched_certify_times_every_part(tmp_path):
-    tasks = plan("torch", "reference", "blocks", list(FAMILIES), 9, 1, (0, 1), str(tmp_path))
+    tasks = plan(
+        parse_engine("torch"), parse_engine("reference"), "blocks", list(FAMILIES), 9, 1, Shard(0, 1), str(tmp_path)
+    )
     assert batched.applicable(tasks)
-    cert, _ = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=9)
+    cert, _ = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=9)
     assert cert["passed"]
     _every_part_timed(cert)
 
@@ -281,7 +296,17 @@ def test_batched_certify_reports_a_divergence_that_only_the_batch_shows(tmp_path
         return tokens + 1, count
 
     monkeypatch.setattr(batch, "fake_model", off_by_one)
-    tasks = plan("torch", "reference", "blocks", ["budget"], 2, 0, (0, 1), str(tmp_path), Options(shrink_budget=20))
-    cert, results = certify("torch", tasks=tasks, out_dir=str(tmp_path), workloads=2)
+    tasks = plan(
+        parse_engine("torch"),
+        parse_engine("reference"),
+        "blocks",
+        ["budget"],
+        2,
+        0,
+        Shard(0, 1),
+        str(tmp_path),
+        Options(shrink_budget=20),
+    )
+    cert, results = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and len(cert["counterexamples"]) == 2
     assert all(os.path.exists(c["file"]) for c in cert["counterexamples"])

@@ -17,6 +17,7 @@ import pytest
 from schedspec.cli import main
 from schedspec.conformance.campaign.task import Task, task_workload
 from schedspec.conformance.engines import registry, vllm_venvs
+from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.conformance.engines.registry import certify_engine
 from schedspec.conformance.engines.vllm_source import source_release
 from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
@@ -40,14 +41,22 @@ from schedspec.spec.workload import Workload
     ],
 )
 def test_vllm_engine_names_parse(name: str, parsed: tuple[str, str | None] | None) -> None:
-    assert registry.parse_vllm(name) == parsed
-    assert registry.is_builtin(name) == (parsed is not None or name == "reference")
+    spec = parse_engine(name)
+    assert ((spec.release, spec.source) if spec.is_vllm else None) == parsed
+    assert spec.builtin == (parsed is not None or name == "reference")
+    assert str(spec) == name and parse_engine(spec.name) == spec  # the canonical name reads back the same
+
+
+def test_an_engine_name_that_is_none_of_them_is_refused_naming_the_option() -> None:
+    with pytest.raises(SpecError) as e:
+        parse_engine("vlm", "--against")
+    assert str(e.value).startswith("--against: ") and "module:callable" in str(e.value)
 
 
 @pytest.mark.parametrize("name", ["vllm==9.9.9", "vllm==0.31", "vllm==", "vllm==0.27.0@/x"])
 def test_an_unknown_release_is_refused_naming_the_option(name: str) -> None:
     with pytest.raises(SpecError) as e:
-        registry.parse_vllm(name, "--against")
+        parse_engine(name, "--against")
     assert str(e.value).startswith("--against:") and name in str(e.value)
 
 
@@ -70,8 +79,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, option, tmp_path: Path, capsys) 
 
 def test_engine_version_reports_the_release_the_venv_holds(fake_repo: Path) -> None:
     _fake_venv(fake_repo / ".venv-vllm-0.31.0", "0.31.0", dist_info="0.31.0")
-    assert registry.engine_version("vllm==0.31.0") == "vllm 0.31.0"
-    assert registry.engine_version("vllm==0.28.0") == "vllm 0.28.0"  # not built yet: the release asked for
+    assert registry.engine_version(parse_engine("vllm==0.31.0")) == "vllm 0.31.0"
+    assert (
+        registry.engine_version(parse_engine("vllm==0.28.0")) == "vllm 0.28.0"
+    )  # not built yet: the release asked for
 
 
 # ---- --vllm-source with --vllm-version ----------------------------------------------------------------
@@ -93,16 +104,16 @@ def _tree(tmp_path: Path, version: str | None) -> Path:
 def test_a_source_tree_is_judged_as_the_release_it_declares(tmp_path: Path, declared, release) -> None:
     tree = _tree(tmp_path, declared)
     assert source_release(tree) == release
-    assert registry.vllm_release_of(certify_engine("vllm", str(tree), None)) == release
-    assert certify_engine("vllm", str(tree), "0.29.0") == f"vllm==0.29.0@{tree.resolve()}"
+    assert certify_engine(parse_engine("vllm"), str(tree), None).release == release
+    assert certify_engine(parse_engine("vllm"), str(tree), "0.29.0").name == f"vllm==0.29.0@{tree.resolve()}"
 
 
 def test_a_source_tree_older_than_every_release_needs_vllm_version(tmp_path: Path) -> None:
     tree = _tree(tmp_path, "0.20.0")
     with pytest.raises(SpecError, match="--vllm-version"):
-        certify_engine("vllm", str(tree), None)
+        certify_engine(parse_engine("vllm"), str(tree), None)
     with pytest.raises(SpecError, match="--vllm-version"):
-        certify_engine("vllm==0.31.0", str(tree), "0.30.0")  # contradicts the engine's release
+        certify_engine(parse_engine("vllm==0.31.0"), str(tree), "0.30.0")  # contradicts the engine's release
 
 
 # ---- at_release ----------------------------------------------------------------------------------------
@@ -151,7 +162,7 @@ def test_at_release_refuses_an_unknown_release() -> None:
 
 def test_a_campaign_runs_each_workload_at_its_engines_release() -> None:
     def task(engine: str, against: str = "reference") -> Task:
-        return Task("threshold", 1, 0, engine, against, "blocks", "out", False)
+        return Task("threshold", 1, 0, parse_engine(engine), parse_engine(against), "blocks", "out", False)
 
     assert task_workload(task("vllm==0.28.0")).config.vllm_version == "0.28.0"
     assert task_workload(task("reference", "vllm==0.30.0")).config.vllm_version == "0.30.0"
