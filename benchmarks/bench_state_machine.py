@@ -2,7 +2,7 @@
 
 The machine (`conformance/search/state_machine.py`) is what `schedspec hunt` and the mutants' `hypothesis` checker
 run; its examples per second are the budget of every search it makes. Each row runs the same derandomized
-search as `hunt_state_machine(None, ...)` (fixed seed, `--examples` examples, 25 steps each) and counts the
+search as `kill_by_state_machine(None, ...)` (fixed seed, `--examples` examples, 25 steps each) and counts the
 examples Hypothesis ran, so a before/after pair measures the same examples.
 
     .venv/bin/python benchmarks/bench_state_machine.py [--examples 200]
@@ -29,7 +29,7 @@ def measure(bounds: Bounds, examples: int) -> tuple[int, float]:
     state_machine_hunt.machine_for = recording  # type: ignore[assignment]
     try:
         t0 = time.perf_counter()
-        found = state_machine_hunt.hunt_state_machine(None, budget_s=None, max_examples=examples, bounds=bounds)
+        found = state_machine_hunt.kill_by_state_machine(None, budget_s=None, max_examples=examples, bounds=bounds)
         seconds = time.perf_counter() - t0
     finally:
         state_machine_hunt.machine_for = build  # type: ignore[assignment]

@@ -16,7 +16,7 @@ ones included; outside `conformance`, the README's layout table rules):
 | `demo_engines/` | engines that are wrong on purpose: planted divergences, misbehaving programs (hang, die, malformed), mutants as engines | no room |
 | `harness/` | the lock-step differ and its comparison levels, counterexample files, shrinking, the first-difference explanation, and crash-proof worker pools | `engines` |
 | `campaign/` | `certify`: the plan, one workload's run (`task.py`), the batched torch campaign, behaviour coverage, the coverage map and its events, the certificate's text | `engines`, `harness`, `workloads` |
-| `search/` | the count-budgeted hunts of mutants (monitors, differ, the reference's state machine) and of engines (the lock-step machine), and user mutant modules | `harness`, `workloads` |
+| `search/` | count-budgeted searches: for a mutant, to kill it (monitors, differ, the reference's state machine); for an engine, to hunt a divergence (the lock-step machine of `schedspec hunt`); user mutant modules | `harness`, `workloads` |
 | `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached, the report (`changelog.md`, `.json`) | `engines`, `harness` |
 | `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference, and its certificate; the fixture writer | `engines`, `harness`, `campaign` |
 

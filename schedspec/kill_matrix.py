@@ -95,11 +95,11 @@ def _spent(s: Subject, checker: str, e: SearchCut, t0: float) -> Kill:
 
 def _monitors_or_diff(checker: str) -> Callable[[Subject, Budget], Kill]:
     def run(s: Subject, budget: Budget) -> Kill:
-        from .conformance.search.hunt import hunt
+        from .conformance.search.kill_campaign import kill_by_campaign
 
         t0 = time.perf_counter()
         try:
-            f = hunt(s, checker, examples=budget.examples, budget_s=budget.cap_s)
+            f = kill_by_campaign(s, checker, examples=budget.examples, budget_s=budget.cap_s)
         except SearchCut as e:
             return _spent(s, checker, e, t0)
         if f is None:
@@ -174,9 +174,9 @@ def _hypothesis(s: Subject, budget: Budget) -> Kill:
     examples = max(budget.examples, s.mutant.min_examples if s.mutant is not None else 0)
     try:
         if s.mutant is not None:
-            from .conformance.search.state_machine_hunt import hunt_state_machine
+            from .conformance.search.state_machine_kill import kill_by_state_machine
 
-            f = hunt_state_machine(s.mutant, budget_s=budget.cap_s, max_examples=examples)
+            f = kill_by_state_machine(s.mutant, budget_s=budget.cap_s, max_examples=examples)
         else:  # an engine of its own: the lock-step machine, in step with the reference
             from .conformance.search.lockstep_hunt import hunt_engine
 

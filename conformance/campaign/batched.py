@@ -50,8 +50,8 @@ from ..engines.registry import engine_factory, engine_version
 from ..harness.counterexample import Counterexample
 from ..harness.differ import compare_records
 from ..workloads.families import generate
-from .coverage import coverage
-from .coverage_map import judge_and_cells
+from .behaviour_coverage import behaviours_seen
+from .cell_coverage import judge_and_cells
 from .task import Task, WorkloadResult, run_task
 
 BATCH_ENV = "SCHEDSPEC_TORCH_BATCH"
@@ -79,7 +79,7 @@ def _result(
     t0 = time.perf_counter()
     divergence, compared = compare_records(oracle.steps, torch_trace.steps, task.level)
     t_differ = time.perf_counter() - t0
-    out = WorkloadResult(workload.name, task.family, compared, 0.0, coverage(workload, oracle.steps[:compared]))
+    out = WorkloadResult(workload.name, task.family, compared, 0.0, behaviours_seen(workload, oracle.steps[:compared]))
     complete = divergence is None and compared < workload.max_steps
     engine_trace = Trace(
         workload, tuple(torch_trace.steps[:compared]), task.engine.name, "drained" if complete else "max_steps"

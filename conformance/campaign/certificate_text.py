@@ -18,7 +18,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ..harness.explain import markdown_table
-from .coverage_map import markdown_lines as coverage_map_lines
+from .cell_coverage import markdown_lines as coverage_map_lines
 from .task import WorkloadResult
 
 TABLES_SHOWN = 3  # counterexamples drawn as step tables in the Markdown; the rest are listed

@@ -23,7 +23,7 @@ Divergences are shrunk in a second phase, the first `--max-counterexamples`
 of them in plan order; the rest are listed with their unshrunk workloads.
 The certificate (JSON and Markdown, `certificate_text.py`) records what was
 checked and how much, with the coverage map's cells the campaign reached and
-the possible ones it never did (`coverage_map.py`); JUnit XML gives CI one
+the possible ones it never did (`cell_coverage.py`); JUnit XML gives CI one
 test case per workload.
 """
 
@@ -49,9 +49,9 @@ from ..engines.vllm_source import vllm_source_info
 from ..harness.compare import LEVELS
 from ..harness.workers import run_all
 from ..workloads.families import FAMILIES
+from .behaviour_coverage import BEHAVIOURS
+from .cell_coverage import summary as coverage_map_summary
 from .certificate_text import junit, markdown
-from .coverage import BEHAVIOURS
-from .coverage_map import summary as coverage_map_summary
 from .task import PARTS, Task, WorkloadResult, run_task, shrink_result, skipped
 
 DETERMINISM_EVERY = 10  # our engines and vLLM: every 10th workload runs twice
@@ -221,7 +221,7 @@ def certificate(
         c["workloads"] += 1
         c[r.outcome if r.outcome != "skipped" else "error"] += 1
         c["steps"] += r.steps_compared
-        covered.update(r.coverage)
+        covered.update(r.behaviours)
         reached.update(r.cells)
     steps = sum(r.steps_compared for r in results)
     nondet = [{"workload": r.name, **r.nondeterministic} for r in results if r.nondeterministic]

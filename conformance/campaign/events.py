@@ -11,7 +11,7 @@ claims an event only where the records prove it:
   waiting);
 * the three features: `pad`, `prefix_hit`, `eviction` (a block handed out
   that held a cached prefix: the cache is tracked from the outputs, as the
-  reference fills it), `stale_output` (`coverage.FeatureTracker`);
+  reference fills it), `stale_output` (`behaviour_coverage.FeatureTracker`);
 * the threshold rule (`effective_threshold`): `threshold_lone` (a lone
   request granted past the configured threshold) and `threshold_adaptive`
   (the fair-share floor let a grant past it);
@@ -35,7 +35,7 @@ from ...spec.invariants.views import StepView
 from ...spec.request import RequestStatus
 from ...spec.trace import StateSummary, StepRecord, Trace
 from ...spec.workload import Workload
-from .coverage import FeatureTracker, stop_kind
+from .behaviour_coverage import FeatureTracker, stop_kind
 from .running_pass import BlockTables, PassLog, Running, check_against, replay_running_pass
 
 ABORTS = {

@@ -5,7 +5,7 @@ but not its course: which request was being served when a victim fell,
 whether a victim had been granted earlier in the same pass (a refund, Z1),
 whether it was a request the pass had already passed over (the `req_index`
 fix, T21), or whether the request preempted itself. The coverage map
-(`coverage_map.py`) needs exactly those, for any engine's trace. So this
+(`cell_coverage.py`) needs exactly those, for any engine's trace. So this
 module replays the pass on numbers the trace determines: the state
 `schedule()` started from (`spec.invariants.replay.TraceReplay`: C, T, the
 drafts S and the placeholders P of each running request, in running order,

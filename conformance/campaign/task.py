@@ -44,8 +44,8 @@ from ..harness.differ import DiffResult, Divergence, compare_records, diff
 from ..harness.explain import side_by_side
 from ..harness.shrink import shrink
 from ..workloads.families import at_release, generate
-from .coverage import coverage
-from .coverage_map import cells, judge_and_cells
+from .behaviour_coverage import behaviours_seen
+from .cell_coverage import cells, judge_and_cells
 
 SHRINK_SAFETY_CAP_S = 600.0  # stops a shrink on a machine far slower than planned; never decides a verdict
 
@@ -72,8 +72,8 @@ class WorkloadResult:
     family: str
     steps_compared: int
     seconds: float
-    coverage: Counter[str] = field(default_factory=Counter)
-    cells: Counter[str] = field(default_factory=Counter)  # the coverage map's cells reached (`coverage_map.py`)
+    behaviours: Counter[str] = field(default_factory=Counter)  # behaviours seen (`behaviour_coverage.py`)
+    cells: Counter[str] = field(default_factory=Counter)  # the coverage map's cells reached (`cell_coverage.py`)
     divergence: dict[str, Any] | None = None
     counterexample_file: str | None = None
     shrunk_size: dict[str, int] | None = None
@@ -153,7 +153,9 @@ def run_task(task: Task) -> WorkloadResult:
     t0 = time.perf_counter()
     workload = task_workload(task)
     result = _diff(task, workload, task.against, task.engine, task.level, keep_records=True)
-    out = WorkloadResult(workload.name, task.family, result.steps_compared, 0.0, coverage(workload, result.records_a))
+    out = WorkloadResult(
+        workload.name, task.family, result.steps_compared, 0.0, behaviours_seen(workload, result.records_a)
+    )
     _timed(out, result)
     if result.error is not None:
         out.cells = cells(workload, result.records_a)

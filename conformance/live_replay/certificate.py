@@ -14,10 +14,10 @@ from collections import Counter
 from typing import Any
 
 from ...spec.versions import RELEASES
+from ..campaign.behaviour_coverage import BEHAVIOURS, behaviours_seen
+from ..campaign.cell_coverage import cells, summary
 from ..campaign.certificate_text import markdown
 from ..campaign.certify import verdict
-from ..campaign.coverage import BEHAVIOURS, coverage
-from ..campaign.coverage_map import cells, summary
 from ..campaign.task import WorkloadResult
 from ..engines.engine_spec import parse_engine
 from ..engines.registry import engine_version
@@ -41,7 +41,7 @@ def certificate(result: LiveReplay, elapsed: float, cx_file: str | None) -> tupl
     d, w, s = result.divergence, result.workload, result.session
     name = w.name
     r = WorkloadResult(
-        name, "live", result.steps_compared, elapsed, coverage(w, result.reference), cells(w, result.reference)
+        name, "live", result.steps_compared, elapsed, behaviours_seen(w, result.reference), cells(w, result.reference)
     )
     cxs = []
     if d is not None:
@@ -103,7 +103,7 @@ def certificate(result: LiveReplay, elapsed: float, cx_file: str | None) -> tupl
                 "steps": result.steps_compared,
             }
         },
-        "coverage": {b: r.coverage.get(b, 0) for b in BEHAVIOURS},
+        "coverage": {b: r.behaviours.get(b, 0) for b in BEHAVIOURS},
         "coverage_map": summary(r.cells),
         "determinism": {"checked": 0, "nondeterministic": []},
         "counterexamples": cxs,

@@ -3,7 +3,7 @@
 A search that decides whether a checker catches a bug is bounded by a count
 of examples, searched in a fixed order from a fixed seed: the first N
 generated workloads (`hunt.hunt`), N Hypothesis examples, derandomized
-(`state_machine_hunt.hunt_state_machine`), a Z3 resource limit (`rlimit`)
+(`state_machine_hunt.kill_by_state_machine`), a Z3 resource limit (`rlimit`)
 per query, a CrossHair iteration count. The same count gives the same
 examples, and so the same verdict, on a quiet laptop and on a CI runner
 with a load of 6; only the seconds differ.

@@ -30,11 +30,11 @@ from ...spec.engine import EngineFactory
 from ...spec.workload import Workload
 from ..harness.differ import Divergence, diff
 from .budget import DEFAULT_EXAMPLES, SearchCut
-from .hunt import Finding
+from .kill_campaign import Finding
 from .lockstep_machine import EngineBroke, LockstepLog, LockstepMachine, close_quietly
 from .state_machine import Counterexample, OutOfTime
 from .state_machine_draws import Bounds
-from .state_machine_hunt import own_constants_only, profile
+from .state_machine_kill import own_constants_only, profile
 from .subject import Subject
 
 STEP_COUNT = 25  # rules per example, as the reference machine's hunts

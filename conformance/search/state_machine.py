@@ -30,7 +30,7 @@ arrives, a live or finished request is aborted, or the engine steps.
   through a side channel (`RunLog`): each machine instance logs itself there,
   and the last one Hypothesis builds replays the shrunk failing example.
   Running a hunt over the machine (settings, budget, the finding) is
-  `state_machine_hunt.py`.
+  `state_machine_kill.py`.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ from ...spec.workload import Abort, Workload, WorkloadRequest
 from .state_machine_draws import FILLER, Bounds, batch_queue_size, make_config, make_request, raw_draws
 
 TRACE_CHECKS = ("finished-reported-once", "stop-is-final")  # monitor.py's checks over the whole trace
-STALE_COVERAGE = "stale outputs waiting, squared"
-COVERAGE = (
+STALE_TARGET = "stale outputs waiting, squared"
+TARGETS = (  # what Hypothesis `target()`s at teardown: the search steers toward more of each
     "preemptions among several running",
     "victims ahead of a scheduled request",
     "KV blocks in use, summed over steps",
@@ -145,7 +145,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.queue_size = 1  # the batch queue: 1 for the synchronous engine, where nothing stays in flight
         self.in_flight: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
         self.drafter: Drafter  # set by `configure`
-        self.coverage: dict[str, float] = dict.fromkeys(COVERAGE, 0.0)
+        self.targets: dict[str, float] = dict.fromkeys(TARGETS, 0.0)
 
     @property
     def config(self) -> SchedulerConfig:
@@ -292,20 +292,20 @@ class SchedulerMachine(RuleBasedStateMachine):
     def note_coverage(self, pre, out, mid) -> None:
         """What `target()` steers towards: contention, not a lone request preempting itself over and over."""
         if len(pre.running) > 1:
-            self.coverage["preemptions among several running"] += len(out.preempted_req_ids)
+            self.targets["preemptions among several running"] += len(out.preempted_req_ids)
         # A victim ahead of a request scheduled in the same step: PRIORITY's refund path (bug-zoo Z1).
         last = max((pre.running.index(rid) for rid in out.num_scheduled_tokens if rid in pre.running), default=-1)
-        self.coverage["victims ahead of a scheduled request"] += sum(
+        self.targets["victims ahead of a scheduled request"] += sum(
             pre.running.index(rid) < last for rid in out.preempted_req_ids if rid in pre.running
         )
-        self.coverage["KV blocks in use, summed over steps"] += 1 - mid.num_free_blocks / self.config.num_usable_blocks
+        self.targets["KV blocks in use, summed over steps"] += 1 - mid.num_free_blocks / self.config.num_usable_blocks
         if self.bounds.features:  # waiting requests whose output is still in flight: the stale skip, in pairs (Z5)
             stale = sum(pre.requests[rid].num_stale_output_tokens > 0 for rid in pre.waiting)
-            self.coverage[STALE_COVERAGE] = self.coverage.get(STALE_COVERAGE, 0.0) + stale * stale
+            self.targets[STALE_TARGET] = self.targets.get(STALE_TARGET, 0.0) + stale * stale
 
     def teardown(self) -> None:
         if self.run.config is not None:
-            for label, score in self.coverage.items():
+            for label, score in self.targets.items():
                 target(float(score), label=label)
 
 

@@ -5,7 +5,7 @@ that needs several knobs together (async scheduling, PRIORITY, a running
 request skipped by the pass and a full KV pool, in one step) was drawn by
 none of them. There are four, one per policy and scheduling (`mixed-fcfs-sync`,
 `mixed-fcfs-async`, `mixed-priority-sync`, `mixed-priority-async`), so a
-campaign gives each quarter of the coverage map (`coverage_map.py`) the same
+campaign gives each quarter of the coverage map (`cell_coverage.py`) the same
 share. Within a family spec decode and prefix caching take turns by index
 (`generate` passes `index % 4`), so each of the 16 modes gets the same share
 too; drawn through Hypothesis, they are drawn.

@@ -4,7 +4,7 @@
 --workloads 900`) run as one batch of instances (the batched fast path of
 `certify`); the certificate must pass with every invariant monitor silent,
 every behaviour counted, and every possible cell of the coverage map reached
-(`conformance/campaign/coverage_map.py`). A few workloads also run in lock-step mode,
+(`conformance/campaign/cell_coverage.py`). A few workloads also run in lock-step mode,
 so both paths stay certified.
 """
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.conformance.search.hunt import hunt
+from schedspec.conformance.search.kill_campaign import kill_by_campaign
 from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
@@ -67,7 +67,7 @@ def test_a_decision_invariant_catches_what_the_bounds_let_through(name):
     invariant, examples, shrunk = PINNED[name]
     mutant = BY_NAME[name]
     assert invariant in mutant.expect
-    finding = hunt(mutant, "monitors", examples=EXAMPLES, shrink_calls=SHRINK_CALLS)
+    finding = kill_by_campaign(mutant, "monitors", examples=EXAMPLES, shrink_calls=SHRINK_CALLS)
     assert finding is not None, f"{name} survived the monitors"
     assert (finding.what, finding.examples, finding.size) == (invariant, examples, shrunk), finding.original
     with applied(mutant):

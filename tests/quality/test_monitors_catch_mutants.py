@@ -27,7 +27,7 @@ the monitors nor the differ reach it, only the state machine does.
 
 import pytest
 
-from schedspec.conformance.search.hunt import hunt
+from schedspec.conformance.search.kill_campaign import kill_by_campaign
 from schedspec.mutants import BY_NAME
 
 PINNED = {
@@ -84,7 +84,7 @@ SLOW_OK = {"Z1-no-refund": "the monitors' Z1 hunt", "no-touch-on-hit": "the moni
 )
 def test_monitors_catch_and_shrink(name):
     mutant = BY_NAME[name]
-    finding = hunt(mutant, "monitors")
+    finding = kill_by_campaign(mutant, "monitors")
     assert finding is not None, f"{name} survived the monitors"
     what, shrunk = PINNED[name]
     assert finding.what == what
@@ -97,12 +97,12 @@ def test_a_decision_the_differ_sees_the_monitors_see_too(name):
     """A decision changed within every bound: the differ sees it, and so do the decision invariants."""
     mutant = BY_NAME[name]
     (field, diff_size), (invariant, size) = DECISIONS_ONLY[name]
-    finding = hunt(mutant, "diff")
+    finding = kill_by_campaign(mutant, "diff")
     assert finding is not None and (finding.what, finding.size) == (field, diff_size)
-    finding = hunt(mutant, "monitors")
+    finding = kill_by_campaign(mutant, "monitors")
     assert finding is not None and (finding.what, finding.size) == (invariant, size)
     assert finding.what in mutant.expect
 
 
 def test_z5_needs_a_deeper_pipeline_than_the_engine_loop():
-    assert hunt(BY_NAME["Z5-skipped-reversed"], "diff", examples=200) is None
+    assert kill_by_campaign(BY_NAME["Z5-skipped-reversed"], "diff", examples=200) is None

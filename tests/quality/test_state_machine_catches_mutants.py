@@ -1,6 +1,6 @@
 """The state machine catches every core-scope mutant of the reference, and shrinks it to this.
 
-For each mutant, `hunt_state_machine` runs the Hypothesis machine (seed 0,
+For each mutant, `kill_by_state_machine` runs the Hypothesis machine (seed 0,
 up to 3000 runs of up to 25 rules, default bounds) on the mutated reference
 until one of the mutant's expected invariants trips, or one of vLLM's own
 asserts that the reference keeps ("assertion"). Only those count: a mutant
@@ -35,7 +35,7 @@ shows each new invariant, on its own, catching a planted bug.
 
 import pytest
 
-from schedspec.conformance.search.state_machine_hunt import hunt_state_machine
+from schedspec.conformance.search.state_machine_kill import kill_by_state_machine
 from schedspec.mutants import BY_NAME
 
 PINNED = {
@@ -102,7 +102,7 @@ def _tiered(names):
 @pytest.mark.parametrize("name", _tiered(PINNED))
 def test_state_machine_catches_and_shrinks(name):
     mutant = BY_NAME[name]
-    finding = hunt_state_machine(mutant, expect=mutant.expect)
+    finding = kill_by_state_machine(mutant, expect=mutant.expect)
     assert finding is not None, f"{name} survived the state machine"
     what, size = PINNED[name]
     assert finding.what in mutant.expect + ("assertion",)
@@ -110,14 +110,14 @@ def test_state_machine_catches_and_shrinks(name):
 
 
 def test_state_machine_misses_a_legal_but_wrong_decision():
-    finding = hunt_state_machine(BY_NAME["priority-self-preempt-breaks"], max_examples=500)
+    finding = kill_by_state_machine(BY_NAME["priority-self-preempt-breaks"], max_examples=500)
     assert finding is None, finding.original
 
 
 @pytest.mark.parametrize("invariant", _tiered(INVARIANT_PINS))
 def test_each_new_invariant_catches_its_planted_bug(invariant):
     name, size = INVARIANT_PINS[invariant]
-    finding = hunt_state_machine(BY_NAME[name], expect=(invariant,))
+    finding = kill_by_state_machine(BY_NAME[name], expect=(invariant,))
     assert finding is not None, f"{invariant} missed {name}"
     assert (finding.what, finding.size) == (invariant, size), finding.original
 
@@ -133,9 +133,9 @@ def test_a_hunt_does_not_depend_on_what_else_is_imported():
         "import sys, importlib\n"
         "for m in sys.argv[1:]: importlib.import_module(m)\n"
         "from schedspec.mutants import BY_NAME\n"
-        "from schedspec.conformance.search.state_machine_hunt import hunt_state_machine\n"
+        "from schedspec.conformance.search.state_machine_kill import kill_by_state_machine\n"
         "m = BY_NAME['Z10-admit-after-preemption']\n"
-        "f = hunt_state_machine(m, expect=m.expect)\n"
+        "f = kill_by_state_machine(m, expect=m.expect)\n"
         "print(f.what, f.size, f.original.count(chr(10)))\n"
     )
     runs = [

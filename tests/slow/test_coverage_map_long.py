@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.campaign.coverage_map import POSSIBLE_CELLS, cells
+from schedspec.conformance.campaign.cell_coverage import POSSIBLE_CELLS, cells
 from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
 from schedspec.reference_impl import simulate

@@ -11,7 +11,7 @@ the finding's workload replays it through `simulate()`.
 import pytest
 
 from schedspec.conformance.search.state_machine import Bounds
-from schedspec.conformance.search.state_machine_hunt import LONG, hunt_state_machine
+from schedspec.conformance.search.state_machine_kill import LONG, kill_by_state_machine
 
 WORLDS = {
     "default": Bounds(),
@@ -21,7 +21,7 @@ WORLDS = {
 
 @pytest.mark.parametrize("world", list(WORLDS))
 def test_reference_keeps_every_invariant_over_thousands_of_runs(world):
-    finding = hunt_state_machine(
+    finding = kill_by_state_machine(
         None,
         budget_s=None,  # bounded by its count of examples alone
         max_examples=LONG.max_examples,

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.campaign.coverage_map import (
+from schedspec.conformance.campaign.cell_coverage import (
     ALL_CELLS,
     EVENTS,
     IMPOSSIBLE,

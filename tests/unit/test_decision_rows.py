@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from schedspec.conformance.search.hunt import CORE_FAMILIES
+from schedspec.conformance.search.kill_campaign import CORE_FAMILIES
 from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import simulate
 from schedspec.spec.invariants import DECISION_ROWS, DECISIONS, check_trace

@@ -2,7 +2,7 @@
 
 A family that agreed with vLLM on 300 workloads proves little if none of
 them evicted a cached block or rejected a draft. What the step records show
-is counted by `conformance.campaign.coverage` (the certificate's counters); what only
+is counted by `conformance.campaign.behaviour_coverage` (the certificate's counters); what only
 the scheduler's insides show (an eviction, a hit on an evictable block, the
 async max-tokens skip rule) is counted by wrapping the reference's own
 functions while it runs.
@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from schedspec.conformance.campaign.coverage import coverage
+from schedspec.conformance.campaign.behaviour_coverage import behaviours_seen
 from schedspec.conformance.workloads.families import generate
 from schedspec.reference_impl import block_pool, rules, simulate
 from schedspec.spec.request import RequestStatus
@@ -48,7 +48,7 @@ def _campaign(family: str, monkeypatch) -> Counter[str]:
     for i in range(WORKLOADS):
         w = generate(family, 0, i)
         trace = simulate(w)
-        seen.update(coverage(w, trace.steps))
+        seen.update(behaviours_seen(w, trace.steps))
         seen["workloads_with_k"] += w.config.num_speculative_tokens > 0
         seen["workloads_with_caching"] += w.config.enable_prefix_caching
         for rec in trace.steps:

@@ -22,7 +22,7 @@ from schedspec.conformance.search.state_machine import (
     make_request,
 )
 from schedspec.conformance.search.state_machine_draws import raw_draws
-from schedspec.conformance.search.state_machine_hunt import FAST, hunt_state_machine
+from schedspec.conformance.search.state_machine_kill import FAST, kill_by_state_machine
 from schedspec.mutants import BY_NAME, applied
 from schedspec.reference_impl import simulate
 from schedspec.spec.arith import cdiv
@@ -56,7 +56,7 @@ def test_drawn_configs_and_requests_are_what_vllm_accepts(data):
 
 def test_a_finding_replays_as_a_workload_through_the_monitors():
     mutant = BY_NAME["Z14-double-free"]
-    finding = hunt_state_machine(mutant, max_examples=200, expect=mutant.expect)
+    finding = kill_by_state_machine(mutant, max_examples=200, expect=mutant.expect)
     assert finding is not None and finding.what == "block-conservation"
     requests, steps = finding.size
     assert len(finding.workload.requests) == requests and finding.workload.max_steps == steps + 1
@@ -71,7 +71,7 @@ def test_a_hunt_stopped_by_its_safety_cap_is_unknown_not_a_pass():
     """The count decides; the seconds cap only stops a runaway, and a hunt it stops is never "nothing found"."""
     t0 = time.perf_counter()
     with pytest.raises(SearchCut) as cut:
-        hunt_state_machine(None, budget_s=1.0, max_examples=10**6)
+        kill_by_state_machine(None, budget_s=1.0, max_examples=10**6)
     assert time.perf_counter() - t0 < 5
     assert 0 < cut.value.done < cut.value.planned == 10**6 and str(cut.value).startswith("budget spent")
 
@@ -89,5 +89,5 @@ def test_drawn_feature_configs_are_what_vllm_accepts(data):
 
 def test_the_feature_machine_holds_on_the_reference():
     """Prefix caching, spec decode and async scheduling (batch queues of 2 and 3) drawn: every check holds."""
-    finding = hunt_state_machine(None, max_examples=150, bounds=Bounds(features=True))
+    finding = kill_by_state_machine(None, max_examples=150, bounds=Bounds(features=True))
     assert finding is None, finding.original

@@ -1,4 +1,4 @@
-"""Hunting with the state machine: Hypothesis settings, a fresh machine per hunt, and the finding it shrinks to.
+"""Killing a mutant with the state machine: Hypothesis settings, a fresh machine per search, and its finding.
 
 Design notes
 ------------
@@ -44,7 +44,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from ...mutants import Mutant, applied
 from .budget import DEFAULT_CAP_S, SearchCut
-from .hunt import Finding
+from .kill_campaign import Finding
 from .state_machine import Bounds, Counterexample, OutOfTime, RunLog, SchedulerMachine
 
 HUNT_EXAMPLES = 3000  # a hunt's examples when the caller names none: every pinned mutant is found well within
@@ -94,7 +94,7 @@ def own_constants_only() -> Iterator[None]:
         providers._get_local_constants, providers.CONSTANTS_CACHE = saved
 
 
-def hunt_state_machine(
+def kill_by_state_machine(
     mutant: Mutant | None,
     budget_s: float | None = DEFAULT_CAP_S,
     max_examples: int = HUNT_EXAMPLES,

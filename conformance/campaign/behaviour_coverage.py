@@ -26,7 +26,7 @@ The three features (prefix caching, spec decode, async scheduling), each counted
 * `stale_output`: under async scheduling, an absorbed output named a request
   that was preempted after that output was scheduled (§6).
 
-These are totals. The coverage map (`coverage_map.py`, events detected by
+These are totals. The coverage map (`cell_coverage.py`, events detected by
 `events.py`, which reuses `stop_kind` and `FeatureTracker` from here) says
 in which mode each pass-level event happened, and which never did.
 """
@@ -59,7 +59,7 @@ BEHAVIOURS = (
 )
 
 
-def coverage(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
+def behaviours_seen(workload: Workload, records: Iterable[StepRecord]) -> Counter[str]:
     cfg = workload.config
     reqs = {r.request_id: r.request for r in workload.requests}
     seen: Counter[str] = Counter()

@@ -1,4 +1,8 @@
-"""Hunting a mutant with a checker: search generated workloads, then shrink what is found.
+"""Killing a mutant with a checker: search generated workloads, then shrink what is found.
+
+(A mutant is *killed*, as in the kill matrix; an engine is *hunted*, by
+`schedspec hunt` and `lockstep_hunt.py`. The two words keep the two
+searches apart.)
 
 Two checkers live here, both driven by the seeded families:
 
@@ -15,7 +19,7 @@ Two checkers live here, both driven by the seeded families:
 Each finding is shrunk with the same checker as predicate, so the reported
 workload is minimal for that checker and still shows the same problem.
 
-The search is bounded by a count, not by seconds (`search_budget.py`): the
+The search is bounded by a count, not by seconds (`budget.py`): the
 first `examples` workloads, families round-robin from a fixed seed, always
 in the same order. None found among them is a finished search that missed
 (`None`); a search stopped by the safety cap `budget_s` first raises
@@ -27,7 +31,7 @@ an engine of the user's derived from it (`schedspec mutants --from`). An
 engine that raises is caught: an `AssertionError` (vLLM's own asserts, in
 the reference) as "assertion", anything else as "crash".
 
-A mutant is hunted on the families that exercise it (`Mutant.families`),
+A mutant is searched for on the families that exercise it (`Mutant.families`),
 by default the nine of the core scope: a mutant of prefix caching is
 invisible on workloads that never cache, and the core mutants keep the
 search order, and so the findings, they had before the feature families.
@@ -122,7 +126,7 @@ def _diff_problem(s: Subject, pristine: Callable[[Workload], Trace]) -> Callable
     return problem
 
 
-def hunt(
+def kill_by_campaign(
     mutant: Mutant | Subject,
     checker: str = "monitors",
     seed: int = 0,
