@@ -95,8 +95,8 @@ rm -f "$OUT/cert/junit.xml"  # the device tool returns 8 files at most
 
 # ---- 3. the torch engine's unit tests (CUDA vs CPU included) -----------------------------------------
 unset SCHEDSPEC_TORCH_DEVICE
-timeout 120 $PY -m pytest -q -p no:cacheprovider tests/unit/test_torch_engine.py tests/unit/test_torch_features.py \
-  tests/unit/test_torch_columnar.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
+timeout 120 $PY -m pytest -q -p no:cacheprovider tests/unit/gpu_impl/test_torch_engine.py tests/unit/gpu_impl/test_torch_features.py \
+  tests/unit/gpu_impl/test_torch_columnar.py 2>&1 | tail -15 | tee "$OUT/tests.txt"
 
 # ---- 4. the benchmark ----------------------------------------------------------------------------
 # shellcheck disable=SC2086

@@ -6,7 +6,7 @@ the torch engine, the real vLLM behind a driver pipe, or anyone's
 certificates, counterexamples, changelogs and kill-matrix cells. It is seven
 rooms and the vLLM venv's own programs; each room is a package whose
 docstring says what it holds. A room imports only the rooms its row names
-(`tests/unit/test_layers.py` reads this table and checks every import, lazy
+(`tests/unit/project/test_layers.py` reads this table and checks every import, lazy
 ones included; outside `conformance`, the README's layout table rules):
 
 | room | holds | may import |

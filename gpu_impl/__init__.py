@@ -47,6 +47,6 @@ It imports only `schedspec.spec` and torch, never the reference: an engine
 that borrowed the oracle's code would certify nothing. The rules it shares
 with the reference are tensor twins (`rules.py`, the `*_twin` functions of
 `preemption.py`), checked against their rules by
-`tests/unit/test_rule_twins.py`. The heap order runs on the host, so it
+`tests/unit/gpu_impl/test_rule_twins.py`. The heap order runs on the host, so it
 calls `spec.rules.heap_key` itself (`load.py`).
 """

@@ -66,7 +66,7 @@ class OutputColumns:
     steps have taken them, so the new block ids are gathered here. The other columns are the step's own
     tensors, held as they are: `step.schedule` builds them afresh, and the two it takes from the state (C
     before the advance, the finished mask) the state replaces rather than writes into
-    (`tests/unit/test_torch_columnar.py` pins both). Only the drafts are copied: without spec decode they
+    (`tests/unit/gpu_impl/test_torch_columnar.py` pins both). Only the drafts are copied: without spec decode they
     are the state's own (empty) tensor.
     """
 

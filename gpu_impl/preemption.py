@@ -34,7 +34,7 @@ PRIORITY heap (whose order `prio_rank` already gives).
 This engine may not import the reference, and `spec.rules` is written for
 ints and Z3 terms, not tensors. So the victim orders and the preemption's
 resets are tensor twins of those rules, named after them (`*_twin`), and
-`tests/unit/test_rule_twins.py` checks each against its rule.
+`tests/unit/gpu_impl/test_rule_twins.py` checks each against its rule.
 """
 
 from __future__ import annotations

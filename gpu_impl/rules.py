@@ -4,7 +4,7 @@ These are the same lines of vLLM (0.28.0 to 0.33.0) that `reference_impl/rules.p
 and `spec/rules.py` write for ints and Z3 terms, rewritten for tensors,
 because this engine must not borrow the oracle's code (an engine that
 reuses the oracle certifies nothing). A twin has its rule's name, or says
-in its first line which rule it twins. `tests/unit/test_rule_twins.py`
+in its first line which rule it twins. `tests/unit/gpu_impl/test_rule_twins.py`
 checks each twin against its rule on random inputs, at random releases, and
 `docs/architecture.md` maps them. Every function broadcasts: per-instance
 knobs come in as `[B, 1]` columns, per-request values as `[B, R]`.

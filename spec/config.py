@@ -158,7 +158,7 @@ def _validate(c: SchedulerConfig) -> None:
     # applied after spec-decode padding, so a padded admission is clipped below 1 + k and
     # `assert num_new_tokens == 1 + k` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579)) fails (§9.A.4, exp1).
     # The reference refuses the config instead of reproducing the crash; the harness pins
-    # vLLM's crash as a known divergence (tests/unit/test_vllm_known_bugs.py).
+    # vLLM's crash as a known divergence (tests/unit/conformance/engines/test_vllm_known_bugs.py).
     k = c.num_speculative_tokens
     need(
         "long_prefill_token_threshold",

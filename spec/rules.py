@@ -37,7 +37,7 @@ Each is a plain function of ints and Z3 terms (`spec.arith`: `ite`, `min_`
 and `and_` in place of `if`, `min` and `and`), so the Z3 encoding builds its
 formula from the same lines. The torch engine cannot run them on tensors, so
 it keeps tensor twins (`gpu_impl/preemption.py`, `gpu_impl/rules.py`), and
-`tests/unit/test_rule_twins.py` checks each twin against its rule on random
+`tests/unit/gpu_impl/test_rule_twins.py` checks each twin against its rule on random
 inputs. `docs/architecture.md` lists who uses each rule.
 """
 

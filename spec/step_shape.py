@@ -9,7 +9,7 @@ JSON Schema counts as an integer, a status the pattern admits with a
 trailing newline, or a real error) the caller asks jsonschema, whose
 verdict and message stand. So the schema in `trace.schema.json` stays the
 one definition, and a field added there only makes this test fail safe
-(`tests/unit/test_trace_stream.py` holds it to being stricter).
+(`tests/unit/spec/test_trace_stream.py` holds it to being stricter).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Name the default-tier tests that ran over 10 s without `slow_ok`: make them cheaper, or mark and list them.
 
     A report, never a failure: how long a test takes depends on the
-    machine, and a verdict must not. `tests/unit/test_tier_budget.py` checks
+    machine, and a verdict must not. `tests/unit/project/test_tier_budget.py` checks
     the part that does not: every `slow_ok` test is named in tests/README.md.
     """
     seconds: dict[str, float] = {}

@@ -10,7 +10,7 @@ cell, so a certificate can say which it never reached.
 Some cells no workload can reach, whatever it draws: `IMPOSSIBLE` lists
 them as data, each rule with the modes it covers and the reason (also in
 `docs/conformance.md`, and in every certificate). No workload of a bounded
-sample (`tests/unit/test_coverage_map.py`) or of 6,400 workloads
+sample (`tests/unit/conformance/campaign/test_coverage_map.py`) or of 6,400 workloads
 (`tests/slow/test_coverage_map_long.py`) reaches one of them; the README's
 main job, the default campaign, reaches every other cell
 (`tests/campaigns/test_certify_torch.py`), which the mixed families

@@ -46,7 +46,7 @@ def _req(
 def seed_long_prompt() -> Workload:
     """A long prompt beside many decodes: 200 decodes and one 20000-token prompt share an 8192-token budget.
 
-    (The project's founding worked example, "seed 000", tabulates it: `tests/unit/test_seed_tables.py`.)
+    (The project's founding worked example, "seed 000", tabulates it: `tests/unit/reference_impl/test_seed_tables.py`.)
     The decodes are prefilled in step 0. From step 1 they take 1 token each,
     so the long prompt gets 8192 - 200 = 7992, 7992, then the last 4016.
     """

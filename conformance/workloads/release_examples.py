@@ -1,7 +1,7 @@
 """One small workload per release variant (`spec/versions.py`): run it at either side of the release and see the rule.
 
 Each is built at the default release; `at(workload, version)` moves it.
-`tests/unit/test_versions.py` pins what the reference does on both sides,
+`tests/unit/spec/test_versions.py` pins what the reference does on both sides,
 and `tests/slow/test_vllm_releases.py` holds the real releases to it. The
 scenarios follow the diff of vLLM's sources that found each variant;
 `docs/versions.md` gives the numbers.

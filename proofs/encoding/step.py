@@ -2,7 +2,7 @@
 
 The same function runs on two kinds of values. With Z3 terms it builds the
 transition relation that `runs/prove.py` checks invariants against; with Python
-ints it computes one concrete step, which `tests/unit/test_encoding_drift.py`
+ints it computes one concrete step, which `tests/unit/proofs/test_encoding_drift.py`
 compares with the reference's step on thousands of states (no drift). All
 arithmetic and every decision that a mutant may plant a bug in is a call to
 `reference_impl.rules`, so a bug is written once and reaches both. The rules

@@ -2,7 +2,7 @@
 
 A predicate that is a conjunction over rows and pairs of rows holds of N rows iff it holds of each row and
 pair, so it is read on x's view and on x beside y. A sum is read on x beside one lumped row that holds the rest
-of the ghost sum. `tests/unit/test_every_n.py` proves both readings equal to the N-row one on the bounded
+of the ghost sum. `tests/unit/proofs/test_every_n.py` proves both readings equal to the N-row one on the bounded
 encoding's steps.
 """
 

@@ -1,7 +1,7 @@
 """`schedspec`: the command line, one module per command, named after it.
 
 This package parses options into typed values, calls the library, and
-prints; nothing outside it imports it (`tests/unit/test_layers.py`), so the
+prints; nothing outside it imports it (`tests/unit/project/test_layers.py`), so the
 library never depends on argument parsing.
 
 Every user mistake (a bad config, a malformed file, an engine that crashes)

@@ -7,7 +7,7 @@ counts and the running pass to one symbolic formula. So each decision that
 counts reach is stated a second time, here, as a predicate over the
 `StepView` alone, under the same name, in the scope the Z3 encoding models:
 one synchronous step with no drafts, no placeholders and no prefix hit (the
-core scope). These are the walk's twins, and `tests/unit/test_decision_rows.py`
+core scope). These are the walk's twins, and `tests/unit/spec/test_decision_rows.py`
 checks one against the other on the core families and under the mutants: on
 every step of those traces the row form and the walk agree.
 

@@ -45,7 +45,7 @@ only what the steps in flight need: the records and the last preemptions)
 and, before each step it judges, `reseed`s the block tables, drafts,
 `is_prefill_chunk` flags and pool from the engine's own state
 (`ReplaySeed`), read as the previous record closed. The step itself is then
-judged exactly as in a full replay; `tests/unit/test_replay_reseed.py` pins
+judged exactly as in a full replay; `tests/unit/spec/test_replay_reseed.py` pins
 that a reseeded replay's views equal the full replay's.
 """
 

@@ -54,7 +54,7 @@ def test_cheap_invariants_up_to_twelve_requests(name):
 
 @pytest.mark.parametrize("fcfs", [True, False], ids=["fcfs", "priority"])
 def test_every_invariant_is_inductive_with_all_three_features_for_two_requests(fcfs):
-    """Moved from tests/unit/test_prove_async.py, which keeps N = 1 of it."""
+    """Moved from tests/unit/proofs/test_prove_async.py, which keeps N = 1 of it."""
     from schedspec.proofs.runs.features import CONCRETE_ONLY, FEATURES, check as check_features
 
     for inv in INVARIANTS:

@@ -55,17 +55,17 @@ GLOSSARY_ENTRY = re.compile(r"^- \*\*(?P<id>[^*\s]*[^*\s.])\*\*", re.MULTILINE)
 
 # Text that looks like a citation and is not one, with why. Matched by (file, exact text).
 NOT_CITATIONS = {
-    ("tests/unit/test_contracts.py", "Z99"): "a mutant id that must not exist: the CLI's refusal is under test",
+    ("tests/unit/proofs/test_contracts.py", "Z99"): "a mutant id that must not exist: the CLI's refusal is under test",
     (
-        "tests/unit/test_vllm_known_bugs.py",
+        "tests/unit/conformance/engines/test_vllm_known_bugs.py",
         "vllm/v1/core/sched/scheduler.py:1579",
     ): "the traceback vLLM prints, matched verbatim",
     ("docs/conformance.md", "vllm/v1/core/sched/scheduler.py:1579"): "quotes that traceback",
-    ("tests/unit/test_contracts.py", "/x/contracts.py:76"): "CrossHair's report format, fed to the parser",
+    ("tests/unit/proofs/test_contracts.py", "/x/contracts.py:76"): "CrossHair's report format, fed to the parser",
 }
 SKIP = NOT_CITATIONS.keys()
 # The checker and its test hold deliberate mistakes and the patterns themselves.
-SELF = {"tests/unit/citations.py", "tests/unit/test_glossary.py"}
+SELF = {"tests/unit/citations.py", "tests/unit/project/test_glossary.py"}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pytest
 from schedspec.mutants import BY_NAME as MUTANTS, MUTANTS as ALL_MUTANTS
 from schedspec.spec.invariants import MONITORED_BY_NAME as INVARIANTS  # the catalogue and the decision invariants
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "architecture.md"
 HOMES = ("reference_impl.rules", "spec.rules")
 COLUMNS = ("rule", "home", "reference", "spec", "Z3", "torch", "invariants", "mutants")
@@ -117,7 +117,7 @@ def test_every_mutant_of_a_rule_is_in_its_row():
 
 def test_every_named_twin_is_checked_against_its_rule():
     """A twin the map names (a `gpu_impl.rules` function or a `*_twin`) is exercised by test_rule_twins.py."""
-    source = (REPO / "tests" / "unit" / "test_rule_twins.py").read_text()
+    source = (REPO / "tests" / "unit" / "gpu_impl" / "test_rule_twins.py").read_text()
     twins = {n for r in ROWS for n in r["torch"] if n.startswith("gpu_impl.rules.") or n.endswith("_twin")}
     assert twins
     unchecked = sorted(n for n in twins if not re.search(rf"\b{re.escape(n.rsplit('.', 1)[1])}\(", source))

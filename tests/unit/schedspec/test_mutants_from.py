@@ -11,7 +11,7 @@ import pytest
 
 from schedspec.cli import main
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_mutants"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "my_mutants"
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import matplotlib.pyplot  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toy_engine"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "toy_engine"
 
 
 def test_plugin_is_registered_as_a_pytest11_entry_point():
@@ -57,7 +57,7 @@ def test_a_diverging_engine_fails_with_its_counterexample_table(pytester):
 def test_the_failure_docs_engines_md_shows_is_what_its_test_prints(pytester):
     """docs/engines.md shows a failing test and what it prints: run the test it shows, expect every line it shows
     (a temporary path stands for whatever folder pytest picks)."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "engines.md").read_text()
     test, shown = re.search(r"```python\n(def test_engine.*?)```\n\nfails with.*?```\n(.*?)```", doc, re.S).groups()
     pytester.makepyfile(test)
     result = pytester.runpytest()

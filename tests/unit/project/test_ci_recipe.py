@@ -32,7 +32,7 @@ from ruamel.yaml import YAML
 
 from schedspec.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORKFLOW = ROOT / "examples" / "github-workflow.yml"
 
 

@@ -206,7 +206,7 @@ def test_venvs_go_to_the_checkouts_root_or_the_users_cache_never_into_site_packa
 def test_in_this_checkout_the_venvs_sit_at_its_root(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("VLLM_REF_VENV", vllm_venvs.HOME_ENV):
         monkeypatch.delenv(name, raising=False)
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     assert vllm_venvs.vllm_venv_path() == root / ".venv-vllm-ref"
 
 

@@ -28,7 +28,7 @@ from schedspec.spec.trace import Trace
 from schedspec.spec.versions import BY_NAME, DEFAULT_RELEASE, RELEASES, VARIANTS, holds, known_violation, release_key
 from schedspec.spec.workload import Workload
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "versions.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "versions.md"
 SHOWN = [v for v in VARIANTS if v.workload]
 
 

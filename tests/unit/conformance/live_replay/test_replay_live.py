@@ -26,7 +26,7 @@ from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
 from schedspec.spec.workload import Workload, WorkloadRequest
 
-DATA = Path(__file__).parent / "data" / "live"
+DATA = Path(__file__).resolve().parents[2] / "data" / "live"
 
 
 def trace_of(workload: Workload) -> Trace:

@@ -36,7 +36,7 @@ from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
 from schedspec.spec.workload import Abort, Workload, WorkloadRequest
 
-GPU_IMPL = Path(__file__).resolve().parents[2] / "gpu_impl"
+GPU_IMPL = Path(__file__).resolve().parents[3] / "gpu_impl"
 
 
 def cpu_engine(config: SchedulerConfig) -> TorchEngine:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LAYERS = ("spec", "reference_impl", "gpu_impl", "mutants", "conformance", "proofs", "live", "schedspec")
 
@@ -177,7 +177,9 @@ def test_nothing_outside_the_cli_imports_it():
     assert not cli_importers(imported), "\n".join(cli_importers(imported))
     for room in ("cli", "render"):  # each room says what it holds and may import
         doc = ast.get_docstring(ast.parse((ROOT / "schedspec" / room / "__init__.py").read_text())) or ""
-        assert "tests/unit/test_layers.py" in doc, f"schedspec/{room}/__init__.py does not state its import rule"
+        assert "tests/unit/project/test_layers.py" in doc, (
+            f"schedspec/{room}/__init__.py does not state its import rule"
+        )
 
 
 def test_the_cli_check_sees_a_planted_import(tmp_path):
@@ -301,4 +303,36 @@ def test_the_private_name_check_sees_a_planted_import(tmp_path):
     assert private_imports(planted) == [
         "planted.py, line 5: imports .differ._helper",
         "planted.py, line 6: uses differ._run",
+    ]
+
+
+# ---- tests/unit mirrors the source: a folder per layer, and per room of conformance/ -----------------------------
+
+UNIT = ROOT / "tests" / "unit"
+
+
+def misplaced_unit_tests(unit: Path) -> list[str]:
+    """Test files of tests/unit outside a folder named after a layer, a room of conformance/, or `project`."""
+    allowed = {*LAYERS, "project"} | {f"conformance/{room}" for room in ROOMS}
+    return sorted(
+        str(p.relative_to(unit))
+        for p in unit.rglob("test_*.py")
+        if p.parent.relative_to(unit).as_posix() not in allowed - {"conformance"}
+    )
+
+
+def test_the_unit_tests_mirror_the_rooms():
+    assert not misplaced_unit_tests(UNIT), "move them into the folder of their room: " + ", ".join(
+        misplaced_unit_tests(UNIT)
+    )
+
+
+def test_the_mirror_check_sees_a_planted_misplaced_test(tmp_path):
+    for where in ("spec", "conformance/harness", "conformance", "", "conformance/nowhere"):
+        (tmp_path / where).mkdir(parents=True, exist_ok=True)
+        (tmp_path / where / f"test_{where.replace('/', '_') or 'top'}.py").write_text("")
+    assert misplaced_unit_tests(tmp_path) == [
+        "conformance/nowhere/test_conformance_nowhere.py",
+        "conformance/test_conformance.py",
+        "test_top.py",
     ]

@@ -19,7 +19,7 @@ import pytest
 
 from schedspec.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|[<>\[\]|]|(?<![\w.-])[A-Z][A-Z_]*(?:\.json)?(?![\w-])")
 # Run, not only parsed: quick, writing nothing, needing no vLLM venv.
