@@ -133,18 +133,10 @@ def schedspec_certify(request: pytest.FixtureRequest, tmp_path: Path) -> Callabl
             options = cert_mod.Options(
                 jobs=jobs, isolate=isolate, step_timeout_s=step_timeout, start_timeout_s=start_timeout
             )
-            families = families or list(cert_mod.FAMILIES)
-            shard = cert_mod.WHOLE
-            tasks = cert_mod.plan(spec, against_spec, level, families, workloads, seed, shard, str(out), options)
             cert, results = cert_mod.certify(
-                spec,
-                against_spec,
-                tasks=tasks,
-                options=options,
-                workloads=workloads,
-                out_dir=str(out),
+                spec, against_spec, level, families, workloads, seed, options=options, out_dir=str(out),
                 allow_divergence=allow_divergence,
-            )
+            )  # fmt: skip
             write_timelines(cert, timelines)
         except SpecError as e:  # failed outside the handler, so the report is one line, not a chain
             error = f"schedspec: error: {e}"

@@ -229,6 +229,12 @@ def test_gpu_impl_never_imports_the_reference():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def torch_plan(tmp_path, families, workloads, seed, options=None):
+    """The campaign of the torch engine against the reference, every workload of it."""
+    engines = parse_engine("torch"), parse_engine("reference")
+    return plan(*engines, "blocks", families, workloads, seed, Shard(0, 1), str(tmp_path), options or Options())
+
+
 def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
     """A bug in the free order (blocks freed front to back) must fail the certificate, with a counterexample."""
     from schedspec.gpu_impl import block_pool, update
@@ -239,17 +245,7 @@ def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
         return real(st, slots.flip(1), mask.flip(1))
 
     monkeypatch.setattr(update, "push_free", forward_free)
-    tasks = plan(
-        parse_engine("torch"),
-        parse_engine("reference"),
-        "blocks",
-        ["big-batch"],
-        2,
-        0,
-        Shard(0, 1),
-        str(tmp_path),
-        Options(shrink_budget=20),
-    )
+    tasks = torch_plan(tmp_path, ["big-batch"], 2, 0, Options(shrink_budget=20))
     assert batched.applicable(tasks)
     cert, results = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and cert["counterexamples"]
@@ -258,9 +254,7 @@ def test_batched_certify_reports_a_planted_bug(tmp_path, monkeypatch):
 
 def test_lock_step_mode_still_available(monkeypatch, tmp_path):
     monkeypatch.setenv(batched.LOCKSTEP_ENV, "1")
-    tasks = plan(
-        parse_engine("torch"), parse_engine("reference"), "blocks", list(FAMILIES), 9, 1, Shard(0, 1), str(tmp_path)
-    )
+    tasks = torch_plan(tmp_path, list(FAMILIES), 9, 1)
     assert not batched.applicable(tasks)
     cert, _ = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=9)
     assert cert["passed"] and cert["workloads_run"] == 9
@@ -276,9 +270,7 @@ def _every_part_timed(cert):
 
 
 def test_batched_certify_times_every_part(tmp_path):
-    tasks = plan(
-        parse_engine("torch"), parse_engine("reference"), "blocks", list(FAMILIES), 9, 1, Shard(0, 1), str(tmp_path)
-    )
+    tasks = torch_plan(tmp_path, list(FAMILIES), 9, 1)
     assert batched.applicable(tasks)
     cert, _ = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=9)
     assert cert["passed"]
@@ -296,17 +288,7 @@ def test_batched_certify_reports_a_divergence_that_only_the_batch_shows(tmp_path
         return tokens + 1, count
 
     monkeypatch.setattr(batch, "fake_model", off_by_one)
-    tasks = plan(
-        parse_engine("torch"),
-        parse_engine("reference"),
-        "blocks",
-        ["budget"],
-        2,
-        0,
-        Shard(0, 1),
-        str(tmp_path),
-        Options(shrink_budget=20),
-    )
+    tasks = torch_plan(tmp_path, ["budget"], 2, 0, Options(shrink_budget=20))
     cert, results = certify(parse_engine("torch"), tasks=tasks, out_dir=str(tmp_path), workloads=2)
     assert not cert["passed"] and len(cert["counterexamples"]) == 2
     assert all(os.path.exists(c["file"]) for c in cert["counterexamples"])
