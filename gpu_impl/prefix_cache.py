@@ -2,13 +2,14 @@
 
 Block hashes (`spec.block_hash`): per field (B, p) of the spec's hash, block
 i's hash is the polynomial of *all* tokens up to the end of block i,
-`H(m) = sum_{j<m} tok_j * B^(m-1-j) mod p` with m = (i+1)*bs, because the
-chain starts at NONE_HASH = 0 and multiplies the parent by B^bs. So:
+`H(m) = sum_{j<m} (tok_j + 1) * B^(m-1-j) mod p` with m = (i+1)*bs, because the
+chain starts at NONE_HASH = 0 and multiplies the parent by B^bs (each token
+enters as tok + TOKEN_OFFSET, as the spec's chain takes it). So:
 
 * a prompt's hashes come from one prefix sum: with `A_j = tok_j * B^-j`,
   `H(m) = (sum_{j<m} A_j) * B^(m-1)` (p is prime, so B is invertible); every
   product is of two residues below 2^31, so below 2^62;
-* an appended token updates the running residue, `H = H * B + tok`, and a
+* an appended token updates the running residue, `H = H * B + tok + 1`, and a
   block that became full records the packed hash `h0 | h1 << 31`.
 
 The cache (`BlockHashToBlockMap`) is stored per block: the hash it is cached
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..spec.block_hash import BASES, MODULUS
+from ..spec.block_hash import BASES, MODULUS, TOKEN_OFFSET
 from .block_pool import expand_counts
 from .state import BIG, BatchState
 
@@ -49,7 +50,7 @@ def prompt_hashes(tokens: Tensor, lengths: Tensor, bs: Tensor, width: int) -> tu
     N, X = tokens.shape
     dev = tokens.device
     pos = torch.arange(max(X, 1), device=dev)[:X]
-    tok = tokens % MODULUS
+    tok = (tokens + TOKEN_OFFSET) % MODULUS
     hashes = torch.zeros((N, width), dtype=torch.int64, device=dev)
     ends = []
     m_blocks = (torch.arange(width, device=dev)[None, :] + 1) * bs[:, None]  # [N, width] prefix lengths
@@ -72,7 +73,7 @@ def append_token(st: BatchState, mask: Tensor, token: Tensor) -> None:
     """Extend the running residues by `token` where `mask` [B, R] (num_out already counts it), and record
     the hash of a block the token filled (only in caching instances)."""
     mask = mask & st.caching[:, None]
-    t = token % MODULUS
+    t = (token + TOKEN_OFFSET) % MODULUS
     st.h0 = torch.where(mask, (st.h0 * BASES[0] + t) % MODULUS, st.h0)
     st.h1 = torch.where(mask, (st.h1 * BASES[1] + t) % MODULUS, st.h1)
     T = st.num_tokens()

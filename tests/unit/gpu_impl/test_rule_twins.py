@@ -244,3 +244,27 @@ def test_async_max_tokens_reached_twin():
     P, C, prompt, max_tokens = ints(rng, 0, 4), ints(rng, 0, 30), ints(rng, 1, 20), ints(rng, 1, 12)
     got = twin.async_max_tokens_reached(t(P), t(C), t(prompt), t(max_tokens)).tolist()
     assert got == [rules.async_max_tokens_reached(P[i], C[i], prompt[i], max_tokens[i]) for i in range(CASES)]
+
+
+def test_prompt_hashes_twin_the_spec_s_block_hash_on_structured_prompts():
+    """`prefix_cache.prompt_hashes` (a prefix sum per field) against `spec.block_hash.block_hashes` (a chain):
+    every full block's hash and the running residues, on prompts of few tokens with zeros and repeats in them."""
+    from schedspec.gpu_impl.prefix_cache import prompt_hashes
+    from schedspec.spec.block_hash import BASES, MODULUS, TOKEN_OFFSET, block_hashes
+
+    rng = random.Random(7)
+    width, n = 8, 200
+    for bs in (2, 4, 16):
+        prompts = [[rng.choice((0, 0, 1, 5)) for _ in range(rng.randint(1, width * bs))] for _ in range(n)]
+        prompts[0] = [0] * (width * bs)
+        x = max(map(len, prompts))
+        tokens = t([p + [0] * (x - len(p)) for p in prompts])
+        hashes, h0, h1 = prompt_hashes(tokens, t([len(p) for p in prompts]), t([bs] * n), width)
+        for i, p in enumerate(prompts):
+            want = block_hashes(p, bs)
+            assert hashes[i].tolist() == list(want) + [-1] * (width - len(want)), (bs, p)
+            for h, base in zip((h0, h1), BASES, strict=True):
+                r = 0
+                for tok in p:
+                    r = (r * base + tok + TOKEN_OFFSET) % MODULUS
+                assert int(h[i]) == r

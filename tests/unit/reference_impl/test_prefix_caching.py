@@ -62,6 +62,32 @@ def test_D6_hit_cap_recomputes_the_last_block(make):
         e.close()  # give the vLLM driver back before the next config
 
 
+def test_a_prompt_of_zeros_hits_each_of_its_own_blocks(make):
+    """vLLM's tests prompt with `[0]*N` (`test_prefix_caching.py`). bs=16: A's 100 zeros take [1..7]; after A
+    finishes, B's 100 zeros hit its six full blocks, each its own block, [1..6], as vLLM's sha256 chain has
+    them. (The spec's old hash gave every all-zero block the hash 0, so B hit block 1 six times.)"""
+    e = make(SchedulerConfig(enable_prefix_caching=True))
+    e.add(_req("A", (0,) * 100, 1))
+    out, finished = e.step()
+    assert new_blocks(out) == {"A": ((1, 2, 3, 4, 5, 6, 7), 0)} and set(finished) == {"A"}
+    e.add(_req("B", (0,) * 100, 1))
+    out, _ = e.step()
+    assert new_blocks(out)["B"][0][:6] == (1, 2, 3, 4, 5, 6) and new_blocks(out)["B"][1] == 96
+    e.close()
+
+
+def test_leading_zeros_are_part_of_the_prefix(make):
+    """A's second block, `[5]*16` after sixteen zeros, is no hit for B's first block, `[5]*16`: the hash is of
+    the prefix, and zeros are tokens like any other."""
+    e = make(SchedulerConfig(enable_prefix_caching=True))
+    e.add(_req("A", (0,) * 16 + (5,) * 16 + (1,), 1))
+    e.step()
+    e.add(_req("B", (5,) * 16 + (1,), 1))
+    out, _ = e.step()
+    assert new_blocks(out)["B"][1] == 0
+    e.close()
+
+
 def test_T43_free_order_and_eviction_order(make):
     """T43 (`test_prefill`), bs=16, 11 blocks: req0 (55) -> [1,2,3,4]; req1 (same 48 + 5) hits [1,2,3], new [5], free 5.
     Free req0 then req1: queue [5,4,6,7,8,9,10,3,2,1]. req2 (prefix + 6) hits [1,2,3], new [5], free 6.

@@ -115,3 +115,23 @@ def test_families_off_their_feature_stay_off():
     assert all(generate("async", 0, i).config.async_scheduling for i in range(10))
     assert all(generate("prefix-caching", 0, i).config.enable_prefix_caching for i in range(10))
     assert all(generate("spec-decode", 0, i).config.num_speculative_tokens > 0 for i in range(10))
+
+
+def test_the_prefix_caching_family_draws_the_token_patterns_of_vllm_s_tests():
+    """Blocks of zeros, a block repeated right after itself, and two prompts that share whole blocks and then
+    part inside the next: each in some of the family's first 40 workloads (vLLM's tests use all three)."""
+    from schedspec.conformance.workloads.families import generate
+
+    seen = {"zero block": 0, "repeated block": 0, "parting inside a block": 0}
+    for i in range(40):
+        w = generate("prefix-caching", 0, i)
+        bs = w.config.block_size
+        prompts = [r.request.prompt_token_ids for r in w.requests]
+        blocks = [[p[k : k + bs] for k in range(0, len(p) - bs + 1, bs)] for p in prompts]
+        seen["zero block"] += any(b == (0,) * bs for bb in blocks for b in bb)
+        seen["repeated block"] += any(bb[k] == bb[k + 1] for bb in blocks for k in range(len(bb) - 1))
+        for a in prompts:
+            for b in prompts:
+                common = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+                seen["parting inside a block"] += common is not None and common >= bs and common % bs != 0
+    assert all(seen.values()), seen
