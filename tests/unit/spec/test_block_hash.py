@@ -12,8 +12,7 @@ share a hash.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from schedspec.spec.block_hash import block_hashes, hash_block
 
