@@ -14,6 +14,10 @@ Design notes
   unused suffix, so a second scheduler in the same process (a restart, a
   pooled driver's next workload) never overwrites the first one's lines: its
   header, with a new session id, starts its run.
+* One file, one writer: lines carry no session id, so two schedulers alive
+  at once in one process (vLLM's tests build several) must not interleave
+  in one file. A writer whose path another live writer holds takes its own,
+  `PATH-2`, `PATH-3`, ... (`OPEN`), and the session logs which.
 * Lines are flushed to the OS as each step ends (`flush`), not per line: a
   crash loses at most the step in progress, and the reader replays the
   complete prefix. The `end` line is written by `close`, which the scheduler
@@ -60,8 +64,22 @@ def last_part(path: str) -> int:
     return n
 
 
+OPEN: set[str] = set()  # the paths live writers of this process hold
+
+
+def free_path(path: str) -> str:
+    """`path`, or the first `path-N` (N = 2, 3, ...) no live writer of this process holds."""
+    candidate, n = path, 1
+    while os.path.abspath(candidate) in OPEN:
+        n += 1
+        candidate = f"{path}-{n}"
+    return candidate
+
+
 class CaptureWriter:
     def __init__(self, path: str, header: dict[str, Any], max_bytes: int, max_parts: int) -> None:
+        path = free_path(path)
+        OPEN.add(os.path.abspath(path))
         self.path, self.header, self.max_bytes, self.max_parts = path, header, max_bytes, max_parts
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
@@ -114,10 +132,12 @@ class CaptureWriter:
             self.file.close()
         self.full = reason == "capture-full"
         self.closed = True
+        OPEN.discard(os.path.abspath(self.path))
 
-    def close(self, step: int) -> None:
-        """The `end` line of a clean shutdown (once; nothing after capture-full, which wrote its own)."""
+    def close(self, step: int, reason: str = "shutdown") -> None:
+        """The `end` line (once; nothing after capture-full, which wrote its own): a clean shutdown, or
+        `wrapper-error`, the live session switched off after an error of its own (`LiveSession.guard`)."""
         if self.closed:
             return
         self.step = step
-        self._stop("shutdown")
+        self._stop(reason)

@@ -30,59 +30,111 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # type: ignore[im
 from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore[import-not-found]
 
 from .session import LiveSession
+from .settings import LiveSettingsError
 
 logger = init_logger("vllm.schedspec.live")
 
 
 class MonitoredSchedulerMixin:
-    """The overrides; put it first in the bases, before a vLLM scheduler class."""
+    """The overrides; put it first in the bases, before a vLLM scheduler class.
 
-    live: LiveSession
+    Each override calls vLLM's method whatever happens to the session: a
+    scheduler built without `__init__` (`object.__new__`, as some of vLLM's
+    tests do), a session that failed to start, or one switched off after an
+    internal error, is vLLM's scheduler unchanged. Only a monitor's verdict
+    in `raise` mode, or a bad $SCHEDSPEC_LIVE at start-up, ever raises.
+    """
+
+    live: LiveSession | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.live = LiveSession(self, logger, isinstance(self, AsyncScheduler))
+        self.live = None
+        try:
+            self.live = LiveSession(self, logger, isinstance(self, AsyncScheduler))
+        except LiveSettingsError:
+            raise  # the user's setting, refused at start-up in one line (docs/live.md)
+        except Exception as e:  # noqa: BLE001 - a session that cannot start must not stop the server
+            logger.warning(
+                "schedspec.live: could not start, monitoring and capture are off: %s: %s", type(e).__name__, e
+            )
+
+    def _session(self) -> LiveSession | None:
+        """The session, if this scheduler has one that is on (`__dict__`: no class attribute stands in for it)."""
+        live = self.__dict__.get("live")
+        return live if live is not None and live.on else None
 
     def add_request(self, request: Any) -> None:
         self._live_before("A")
         super().add_request(request)  # type: ignore[misc]
-        self.live.on_add(request)
+        if (live := self._session()) is not None:
+            live.on_add(request)
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
         self._live_before("A")
         finished = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
-        self.live.on_finish(request_ids, finished_status, finished)
+        if (live := self._session()) is not None:
+            live.on_finish(request_ids, finished_status, finished)
         return finished
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._live_before("S")
-        so = super().schedule(*args, **kwargs)  # type: ignore[misc]
-        self.live.on_schedule(so)
+        if (live := self._session()) is not None and (kwargs.get("throttle_prefills") or any(args[:1])):
+            live.scope_out("schedule(throttle_prefills=True)")
+        self.__dict__["_live_in_schedule"] = True
+        try:
+            so = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self.__dict__["_live_in_schedule"] = False
+        if (live := self._session()) is not None:
+            live.on_schedule(so)
         return so
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.__dict__.get("_live_in_schedule") and (live := self._session()) is not None:
+            live.scope_out(
+                "a preemption outside schedule() (reset_prefix_cache(reset_running_requests=True), or a paused "
+                "scheduler's KV cache released)"
+            )
+        return super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> Any:
+        self._live_before("A")
+        done = super().reset_prefix_cache(*args, **kwargs)  # type: ignore[misc]
+        if done and (live := self._session()) is not None and getattr(self, "cache_config", None) is not None:
+            if self.cache_config.enable_prefix_caching:  # type: ignore[attr-defined]
+                live.scope_out("reset_prefix_cache(): the prefix cache emptied outside schedule()")
+        return done
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         self._live_before("U")
-        sampled = self.live.sampled(scheduler_output, model_runner_output)
+        live = self._session()
+        sampled = live.sampled(scheduler_output, model_runner_output) if live is not None else None
         out = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
-        self.live.on_update(scheduler_output, sampled)
+        if live is not None:
+            live.on_update(scheduler_output, sampled)
         return out
 
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:
         super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
-        self.live.on_drafts(draft_token_ids)
+        if (live := self._session()) is not None:
+            live.on_drafts(draft_token_ids)
 
     def shutdown(self) -> None:
         super().shutdown()  # type: ignore[misc]
-        self.live.close()
+        if (live := self._session()) is not None:
+            live.close()
 
     def _live_before(self, event: str) -> None:
         """Before a call that changes the state: the record it may close reads the state as it stands."""
-        live = getattr(self, "live", None)  # None while vLLM's own __init__ runs
+        live = self._session()  # None while vLLM's own __init__ runs, and without a session
+        if live is not None:
+            live.check_scope()
         if live is not None and live.on and live.assembler is not None:
             try:
                 live.assembler.prepare(event)
             except Exception as e:  # noqa: BLE001 - LiveSession's policy
-                live._guard(e)
+                live.guard(e)
 
 
 class MonitoredScheduler(MonitoredSchedulerMixin, Scheduler):  # type: ignore[misc]

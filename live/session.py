@@ -24,6 +24,7 @@ Design notes
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import os
 import uuid
@@ -113,6 +114,14 @@ class LiveSession:
             self.capture = CaptureWriter(
                 self.settings.capture, self._header(), self.settings.max_bytes, self.settings.max_parts
             )
+        if self.capture is not None and self.capture.path != self.settings.capture:
+            self.logger.warning(
+                "schedspec.live: another scheduler of this process captures to %s; this one writes %s",
+                self.settings.capture,
+                self.capture.path,
+            )
+        self.pipeline_parallel_size = _pp_size(scheduler)
+        self.seen: set[str] = set()  # every request id added through add_request, finished or not
         self.schedule_calls = 0
         self._steps_of: dict[int, int] = {}  # id of a vLLM output in flight -> its step (the capture's of_step)
         self._warned_full = False
@@ -121,10 +130,14 @@ class LiveSession:
     # ---- scope, reporting ---------------------------------------------------------------------------------
 
     def scope_out(self, feature: str) -> None:
-        """One log line per feature; the monitors go off (all of them: see scope.py)."""
+        """One log line per feature; the monitors go off (all of them: see scope.py), and the capture declares
+        it with a `scope` line, so a replay stops there instead of judging what the spec does not model."""
         if feature in self.out_of_scope:
             return
         self.out_of_scope.append(feature)
+        capture = getattr(self, "capture", None)  # None while __init__ declares the config's features
+        if capture is not None:
+            self._write({"kind": "scope", "step": self.schedule_calls, "feature": feature})
         was_on = self.monitor is not None
         self.monitor, self.assembler = None, None
         self.logger.warning(
@@ -156,15 +169,36 @@ class LiveSession:
     def monitors_off(self) -> list[str]:
         return list(monitor_names()) if self.monitor is None and self.settings.monitoring else []
 
-    def _guard(self, e: Exception) -> None:
-        if self.mode == "raise" or isinstance(e, LiveInvariantViolation):
+    def guard(self, e: Exception) -> None:
+        """An exception inside the session: a monitor's verdict in `raise` mode goes to the caller; anything
+        else switches this session off with one warning naming it, in every mode, and the scheduler goes on
+        exactly as without the wrapper. Public: the scheduler mixin's own hook calls it too."""
+        if isinstance(e, LiveInvariantViolation):
             raise e
         self.logger.warning(
-            "schedspec.live: internal error, monitoring and capture are off: %s: %s", type(e).__name__, e
+            "schedspec.live: internal error, monitoring and capture are off for this scheduler: %s: %s",
+            type(e).__name__,
+            e,
         )
         self.on = False
+        if self.capture is not None:
+            with contextlib.suppress(Exception):  # the end line says why the capture stops here
+                self.capture.close(self.schedule_calls, reason="wrapper-error")
 
     # ---- the scheduler's calls ----------------------------------------------------------------------------
+
+    def check_scope(self) -> None:
+        """Before each call: what a caller did to the scheduler behind its API, which the spec cannot follow."""
+        if not self.on:
+            return
+        try:
+            if _pp_size(self.sched) != self.pipeline_parallel_size:
+                self.scope_out("the pipeline-parallel size changed after the scheduler was built")
+            requests = getattr(self.sched, "requests", None) or {}
+            if len(requests) > len(self.live) and any(rid not in self.seen for rid in requests):
+                self.scope_out("requests put into scheduler.requests without add_request()")
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def on_add(self, request: Any) -> None:
         if not self.on:
@@ -176,6 +210,7 @@ class LiveSession:
                 self.scope_out("streaming input (a request id added again)")
             d = vllm_json.request(request)
             self.live[request.request_id] = request
+            self.seen.add(request.request_id)
             if self.assembler is not None and self.monitor is not None:
                 self.assembler.add(request.request_id)
                 self.monitor.add(Request.from_json(d), request.block_hashes if self.monitor.sampled else None)
@@ -185,8 +220,8 @@ class LiveSession:
                 if d["eos_token_id"] is not None:
                     d["eos_token_id"] = self.tokens([d["eos_token_id"]])[0]
                 self._write({"kind": "add", "step": self.schedule_calls, "request": d})
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def on_finish(self, request_ids: Any, status: Any, finished: list[Any]) -> None:
         if not self.on:
@@ -213,8 +248,8 @@ class LiveSession:
                         "finished": {k: self._finished_json(v) for k, v in done.items()},
                     }
                 )
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def on_schedule(self, so: Any) -> None:
         if not self.on:
@@ -242,8 +277,8 @@ class LiveSession:
                     del self._steps_of[next(iter(self._steps_of))]
                 self._write({"kind": "schedule", "step": step, "output": d})
                 self.capture.flush()
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def sampled(self, so: Any, runner_output: Any) -> dict[str, list[int]] | None:
         """What the model sampled, read BEFORE vLLM's update_from_output, which trims a stopped request's list."""
@@ -251,12 +286,15 @@ class LiveSession:
             return None
         try:
             return vllm_json.sampled(so, runner_output)
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
             return None
 
     def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:
         if not self.on or sampled is None:
+            return
+        if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
+            self.scope_out("update_from_output() before any schedule()")
             return
         try:
             # vLLM notes every request it frees since the last schedule() (Scheduler._free_request); scanning
@@ -283,8 +321,8 @@ class LiveSession:
                     }
                 )
                 self.capture.flush()
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def on_drafts(self, draft_token_ids: Any) -> None:
         if not self.on:
@@ -303,8 +341,8 @@ class LiveSession:
                         "draft_token_ids": {k: self.tokens(v) for k, v in drafts.items()},
                     }
                 )
-        except Exception as e:  # noqa: BLE001 - see _guard
-            self._guard(e)
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     def close(self) -> None:
         """Shutdown: judge the last record, write the `end` line. Idempotent; never raises (atexit calls it too)."""
@@ -379,6 +417,11 @@ def _close_at_exit(ref: weakref.ref[LiveSession]) -> None:
     session = ref()
     if session is not None:
         session.close()
+
+
+def _pp_size(scheduler: Any) -> int:
+    parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
+    return int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
 
 
 def _power_of_ten(n: int) -> bool:

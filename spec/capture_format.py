@@ -36,7 +36,7 @@ from typing import Any
 
 CAPTURE_FORMAT = "schedspec-live-capture"
 CAPTURE_VERSION = 1
-KINDS = ("header", "add", "abort", "schedule", "update", "drafts", "end")
+KINDS = ("header", "add", "abort", "schedule", "update", "drafts", "scope", "end")
 
 SPACE = 1 << 62
 

@@ -190,6 +190,11 @@ def read_capture(path: str) -> Capture:
             )
         elif s.end.data["reason"] == "capture-full":
             s.notes.append(f"session {s.id} stopped capturing at step {s.end.data['step']}: the size cap was reached")
+        elif s.end.data["reason"] == "wrapper-error":
+            s.notes.append(
+                f"session {s.id} stopped capturing at step {s.end.data['step']}: the live wrapper switched itself "
+                "off after an error of its own (vLLM's log names it); its complete prefix is replayed"
+            )
     return capture
 
 

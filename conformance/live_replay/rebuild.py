@@ -34,6 +34,14 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
     cur, schedules, pending = _LoopStep(), 0, set()
     for line in s.lines:
         kind, d = line.kind, line.data
+        if kind == "scope":  # what follows is outside the spec: declared, never judged
+            notes.append(
+                f"from step {d['step']} the session is outside what the spec models ({d['feature']}): "
+                "the steps before it are replayed, the rest is not"
+            )
+            if cur.schedule is not None and cur.update is None:
+                cur = _LoopStep()  # its update came after the declaration: the step is incomplete
+            break
         if kind in ("add", "abort", "schedule") and (cur.schedule or cur.update) or kind == "update" and cur.update:
             out.append(cur)
             cur = _LoopStep()
@@ -60,7 +68,9 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
     out.append(cur)
     last = out[-1]
     incomplete = last.update is None and (last.schedule is None or not s.config.async_scheduling or s.truncated)
-    if incomplete or (s.end is not None and s.end.data["reason"] == "capture-full" and last.update is None):
+    if incomplete or (
+        s.end is not None and s.end.data["reason"] in ("capture-full", "wrapper-error") and last.update is None
+    ):
         out.pop()
         if last.schedule is not None or last.update is not None:
             notes.append(f"the last step ({len(out)}) is incomplete in the capture and is not replayed")
