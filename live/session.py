@@ -29,6 +29,7 @@ import datetime
 import os
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..spec.capture_format import CAPTURE_FORMAT, CAPTURE_VERSION, TokenHasher, identity
@@ -70,6 +71,9 @@ def _finished(r: Any) -> FinishedRequest:
     return FinishedRequest(RequestStatus[r.status.name], tuple(r.output_token_ids))
 
 
+STARTED: list[Callable[[LiveSession], None]] = []  # called with each session as it starts (live/vllm_tests.py)
+
+
 class LiveSession:
     def __init__(
         self, scheduler: Any, logger: Any, async_scheduling: bool, settings: LiveSettings | None = None
@@ -78,6 +82,9 @@ class LiveSession:
         self.settings = settings if settings is not None else from_environ()
         self.on = True
         self.mode = self.settings.mode
+        self.judged_before_off = 0  # steps a monitor judged before a declaration switched it off
+        self.reports: dict[str, int] = {}  # every monitor report, by invariant, the ones raised included
+        self.wrapper_error: str | None = None
         self.session = uuid.uuid4().hex
         self.hasher = TokenHasher() if self.settings.hash_token_ids else None
         self.tokens = self.hasher.many if self.hasher is not None else identity
@@ -121,11 +128,14 @@ class LiveSession:
                 self.capture.path,
             )
         self.pipeline_parallel_size = _pp_size(scheduler)
+
         self.seen: set[str] = set()  # every request id added through add_request, finished or not
         self.schedule_calls = 0
         self._steps_of: dict[int, int] = {}  # id of a vLLM output in flight -> its step (the capture's of_step)
         self._warned_full = False
         atexit.register(_close_at_exit, weakref.ref(self))
+        for started in STARTED:
+            started(self)
 
     # ---- scope, reporting ---------------------------------------------------------------------------------
 
@@ -135,6 +145,8 @@ class LiveSession:
         if feature in self.out_of_scope:
             return
         self.out_of_scope.append(feature)
+        if getattr(self, "monitor", None) is not None:
+            self.judged_before_off += self.monitor.steps_judged  # type: ignore[union-attr]
         capture = getattr(self, "capture", None)  # None while __init__ declares the config's features
         if capture is not None:
             self._write({"kind": "scope", "step": self.schedule_calls, "feature": feature})
@@ -148,7 +160,12 @@ class LiveSession:
             else "the capture goes on",
         )
 
+    @property
+    def steps_judged(self) -> int:
+        return self.judged_before_off + (self.monitor.steps_judged if self.monitor is not None else 0)
+
     def _report(self, v: Violation, schedule_call: int) -> None:
+        self.reports[v.invariant] = self.reports.get(v.invariant, 0) + 1
         if self.mode == "raise":
             raise LiveInvariantViolation(v, schedule_call)
         n = self.monitor.counts[v.invariant] if self.monitor is not None else 1
@@ -180,6 +197,7 @@ class LiveSession:
             type(e).__name__,
             e,
         )
+        self.wrapper_error = f"{type(e).__name__}: {e}"
         self.on = False
         if self.capture is not None:
             with contextlib.suppress(Exception):  # the end line says why the capture stops here
