@@ -19,6 +19,7 @@ ones included; outside `conformance`, the README's layout table rules):
 | `search/` | count-budgeted searches: for a mutant, to kill it (monitors, differ, the reference's state machine); for an engine, to hunt a divergence (the lock-step machine of `schedspec hunt`); user mutant modules | `harness`, `workloads` |
 | `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached, the report (`changelog.md`, `.json`) | `engines`, `harness` |
 | `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference, and its certificate; the fixture writer | `engines`, `harness`, `campaign` |
+| `vllm_suite/` | vLLM's own scheduler tests as a suite (`schedspec vllm-tests`): the sdist's tests fetched and cached, their offline environment, the plain and monitored runs, their captures replayed, the per-test report | `engines`, `live_replay` |
 
 `vllm_env/` is not a room of this process: its files run inside vLLM's venv
 (the driver and the CPU scheduler wiring) and import nothing of ours.

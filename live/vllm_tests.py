@@ -76,7 +76,8 @@ class SuiteRecorder:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.sessions.clear()
         self.warnings.lines.clear()
-        os.environ["SCHEDSPEC_LIVE"] = f"mode={self.mode},capture={self.capture_path(item.nodeid)}"
+        if self.mode != "plain":
+            os.environ["SCHEDSPEC_LIVE"] = f"mode={self.mode},capture={self.capture_path(item.nodeid)}"
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
@@ -130,20 +131,27 @@ OUTCOME = pytest.StashKey[str]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("schedspec", "the spec's monitors on every scheduler the tests build")
     group.addoption("--schedspec-out", metavar="DIR", help="where captures and tests.jsonl go (required)")
-    group.addoption("--schedspec-mode", default="log", choices=("log", "raise"), help="what a broken invariant does")
+    group.addoption(
+        "--schedspec-mode",
+        default="log",
+        choices=("log", "raise", "plain"),
+        help="what a broken invariant does; plain: no monitors, the outcomes recorded only (the baseline)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     out = config.getoption("--schedspec-out")
     if not out:
         return  # loaded but not asked for: vLLM's tests run as they are
-    import vllm.v1.core.sched.async_scheduler as async_module  # type: ignore[import-not-found]
-    import vllm.v1.core.sched.scheduler as sync_module  # type: ignore[import-not-found]
+    mode = config.getoption("--schedspec-mode")
+    if mode != "plain":
+        import vllm.v1.core.sched.async_scheduler as async_module  # type: ignore[import-not-found]
+        import vllm.v1.core.sched.scheduler as sync_module  # type: ignore[import-not-found]
 
-    from .scheduler import MonitoredAsyncScheduler, MonitoredScheduler
+        from .scheduler import MonitoredAsyncScheduler, MonitoredScheduler
 
-    sync_module.Scheduler = MonitoredScheduler
-    async_module.AsyncScheduler = MonitoredAsyncScheduler
-    recorder = SuiteRecorder(out, config.getoption("--schedspec-mode"))
+        sync_module.Scheduler = MonitoredScheduler
+        async_module.AsyncScheduler = MonitoredAsyncScheduler
+    recorder = SuiteRecorder(out, mode)
     config.pluginmanager.register(recorder, "schedspec-suite-recorder")
     config.add_cleanup(recorder.close)

@@ -33,6 +33,7 @@ from .replay import add_replay_parser
 from .replay_live import add_replay_live_parser
 from .simulate import add_simulate_parser
 from .venvs import add_venvs_parser
+from .vllm_tests import add_vllm_tests_parser
 
 
 def _version() -> str:
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_venvs_parser,
         add_changelog_parser,
         add_replay_live_parser,
+        add_vllm_tests_parser,
     ):  # the order `schedspec --help` lists them in
         add(sub)
     return parser
