@@ -62,6 +62,21 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
             if not s.config.async_scheduling and cur.schedule is None:
                 raise SpecError(line.at("update"), d["of_step"], "must follow its step's schedule (synchronous)")
             pending.discard(d["of_step"])
+            late = s.config.async_scheduling and cur.schedule is None and out
+            if late and cur.aborts and out[-1].schedule is not None and out[-1].update is None:
+                notes.append(
+                    f"from step {d['step']} the session is outside what the spec models (an abort between "
+                    "schedule() and the update of the output in flight: vLLM's engine loop absorbs that output "
+                    "first): the steps before it are replayed, the rest is not"
+                )
+                cur = _LoopStep()
+                break
+            if late and cur.adds and out[-1].schedule is not None and out[-1].update is None:
+                # Arrivals before the engine absorbed the previous step's output (vLLM's own tests add a request,
+                # then update): the update is that step's, as the engine loop has it. The two commute: the update
+                # touches only requests already scheduled, and the new ones are not.
+                out[-1].update = line
+                continue
             cur.update = line
         elif kind == "drafts":
             cur.drafts = line
