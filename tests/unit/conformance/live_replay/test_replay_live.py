@@ -24,7 +24,7 @@ from schedspec.spec.engine import run
 from schedspec.spec.errors import SpecError
 from schedspec.spec.request import Request
 from schedspec.spec.trace import Trace
-from schedspec.spec.workload import Workload, WorkloadRequest
+from schedspec.spec.workload import Abort, Workload, WorkloadRequest
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "live"
 
@@ -244,3 +244,48 @@ def test_golden_capture_gives_the_golden_report(capsys, monkeypatch):
     monkeypatch.chdir(DATA)
     assert main(["replay-live", "golden.jsonl", "--level", "tokens"]) == 1
     assert capsys.readouterr().out == (DATA / "golden-report.txt").read_text()
+
+
+def _async_two_arrivals() -> Workload:
+    """Async: r0 at step 0, r1 at step 3, while r0's outputs are in flight."""
+    config = SchedulerConfig(async_scheduling=True)
+    r0 = WorkloadRequest(Request("r0", (1, 2, 3, 4, 5), max_tokens=6), 0, (11, 12, 13, 14, 15, 16))
+    r1 = WorkloadRequest(Request("r1", (6, 7, 8), max_tokens=3), 3, (21, 22, 23))
+    return Workload(config, (r0, r1), name="two-arrivals")
+
+
+def _moved_before_the_update(lines: list[dict], kind: str) -> list[dict]:
+    """The first `kind` line after step 0 moved before the update just ahead of it: vLLM's tests' order."""
+    i = next(n for n, x in enumerate(lines) if x["kind"] == kind and x["step"] > 0)
+    j = max(n for n in range(i) if lines[n]["kind"] == "update")
+    assert all(lines[n]["kind"] not in ("schedule",) for n in range(j + 1, i))
+    return lines[:j] + [lines[i]] + lines[j:i] + lines[i + 1 :]
+
+
+def test_an_arrival_before_the_absorbed_update_replays_as_the_next_step_s(tmp_path):
+    """vLLM's async tests add a request, then absorb the previous output, then schedule: the same run."""
+    trace = trace_of(_async_two_arrivals())
+    lines = _moved_before_the_update(capture_of(trace), "add")
+    r = replay_live(write(tmp_path, lines))
+    assert r.divergence is None and r.steps_compared == busy_steps(trace)
+
+
+def test_an_abort_between_schedule_and_its_update_is_declared_not_diverged(tmp_path):
+    trace = trace_of(_async_two_arrivals().replace(aborts=(Abort(3, "r0"),)))
+    lines = _moved_before_the_update(capture_of(trace), "abort")
+    r = replay_live(write(tmp_path, lines))
+    assert r.divergence is None and r.steps_compared < busy_steps(trace)
+    assert any("an abort between schedule() and the update" in n for n in r.notes)
+
+
+def test_a_scope_line_stops_the_replay_there_with_the_reason(tmp_path):
+    trace = trace_of(_async_two_arrivals())
+    lines = capture_of(trace)
+    at = next(n for n, x in enumerate(lines) if x["kind"] == "add" and x["step"] > 0)
+    lines.insert(at, {"kind": "scope", "step": lines[at]["step"], "feature": "schedule(throttle_prefills=True)"})
+    lines[at + 1 :] = [
+        {**x, "sampled": {k: [99] for k in x["sampled"]}} if x["kind"] == "update" else x for x in lines[at + 1 :]
+    ]
+    r = replay_live(write(tmp_path, lines))
+    assert r.divergence is None and 0 < r.steps_compared < busy_steps(trace)  # what follows was never judged
+    assert any("throttle_prefills" in n for n in r.notes)
