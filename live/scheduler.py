@@ -129,7 +129,7 @@ class MonitoredSchedulerMixin:
         """Before a call that changes the state: the record it may close reads the state as it stands."""
         live = self._session()  # None while vLLM's own __init__ runs, and without a session
         if live is not None:
-            live.check_scope()
+            live.check_scope(event)
         if live is not None and live.on and live.assembler is not None:
             try:
                 live.assembler.prepare(event)

@@ -128,6 +128,7 @@ class LiveSession:
                 self.capture.path,
             )
         self.pipeline_parallel_size = _pp_size(scheduler)
+        self.awaiting = 0  # outputs that scheduled something, not yet updated (synchronous: at most one)
 
         self.seen: set[str] = set()  # every request id added through add_request, finished or not
         self.schedule_calls = 0
@@ -205,11 +206,16 @@ class LiveSession:
 
     # ---- the scheduler's calls ----------------------------------------------------------------------------
 
-    def check_scope(self) -> None:
+    def check_scope(self, event: str) -> None:
         """Before each call: what a caller did to the scheduler behind its API, which the spec cannot follow."""
         if not self.on:
             return
         try:
+            if event == "S" and not self.async_scheduling and self.awaiting > 0:
+                self.scope_out(
+                    "a synchronous scheduler with two batches in flight (schedule() again before the update of "
+                    "its last output, as pipeline parallelism does)"
+                )
             if _pp_size(self.sched) != self.pipeline_parallel_size:
                 self.scope_out("the pipeline-parallel size changed after the scheduler was built")
             requests = getattr(self.sched, "requests", None) or {}
@@ -275,6 +281,7 @@ class LiveSession:
         try:
             step = self.schedule_calls
             self.schedule_calls += 1
+            self.awaiting += so.total_num_scheduled_tokens > 0
             if self.assembler is None and self.capture is None:
                 return
             d = vllm_json.scheduler_output(so, self.sched) if self.capture is not None else None
@@ -311,6 +318,7 @@ class LiveSession:
     def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:
         if not self.on or sampled is None:
             return
+        self.awaiting = max(0, self.awaiting - 1)
         if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
             self.scope_out("update_from_output() before any schedule()")
             return
@@ -369,7 +377,7 @@ class LiveSession:
         self.on = False
         try:
             if self.assembler is not None and self.mode != "raise":
-                self.assembler.close()
+                self.assembler.shutdown()
         except Exception as e:  # noqa: BLE001 - a shutdown must finish
             self.logger.warning("schedspec.live: at shutdown: %s", e)
         if self.capture is not None:

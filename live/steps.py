@@ -141,6 +141,15 @@ class StepAssembler:
         rec = self._open("D")
         rec.drafts.update(drafts)
 
+    def shutdown(self) -> None:
+        """The scheduler shuts down: a record that only gathered arrivals or aborts was never a step of the
+        engine (it stops between `add_request` and the next `schedule()`), so it is dropped, not judged."""
+        cur = self.current
+        if cur is not None and not cur.scheduled and not cur.updated and not cur.drafts:
+            self.current = None
+            return
+        self.close()
+
     def close(self) -> None:
         """Close the open record: read the state now, before the next call changes it."""
         rec, self.current = self.current, None
