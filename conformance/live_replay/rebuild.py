@@ -28,11 +28,60 @@ class _LoopStep:
     drafts: Line | None = None
 
 
+def renamed_reuses(lines: list[Line], notes: list[str]) -> list[Line]:
+    """The lines with a request id that is added again after it finished renamed from there on (`ID#2`, ...).
+
+    vLLM lets a caller reuse the id of a finished request (its tests do); a
+    workload's ids are unique. The second request is another request, so it
+    gets a name of its own, in every later line that names it.
+    """
+    added: dict[str, int] = {}  # id as vLLM knows it -> how many requests have carried it
+    finished: set[str] = set()
+    alias: dict[str, str] = {}
+    out: list[Line] = []
+    for line in lines:
+        d = line.data
+        if line.kind == "add":
+            rid = d["request"]["request_id"]
+            if rid in added and rid in finished:
+                added[rid] += 1
+                alias[rid] = f"{rid}#{added[rid]}"
+                finished.discard(rid)
+                notes.append(f"request id {rid!r} is reused after it finished: the new request is {alias[rid]!r}")
+            added.setdefault(rid, 1)
+        if alias:
+            line = Line(line.path, line.lineno, _renamed(d, alias))
+        out.append(line)
+        if line.kind in ("update", "abort"):
+            finished |= {_original(k, alias) for k in line.data.get("finished", {})}
+    return out
+
+
+NOT_IDS = ("kind", "status", "feature", "reason")  # the string fields of a line that never hold a request id
+KEYED_BY_ID = ("sampled", "finished", "draft_token_ids", "scheduled_spec_decode_tokens")  # maps: request id -> ...
+
+
+def _renamed(value: Any, alias: Mapping[str, str], keyed: bool = False) -> Any:
+    """`value` with every request id of `alias` renamed: a string value, or a key of a map keyed by id."""
+    if isinstance(value, dict):
+        return {
+            (alias.get(k, k) if keyed else k): v if k in NOT_IDS and not keyed else _renamed(v, alias, k in KEYED_BY_ID)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_renamed(v, alias) for v in value]
+    return alias.get(value, value) if isinstance(value, str) else value
+
+
+def _original(rid: str, alias: Mapping[str, str]) -> str:
+    return next((k for k, v in alias.items() if v == rid), rid)
+
+
 def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
     """The capture's lines cut into engine-loop steps; an incomplete last step is left out."""
     out: list[_LoopStep] = []
     cur, schedules, pending = _LoopStep(), 0, set()
-    for line in s.lines:
+    for line in renamed_reuses(s.lines, notes):
         kind, d = line.kind, line.data
         if kind == "scope":  # what follows is outside the spec: declared, never judged
             notes.append(
