@@ -42,6 +42,8 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
         found.append("kv-connector (kv_transfer_config)")
     if g(vllm_config, "ec_transfer_config", None) is not None:
         found.append("encoder-cache-connector (ec_transfer_config)")
+    if g(g(vllm_config, "diffusion_config", None), "canvas_length", None) is not None:
+        found.append("diffusion (diffusion_config.canvas_length)")
     if model is not None:
         if g(model, "is_multimodal_model", False):
             found.append("multimodal (encoder budget)")
@@ -76,6 +78,16 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
         kinds = {type(g(grp, "kv_cache_spec", None)).__name__ for grp in groups}
         if len(groups) != 1 or kinds != {"FullAttentionSpec"}:
             found.append(f"hybrid kv cache ({len(groups)} groups: {', '.join(sorted(kinds))})")
+    return found
+
+
+def scheduler_features(scheduler: Any) -> list[str]:
+    """Unmodelled features a caller can turn on in a built scheduler, between its calls (vLLM's tests do)."""
+    found: list[str] = []
+    if getattr(scheduler, "defer_block_free", False):
+        found.append("deferred block frees (defer_block_free: blocks freed only after the step in flight)")
+    if getattr(scheduler, "connector", None) is not None:
+        found.append("kv-connector (a connector bound to the scheduler)")
     return found
 
 

@@ -216,6 +216,8 @@ class LiveSession:
                     "a synchronous scheduler with two batches in flight (schedule() again before the update of "
                     "its last output, as pipeline parallelism does)"
                 )
+            for feature in scope.scheduler_features(self.sched):
+                self.scope_out(feature)
             if _pp_size(self.sched) != self.pipeline_parallel_size:
                 self.scope_out("the pipeline-parallel size changed after the scheduler was built")
             requests = getattr(self.sched, "requests", None) or {}

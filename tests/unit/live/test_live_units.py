@@ -140,11 +140,21 @@ def test_scope_sees_nothing_in_what_the_spec_models():
         ({"model_config": SimpleNamespace(is_multimodal_model=True)}, "multimodal"),
         ({"model_config": SimpleNamespace(runner_type="pooling")}, "pooling"),
         ({"speculative_config": SimpleNamespace(method="eagle", max_num_new_slots_for_drafting=1)}, "lookahead"),
+        ({"diffusion_config": SimpleNamespace(canvas_length=8)}, "diffusion"),
     ],
 )
 def test_scope_names_each_unmodelled_feature(changes, name):
     (found,) = scope.config_features(fake_config(**changes))
     assert name in found
+
+
+def test_scope_of_a_built_scheduler_changed_between_calls():
+    """vLLM's tests turn these on after construction; the session reads them before every call."""
+    plain = SimpleNamespace(defer_block_free=False, connector=None)
+    assert scope.scheduler_features(plain) == []
+    (deferred,) = scope.scheduler_features(SimpleNamespace(defer_block_free=True, connector=None))
+    (bound,) = scope.scheduler_features(SimpleNamespace(defer_block_free=False, connector=object()))
+    assert "deferred block frees" in deferred and "kv-connector" in bound
 
 
 def test_scope_per_request_and_release():
