@@ -355,6 +355,9 @@ class LiveSession:
     def on_drafts(self, draft_token_ids: Any) -> None:
         if not self.on:
             return
+        if self.async_scheduling:  # vllm/v1/engine/core.py:EngineCore.post_step never does: drafts stay on the device
+            self.scope_out("drafts handed to an async scheduler (update_draft_token_ids)")
+            return
         try:
             drafts = {
                 rid: [int(t) for t in ids] for rid, ids in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)

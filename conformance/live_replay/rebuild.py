@@ -111,6 +111,15 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
             if not s.config.async_scheduling and cur.schedule is None:
                 raise SpecError(line.at("update"), d["of_step"], "must follow its step's schedule (synchronous)")
             pending.discard(d["of_step"])
+            mine = cur.schedule
+            own = mine is not None and mine.data["step"] == d["of_step"] and cur.update is None
+            if s.config.async_scheduling and own and mine is not None and mine.data["output"]["num_scheduled_tokens"]:
+                # An async scheduler driven in lock-step (schedule, then its own update): the engine loop fills
+                # its batch queue first, so this update is the next step's, after a schedule() the capture
+                # lacks because the caller never made it (the spec's loop makes it, and it may find nothing).
+                out.append(cur)
+                cur = _LoopStep(update=line)
+                continue
             late = s.config.async_scheduling and cur.schedule is None and out
             if late and cur.aborts and out[-1].schedule is not None and out[-1].update is None:
                 notes.append(

@@ -302,3 +302,17 @@ def test_a_request_id_reused_after_it_finished_is_another_request(tmp_path):
     r = replay_live(write(tmp_path, lines))
     assert r.divergence is None and r.steps_compared == busy_steps(trace)
     assert any("'kind' is reused after it finished" in n for n in r.notes)
+
+
+def test_an_async_scheduler_driven_in_lock_step_replays(tmp_path):
+    """vLLM's tests drive an AsyncScheduler as schedule, then its own update; the engine loop would have called
+    schedule() again first, finding nothing (the one token is in flight). The capture lacks that call only."""
+    w = Workload(
+        SchedulerConfig(async_scheduling=True), (WorkloadRequest(Request("p", (1, 2, 3, 4), max_tokens=1), 0, (9,)),)
+    )
+    full = capture_of(trace_of(w))
+    header, add, schedule0 = full[:3]
+    update0 = next(x for x in full if x["kind"] == "update" and x["of_step"] == 0)
+    lines = [header, add, schedule0, {**update0, "step": 0}, {"kind": "end", "step": 1, "reason": "shutdown"}]
+    r = replay_live(write(tmp_path, lines))
+    assert r.divergence is None and r.steps_compared == 2
