@@ -33,11 +33,14 @@ def renamed_reuses(lines: list[Line], notes: list[str]) -> list[Line]:
 
     vLLM lets a caller reuse the id of a finished request (its tests do); a
     workload's ids are unique. The second request is another request, so it
-    gets a name of its own, in every later line that names it.
+    gets a name of its own, in every later line that names it, except where a
+    schedule's `finished_req_ids` still reports the first one's finish.
     """
     added: dict[str, int] = {}  # id as vLLM knows it -> how many requests have carried it
     finished: set[str] = set()
     alias: dict[str, str] = {}
+    unreported: dict[str, str] = {}  # id as vLLM knows it -> the name its finished request had, not yet reported
+    original: dict[str, str] = {}  # every new name -> the id vLLM knows
     out: list[Line] = []
     for line in lines:
         d = line.data
@@ -46,14 +49,25 @@ def renamed_reuses(lines: list[Line], notes: list[str]) -> list[Line]:
             if rid in added and rid in finished:
                 added[rid] += 1
                 alias[rid] = f"{rid}#{added[rid]}"
+                original[alias[rid]] = rid
                 finished.discard(rid)
                 notes.append(f"request id {rid!r} is reused after it finished: the new request is {alias[rid]!r}")
             added.setdefault(rid, 1)
         if alias:
-            line = Line(line.path, line.lineno, _renamed(d, alias))
+            data = _renamed(d, alias)
+            if line.kind == "schedule":  # a finish reported now may be the earlier request's
+                data["output"]["finished_req_ids"] = [
+                    unreported.pop(rid, alias.get(rid, rid)) for rid in d["output"]["finished_req_ids"]
+                ]
+            line = Line(line.path, line.lineno, data)
+        elif line.kind == "schedule":
+            for rid in d["output"]["finished_req_ids"]:
+                unreported.pop(rid, None)
         out.append(line)
         if line.kind in ("update", "abort"):
-            finished |= {_original(k, alias) for k in line.data.get("finished", {})}
+            for name in line.data.get("finished", {}):
+                finished.add(original.get(name, name))
+                unreported[original.get(name, name)] = name
     return out
 
 
@@ -71,10 +85,6 @@ def _renamed(value: Any, alias: Mapping[str, str], keyed: bool = False) -> Any:
     if isinstance(value, list):
         return [_renamed(v, alias) for v in value]
     return alias.get(value, value) if isinstance(value, str) else value
-
-
-def _original(rid: str, alias: Mapping[str, str]) -> str:
-    return next((k for k, v in alias.items() if v == rid), rid)
 
 
 def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:

@@ -291,12 +291,13 @@ def test_a_scope_line_stops_the_replay_there_with_the_reason(tmp_path):
     assert any("throttle_prefills" in n for n in r.notes)
 
 
-def test_a_request_id_reused_after_it_finished_is_another_request(tmp_path):
+@pytest.mark.parametrize("arrival", [2, 4])  # 2: added before the schedule that reports the first one's finish
+def test_a_request_id_reused_after_it_finished_is_another_request(tmp_path, arrival):
     """vLLM lets a caller reuse a finished request's id (its multi-turn tests do): the replay names the second
     request `ID#2` in every line from its arrival on, and replays both."""
     first = Request("kind", (1, 2, 3), max_tokens=2)  # an id that is also a field's value: only ids are renamed
     second = Request("kind#2", (1, 2, 3, 4), max_tokens=2)
-    w = Workload(SchedulerConfig(), (WorkloadRequest(first, 0, (11, 12)), WorkloadRequest(second, 4, (13, 14))))
+    w = Workload(SchedulerConfig(), (WorkloadRequest(first, 0, (11, 12)), WorkloadRequest(second, arrival, (13, 14))))
     trace = trace_of(w)
     lines = json.loads(json.dumps(capture_of(trace)).replace('"kind#2"', '"kind"'))  # as vLLM saw it: one id
     r = replay_live(write(tmp_path, lines))
