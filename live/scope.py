@@ -88,6 +88,8 @@ def scheduler_features(scheduler: Any) -> list[str]:
         found.append("deferred block frees (defer_block_free: blocks freed only after the step in flight)")
     if getattr(scheduler, "connector", None) is not None:
         found.append("kv-connector (a connector bound to the scheduler)")
+    if (getattr(scheduler, "pp_size", 1) or 1) > 1 or getattr(scheduler, "use_pp", False) is True:
+        found.append(f"pipeline-parallel (the scheduler's pp_size={getattr(scheduler, 'pp_size', '?')})")
     return found
 
 

@@ -110,6 +110,16 @@ def _compare(result: LiveReplay) -> None:
             live_fields(rb, result.level, rb.step in sampled_known),
         )
         diff = _first(fa, fb)
+        if diff is not None and ra.scheduled and ra.output.num_scheduled_tokens and not rb.scheduled:
+            # The caller absorbed an output without calling schedule() first, where the engine loop schedules
+            # (its batch queue had room and a request was owed tokens): a way of driving, not a decision.
+            result.notes.append(
+                f"from step {rb.step} the session is outside what the spec models (an output absorbed with no "
+                "schedule() before it, where the engine loop schedules first): the steps before it are replayed, "
+                "the rest is not"
+            )
+            result.reference.pop()
+            return
         result.steps_compared += 1
         if diff is not None:
             result.divergence = Divergence(rb.step, diff[0], diff[1], diff[2], before, (ra, rb))

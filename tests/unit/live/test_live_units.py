@@ -154,7 +154,8 @@ def test_scope_of_a_built_scheduler_changed_between_calls():
     assert scope.scheduler_features(plain) == []
     (deferred,) = scope.scheduler_features(SimpleNamespace(defer_block_free=True, connector=None))
     (bound,) = scope.scheduler_features(SimpleNamespace(defer_block_free=False, connector=object()))
-    assert "deferred block frees" in deferred and "kv-connector" in bound
+    (pp,) = scope.scheduler_features(SimpleNamespace(defer_block_free=False, connector=None, pp_size=3, use_pp=True))
+    assert "deferred block frees" in deferred and "kv-connector" in bound and "pp_size=3" in pp
 
 
 def test_scope_per_request_and_release():

@@ -317,3 +317,20 @@ def test_an_async_scheduler_driven_in_lock_step_replays(tmp_path):
     lines = [header, add, schedule0, {**update0, "step": 0}, {"kind": "end", "step": 1, "reason": "shutdown"}]
     r = replay_live(write(tmp_path, lines))
     assert r.divergence is None and r.steps_compared == 2
+
+
+def test_an_output_absorbed_without_a_schedule_before_it_is_declared(tmp_path):
+    """vLLM's async tests schedule twice, then absorb both outputs with no schedule() between; the engine loop
+    would have scheduled the request still owed tokens. Declared at that step, never a divergence."""
+    w = Workload(
+        SchedulerConfig(async_scheduling=True),
+        (WorkloadRequest(Request("r", (1, 2, 3), max_tokens=5), 0, (9, 9, 9, 9, 9)),),
+    )
+    full = capture_of(trace_of(w))
+    header, add, s0, s1 = full[:4]
+    u0 = next(x for x in full if x["kind"] == "update" and x["of_step"] == 0)
+    u1 = next(x for x in full if x["kind"] == "update" and x["of_step"] == 1)
+    lines = [header, add, s0, s1, u0, {**u1, "step": 1}, {"kind": "end", "step": 2, "reason": "shutdown"}]
+    r = replay_live(write(tmp_path, lines))
+    assert r.divergence is None and r.steps_compared == 2
+    assert any("an output absorbed with no schedule()" in n for n in r.notes)
