@@ -359,9 +359,17 @@ class LiveSession:
             self.scope_out("drafts handed to an async scheduler (update_draft_token_ids)")
             return
         try:
-            drafts = {
-                rid: [int(t) for t in ids] for rid, ids in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)
-            }
+            # What vLLM kept, not what was offered: it drops drafts for a finished request and for one still in
+            # its prefill (vllm/v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids), and the
+            # monitors judge the next grant by the drafts the request holds.
+            requests = getattr(self.sched, "requests", {})
+            drafts = {}
+            for rid, ids in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+                request = requests.get(rid)
+                if request is None or request.is_finished():
+                    continue
+                held = getattr(request, "spec_token_ids", ids)
+                drafts[rid] = [int(t) for t in held]
             if self.assembler is not None:
                 self.assembler.drafts({k: tuple(v) for k, v in drafts.items()})
             if self.capture is not None:
