@@ -232,6 +232,8 @@ class LiveSession:
         try:
             for feature in scope.request_features(request):
                 self.scope_out(feature)
+            if getattr(request, "num_computed_tokens", 0):  # a request arrives with nothing computed
+                self.scope_out("a request added with num_computed_tokens already set (a disaggregated decode's)")
             if request.request_id in self.live:
                 self.scope_out("streaming input (a request id added again)")
             d = vllm_json.request(request)
@@ -321,6 +323,9 @@ class LiveSession:
         if not self.on or sampled is None:
             return
         self.awaiting = max(0, self.awaiting - 1)
+        spec = getattr(so, "scheduled_spec_decode_tokens", None) or {}
+        if any(spec.get(rid) and not toks for rid, toks in sampled.items()):
+            self.scope_out("a model output with no token for a request verifying drafts (an error or abort's)")
         if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
             self.scope_out("update_from_output() before any schedule()")
             return
