@@ -314,10 +314,27 @@ class LiveSession:
         if not self.on or (self.assembler is None and self.capture is None):
             return None
         try:
-            return vllm_json.sampled(so, runner_output)
+            sampled = vllm_json.sampled(so, runner_output)
+            self._check_model_output(so, sampled)
+            return sampled
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
             return None
+
+    def _check_model_output(self, so: Any, sampled: dict[str, list[int]]) -> None:
+        """A model output no model makes (a test's hand-made one) is declared: the spec's model samples one token
+        per request whose step reaches its last known token, plus its accepted drafts, and nothing for a step
+        still inside the prompt."""
+        spec = getattr(so, "scheduled_spec_decode_tokens", None) or {}
+        requests = getattr(self.sched, "requests", {})
+        for rid, toks in sampled.items():
+            if len(toks) > 1 + len(spec.get(rid) or ()):
+                self.scope_out("a model output with more tokens for a request than its step scheduled")
+            request = requests.get(rid)
+            # Synchronous only: with outputs in flight, a later step (or a preemption) has moved the count.
+            inside = request is not None and request.num_computed_tokens < request.num_prompt_tokens
+            if toks and inside and not self.async_scheduling:
+                self.scope_out("a model output with a token for a request still inside its prompt")
 
     def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:
         if not self.on or sampled is None:
