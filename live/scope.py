@@ -88,6 +88,14 @@ def scheduler_features(scheduler: Any) -> list[str]:
         found.append("deferred block frees (defer_block_free: blocks freed only after the step in flight)")
     if getattr(scheduler, "connector", None) is not None:
         found.append("kv-connector (a connector bound to the scheduler)")
+    for owner, label in ((scheduler, "scheduler"), (getattr(scheduler, "kv_cache_manager", None), "kv_cache_manager")):
+        patched = sorted(
+            name
+            for name, value in (vars(owner).items() if hasattr(owner, "__dict__") else ())
+            if callable(value) and not name.startswith("__") and callable(getattr(type(owner), name, None))
+        )
+        if patched:  # a method replaced on the instance (a test's spy or stub): vLLM's rules no longer run there
+            found.append(f"{label}.{patched[0]} replaced on the instance")
     if (getattr(scheduler, "pp_size", 1) or 1) > 1 or getattr(scheduler, "use_pp", False) is True:
         found.append(f"pipeline-parallel (the scheduler's pp_size={getattr(scheduler, 'pp_size', '?')})")
     return found

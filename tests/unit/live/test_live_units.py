@@ -157,6 +157,17 @@ def test_scope_of_a_built_scheduler_changed_between_calls():
     (pp,) = scope.scheduler_features(SimpleNamespace(defer_block_free=False, connector=None, pp_size=3, use_pp=True))
     assert "deferred block frees" in deferred and "kv-connector" in bound and "pp_size=3" in pp
 
+    class Manager:
+        def allocate_slots(self):
+            return None
+
+    manager = Manager()
+    spied = SimpleNamespace(defer_block_free=False, connector=None, kv_cache_manager=manager)
+    assert scope.scheduler_features(spied) == []
+    manager.allocate_slots = lambda: None  # what vLLM's test_prefix_cache_stats_... does with a spy
+    (spy,) = scope.scheduler_features(spied)
+    assert spy == "kv_cache_manager.allocate_slots replaced on the instance"
+
 
 def test_scope_per_request_and_release():
     plain = SimpleNamespace(prompt_token_ids=[1], mm_features=[])
