@@ -28,6 +28,9 @@ def run_suite(
         raise SpecError("--jobs", jobs, "must be >= 1")
     venv = ensure_vllm_venv(release=release)
     root = fetch_tests(release)
+    for f in files or ():
+        if not (root / f).is_file():
+            raise SpecError("--file", f, f"is not a file of vLLM {release}'s tests (under {root})")
     files = files or scheduler_test_files(root)
     work = vllm_venv_path(release).with_name(vllm_venv_path(release).name + "-tests")
     env = test_environment(

@@ -30,7 +30,7 @@ def cmd_vllm_tests(args: argparse.Namespace, console: Console) -> int:
     out = OutDir(args.out, args.force, "--out", "vllm-tests")
     out.prepare(OUTPUTS)
     try:
-        table, summary = run_suite(args.vllm_version, args.mode, args.k, args.jobs, Path(args.out))
+        table, summary = run_suite(args.vllm_version, args.mode, args.k, args.jobs, Path(args.out), args.file)
     except InfrastructureError as e:
         console.print(f"vllm-tests could not run the suite: {e}", style="red", markup=False, highlight=False)
         return 3
@@ -56,6 +56,13 @@ def add_vllm_tests_parser(sub: Subcommands) -> None:
     p.add_argument("--vllm-version", default=DEFAULT_RELEASE, choices=RELEASES, metavar="V",
                    help=f"the release whose tests run, in its venv (default: {DEFAULT_RELEASE})")  # fmt: skip
     p.add_argument("-k", metavar="EXPR", help="only the tests pytest's -k selects")
+    p.add_argument(
+        "--file",
+        action="append",
+        metavar="PATH",
+        help="a test file, relative to the sdist's root (repeatable; default: every file under tests/v1/core that "
+        "builds a scheduler)",
+    )
     p.add_argument(
         "--mode", default="log", choices=MODES, help="what a broken invariant does in the tests (default: log)"
     )
