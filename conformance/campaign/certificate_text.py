@@ -39,7 +39,8 @@ def markdown(cert: dict[str, Any]) -> str:
         "",
         f"- engine: {cert['engine_version']}; oracle: {cert['against_version']}",
         f"- levels checked: {', '.join(cert['levels_checked'])}",
-        f"- campaign: seed {cert['campaign']['seed']}, {cert['campaign']['workloads']} workloads, shard {cert['campaign']['shard']}",
+        f"- campaign: seed {cert['campaign']['seed']}, {cert['campaign']['workloads']} workloads, shard {cert['campaign']['shard']}"
+        + (" (empty: this shard holds no workload of the campaign)" if cert["campaign"].get("empty_shard") else ""),
         f"- {cert['workloads_run']} workloads, {cert['steps_compared']} steps compared in {cert['elapsed_s']} s "
         f"({cert['steps_per_second']} steps/s)",
         _time_line(cert.get("time_shares")),

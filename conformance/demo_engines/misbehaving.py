@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from typing import Any
 
@@ -49,6 +50,12 @@ def hanging_factory(config: SchedulerConfig) -> ReferenceEngine:
 def exits_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
     """`os._exit(3)` inside schedule(): no exception, no cleanup, the process is just gone."""
     return FailingAt(config, 2, lambda: os._exit(3))
+
+
+def sys_exit_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
+    """`sys.exit(0)` inside schedule(): a SystemExit, which a harness that caught only Exception let end the
+    run with exit status 0, read by CI as a pass."""
+    return FailingAt(config, 2, lambda: sys.exit(0))
 
 
 class _CoinFlip(ReferenceEngine):

@@ -67,6 +67,9 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                 outbox.send(("ok", encode(method, fn(*args))))
         except InfrastructureError as e:
             outbox.send((e.kind, e.where, e.why))
+        except SystemExit as e:  # the engine ended its process on purpose: say so, then end it
+            outbox.send(("died", f"engine {spec.name!r} {op}", f"the engine called sys.exit({e.code!r})"))
+            return
         except Exception as e:  # noqa: BLE001 - the engine's exception is its finding, reported, not fatal here
             outbox.send(("start", "import", f"could not be imported: {_raised(e)[1]}") if op == "hello" else _raised(e))
 

@@ -173,6 +173,8 @@ def _call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
         raise StepFailed("timeout", str(e)) from None
     except InfrastructureError as e:
         raise StepFailed(e.kind, f"{e.where}: {e.why}") from None
+    except SystemExit as e:  # an engine ending the program is an engine that died, never the run's own exit
+        raise StepFailed("died", f"{what}: the engine called sys.exit({e.code!r})") from None
 
 
 def next_record(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:

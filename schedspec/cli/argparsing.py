@@ -16,12 +16,18 @@ EXIT_USER_ERROR = 2
 
 class DefaultsShown(argparse.HelpFormatter):
     """Every option that has a default says it in `--help`: `(default: 900)` after its help, unless the help
-    already names it. A default of None or False means "not given", which the help describes in words."""
+    already names it. A default of None or False means "not given", which the help describes in words. A flag
+    (no value) shows none: `--in-process`, a store_false beside `--isolate`, once read "(default: True)"."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if default in (None, False, argparse.SUPPRESS) or not action.option_strings or "default" in text:
+        if (
+            default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or "default" in text
+            or action.nargs == 0
+        ):
             return text
         shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
         return f"{text} (default: {str(shown).replace('%', '%%')})".lstrip()

@@ -262,7 +262,7 @@ def add_prove_parser(sub: Subcommands) -> None:
         "--every-n",
         action="store_true",
         help="prove for every number of requests, by a loop invariant over the step's events "
-        "(proofs/runs/every_n.py; core scope, four invariants so far)",
+        "(proofs/runs/every_n.py, the invariants of its EVERY_N; core scope)",
     )
     p.add_argument(
         "--decisions",

@@ -40,7 +40,9 @@ def test_every_default_is_shown(command: str) -> None:
     hidden = [
         f"{'/'.join(a.option_strings)} (default {a.default!r})"
         for a in _options(parser)
-        if a.default not in (None, False, argparse.SUPPRESS) and "default" not in formatter._expand_help(a)
+        if a.default not in (None, False, argparse.SUPPRESS)
+        and a.nargs != 0  # a flag has no default to show
+        and "default" not in formatter._expand_help(a)
     ]
     assert not hidden, f"schedspec {command} --help hides these defaults: {hidden}"
 
@@ -81,3 +83,11 @@ def test_an_error_about_a_choice_lists_the_valid_choices(argv, valid, capsys, tm
     assert status == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and all(v in err for v in valid), err
+
+
+def test_no_flag_claims_a_default():
+    """A flag takes no value; `--in-process` (store_false, dest shared with `--isolate`) once said "(default: True)"."""
+    parser = build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():  # noqa: SLF001 - argparse's own tree
+        text = sub.format_help()
+        assert "(default: True)" not in text and "(default: False)" not in text, name

@@ -179,3 +179,37 @@ def test_a_second_run_that_differs_is_nondeterminism_not_a_pass(tmp_path):
     assert rc == 1 and not cert["passed"] and cert["outcomes"]["matched"] == 1
     (n,) = cert["determinism"]["nondeterministic"]
     assert n["first"] == "matched" and n["second"]["field"] == "output.num_scheduled_tokens"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("where", ["--isolate", "--in-process"])
+def test_sys_exit_inside_an_engine_is_an_error_never_a_pass(tmp_path, where, jobs):
+    """`sys.exit(0)` in schedule() once ended certify with exit 0 and an empty --out (in process), or read as a
+    kill (in its own process). It is the engine dying, named as such, in every mode."""
+    rc, cert, _ = certify(tmp_path, M + "sys_exit_at_step_2", where, "--jobs", jobs, "--max-errors", "9", workloads=2)
+    assert rc == 3 and cert is not None and cert["verdict"] == "error" and cert["outcomes"]["error"] == 2
+    assert all(e["kind"] == "died" and "sys.exit(0)" in e["cause"] for e in cert["errors"]), cert["errors"]
+
+
+def test_a_shard_that_holds_no_workload_is_an_empty_passing_certificate(tmp_path):
+    """A CI matrix with more shards than workloads: `--workloads 2 --shard 3/4` once raised IndexError (exit 1)."""
+    rc, cert, out = certify(tmp_path, "reference", "--shard", "3/4", workloads=2)
+    assert rc == 0 and cert["passed"] and cert["campaign"]["empty_shard"] and cert["workloads_run"] == 0
+    assert cert["outcomes"] == {"matched": 0, "diverged": 0, "error": 0, "skipped": 0}
+    assert "empty: this shard holds no workload" in (out / "certificate.md").read_text()
+
+
+@pytest.mark.parametrize("workloads", [1, 2, 3, 7])
+def test_the_shards_of_a_campaign_partition_its_workloads(tmp_path, workloads):
+    """Every i/n for n up to 9: the shards' workloads are disjoint and together are the whole campaign."""
+    from schedspec.conformance.campaign.certify import FAMILIES, Shard, plan
+    from schedspec.conformance.engines.engine_spec import parse_engine
+
+    def names(shard):
+        ref = parse_engine("reference")
+        return [f"{t.family}-{t.index}" for t in plan(ref, ref, "blocks", list(FAMILIES), workloads, 0, shard, "x")]
+
+    whole = names(Shard(0, 1))
+    for n in range(1, 10):
+        parts = [names(Shard(i, n)) for i in range(n)]
+        assert sorted(x for p in parts for x in p) == sorted(whole) and len(set(whole)) == workloads
