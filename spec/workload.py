@@ -20,6 +20,7 @@ campaign families draw only workloads this rule accepts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,6 +224,8 @@ def _check(w: Workload) -> None:
         seen.add(q.request_id)
         if not q.prompt_token_ids:
             raise SpecError(f"{here}.prompt_token_ids", [], "must not be empty")
+        if not math.isfinite(q.arrival_time):  # JSON's NaN and Infinity parse; no order or tie-break survives them
+            raise SpecError(f"{here}.arrival_time", q.arrival_time, "must be a finite number")
         if q.num_prompt_tokens >= L:
             raise SpecError(
                 f"{here}.prompt_token_ids",

@@ -7,8 +7,9 @@ vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len; §2.3 "Validation
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.config import MAX_GPU_BLOCKS, SchedulerConfig
 from schedspec.spec.errors import SpecError
 
 
@@ -134,3 +135,12 @@ def test_config_dict_round_trip():
         max_num_active_seqs=3,
     )
     assert SchedulerConfig.from_dict(c.to_dict()) == c
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(st.integers(min_value=MAX_GPU_BLOCKS + 1, max_value=10**18))
+def test_a_pool_that_would_not_fit_is_refused_up_front_with_its_size(blocks):
+    """`num_gpu_blocks: 10**12` once ended in a MemoryError traceback; now one line, with the estimate."""
+    with pytest.raises(SpecError, match=r"config\.num_gpu_blocks: must be at most 16777216: .* GiB here"):
+        SchedulerConfig(num_gpu_blocks=blocks)
+    SchedulerConfig(num_gpu_blocks=MAX_GPU_BLOCKS)  # the bound itself is fine

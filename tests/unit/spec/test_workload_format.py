@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from schedspec.conformance.workloads.builtin import BUILTIN
 from schedspec.reference_impl import simulate
@@ -235,3 +236,18 @@ def test_malformed_trace_names_path():
     with pytest.raises(SpecError) as exc:
         Trace.from_json(bad)
     assert exc.value.where.startswith("trace.steps[0]")
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_an_arrival_time_is_accepted_exactly_when_it_is_finite(t):
+    """JSON's NaN and Infinity parse; a NaN arrival once let the reference's own trace fail four invariants."""
+    import math
+
+    data = {"version": 1, "config": {}, "requests": [{"request_id": "a", "prompt_token_ids": [1], "max_tokens": 1,
+                                                       "arrival_time": t}]}  # fmt: skip
+    if math.isfinite(t):
+        assert Workload.from_json(data).requests[0].request.arrival_time == t
+    else:
+        with pytest.raises(SpecError, match=r"requests\[0\]\.arrival_time: must be a finite number"):
+            Workload.from_json(data)
