@@ -11,6 +11,10 @@ replay) goes through here, for four promises:
   file the next run would write is a conflict unless `--force` is given:
   ours from an earlier run (replacing a certificate is a decision) or the
   user's own `certificate.md` (which no manifest lists).
+* **Each command owns its files.** The manifest lists the files by the
+  command that wrote them, so `prove --force` into a folder that holds a
+  certificate clears only `prove`'s earlier files; a name another command
+  wrote is a conflict like a user's file, named with that command.
 * **`--force` clears the earlier run, but only once this one is done.** The
   files the earlier manifest lists are moved aside, into `.schedspec-previous/`
   in the folder, before the work starts, so a PASSED certificate never sits
@@ -68,7 +72,9 @@ class OutDir:
         self._restore_previous()
         previous = self._previous()
         present = set(os.listdir(self.path))
-        clash = sorted(n for n in present if n in names or any(fnmatch.fnmatch(n, p) for p in patterns))
+        clash = sorted(
+            n for n in present if n not in previous and (n in names or any(fnmatch.fnmatch(n, p) for p in patterns))
+        )
         if previous and not self.force:
             raise SpecError(
                 self.option,
@@ -77,10 +83,13 @@ class OutDir:
                 f"({len(previous)} files); pass --force to replace them",
             )
         if clash and not self.force:
+            owner = next((c for c, files in self._entries().items() if clash[0] in files), None)
             raise SpecError(
                 self.option,
                 self.path,
-                f"already holds {clash[0]}, which schedspec did not write; pass --force to overwrite it",
+                f"already holds {clash[0]}, "
+                + (f"written by an earlier {owner} run" if owner else "which schedspec did not write")
+                + "; pass --force to overwrite it",
             )
         if previous:  # --force: set aside now, deleted by record(), moved back by abandon()
             aside = os.path.join(self.path, PREVIOUS)
@@ -103,7 +112,9 @@ class OutDir:
     def record(self, written: Iterable[str]) -> None:
         """Remember what this run wrote, so the next run can tell it from the user's files."""
         rel = sorted({os.path.relpath(p, self.path) for p in written})
-        body = {"command": self.command, "files": rel}
+        aside = os.path.join(self.path, PREVIOUS, MANIFEST)  # while a --force run is under way, the manifest is there
+        others = {c: f for c, f in self._entries(aside if os.path.exists(aside) else None).items() if c != self.command}
+        body = {"commands": {**others, self.command: rel}}
         write_bytes_atomic(self.file(MANIFEST), (json.dumps(body, indent=1) + "\n").encode())
         shutil.rmtree(os.path.join(self.path, PREVIOUS), ignore_errors=True)
         if self in _unfinished:
@@ -146,17 +157,28 @@ class OutDir:
             os.replace(os.path.join(aside, name), self.file(name))
         os.rmdir(aside)
 
-    def _previous(self) -> list[str]:
-        path = self.file(MANIFEST)
+    def _entries(self, path: str | None = None) -> dict[str, list[str]]:
+        """command -> the files its last run here wrote, from the manifest (also the one-command form of before)."""
+        path = path or self.file(MANIFEST)
         if not os.path.exists(path):
-            return []
+            return {}
         try:
             with open(path, encoding="utf-8") as f:
-                files = json.load(f)["files"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return [MANIFEST]  # unreadable: ours, but it names nothing we can safely remove
-        # Only plain names inside the folder: a manifest must never make --force delete elsewhere.
-        return [n for n in files if isinstance(n, str) and n == os.path.basename(n) and n not in ("", ".", "..")]
+                data = json.load(f)
+            raw = data["commands"] if "commands" in data else {data["command"]: data["files"]}
+            # Only plain names inside the folder: a manifest must never make --force delete elsewhere.
+            return {
+                str(c): [
+                    n for n in files if isinstance(n, str) and n == os.path.basename(n) and n not in ("", ".", "..")
+                ]
+                for c, files in raw.items()
+                if isinstance(files, list)
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {self.command: [MANIFEST]}  # unreadable: ours, but it names nothing we can safely remove
+
+    def _previous(self) -> list[str]:
+        return self._entries().get(self.command, [])
 
 
 _unfinished: list[OutDir] = []  # prepared, not yet recorded: what `abandon_unfinished` puts back

@@ -55,7 +55,9 @@ def test_force_clears_the_stale_files_of_an_earlier_failing_run_and_keeps_foreig
     assert main(["certify", *CHEAP, "--out", str(out), "--force"]) == 0
     assert not list(out.glob("counterexample-*"))  # a PASSED certificate with no stale counterexample beside it
     assert (out / "notes.txt").read_text() == "mine"
-    assert json.loads((out / MANIFEST).read_text())["files"] == ["certificate.json", "certificate.md", "junit.xml"]
+    assert json.loads((out / MANIFEST).read_text())["commands"] == {
+        "certify": ["certificate.json", "certificate.md", "junit.xml"]
+    }
 
 
 def test_out_naming_a_file_is_a_one_line_error(tmp_path, capsys):
@@ -167,3 +169,18 @@ def test_a_run_killed_outright_is_undone_by_the_next_one(tmp_path):
     (out / PREVIOUS / "certificate.json").write_text("old")
     OutDir(str(out), True, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
     assert (out / PREVIOUS / "certificate.json").read_text() == "new"  # the recorded run is the one set aside now
+
+
+def test_force_from_one_command_never_clears_another_s_files(tmp_path, capsys):
+    """`prove --force` or `hunt --force` into a certificate's folder once deleted the certificate, and without
+    --force the refusal named the wrong command. Each command owns its files."""
+    out = tmp_path / "shared"
+    assert main(["certify", *CHEAP, "--out", str(out)]) == 0
+    cert = {n: (out / n).read_bytes() for n in ("certificate.json", "certificate.md", "junit.xml")}
+    assert main(["hunt", "--engine", "reference", "--examples", "3", "--out", str(out), "--force"]) == 0
+    assert {n: (out / n).read_bytes() for n in cert} == cert  # certify's files, untouched
+    assert set(json.loads((out / MANIFEST).read_text())["commands"]) == {"certify", "hunt"}
+    assert main(["hunt", "--engine", "reference", "--examples", "3", "--out", str(out)]) == 2
+    assert "an earlier hunt run" in capsys.readouterr().err  # its own earlier files: named as hunt's
+    assert main(["certify", *CHEAP, "--out", str(out), "--force"]) == 0
+    assert (out / "hunt.json").exists() and {n: (out / n).exists() for n in cert} == dict.fromkeys(cert, True)
