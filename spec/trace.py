@@ -172,6 +172,7 @@ class Trace:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "trace") -> Trace:
+        refuse_a_workload(data, where)
         validate(data, "trace", where)
         workload = Workload.from_json(data["workload"], f"{where}.workload")
         steps = []
@@ -216,3 +217,11 @@ def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) 
         for rid in ids:
             if rid not in known:
                 raise SpecError(f"{where}.{name}", rid, "names a request that is not in the workload")
+
+
+def refuse_a_workload(data: Any, where: str) -> None:
+    """A workload handed where a trace belongs is named as such, not as a trace missing `engine`."""
+    if isinstance(data, dict) and "requests" in data and "engine" not in data and "workload" not in data:
+        raise SpecError(
+            where, "a workload", "is a workload, not a trace: run it first (schedspec simulate FILE --out TRACE.json)"
+        )

@@ -275,3 +275,14 @@ def test_torch_engine_traces_are_consistent(family):
         w = generate(family, 1, index)
         trace = run(TorchEngine(w.config), w)
         assert check_consistency(trace) == [], w.name
+
+
+def test_check_on_a_workload_says_it_is_a_workload(tmp_path, capsys):
+    """It once said `trace.engine: is required`, which names a symptom, not the mistake."""
+    from schedspec.conformance.workloads.builtin import BUILTIN
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(BUILTIN["seed-preemption"]().to_json()))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a workload, not a trace" in err and "\n" not in err
