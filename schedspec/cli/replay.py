@@ -10,6 +10,7 @@ not a workload) is replayed one step on the reference instead.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from ..conformance.harness.differ import diff
 from ..conformance.harness.explain import WINDOW, side_by_side
 from ..render.counterexample_timelines import plot_pair, whole_run
 from ..render.side_by_side import rich_side_by_side
+from ..spec.errors import SpecError
 from ..spec.trace import Trace
 from .argparsing import Subcommands
 
@@ -39,6 +41,9 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         for item in shown:
             console.print(item)
         return 1 if broken else 0
+    for option, seconds in (("--step-timeout", args.step_timeout), ("--start-timeout", args.start_timeout)):
+        if not (math.isfinite(seconds) and seconds >= 0.01):  # as certify refuses them
+            raise SpecError(option, seconds, "must be a number of seconds >= 0.01")
     cx = Counterexample.load(args.file)
     engine_a = parse_engine(cx.engine_a, "engine_a")  # as the file names it
     if args.vllm_source:
@@ -48,12 +53,15 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     from ..outdir import check_output_file
 
     check_output_file(args.plot, args.force, "--plot")
+    deadlines = {"start_timeout_s": args.start_timeout, "step_timeout_s": args.step_timeout}
     result = diff(
         cx.workload,
-        engine_factory(engine_a),
-        engine_factory(engine_b),
+        engine_factory(engine_a, **deadlines),
+        engine_factory(engine_b, **deadlines),
         cx.level,
+        args.step_timeout,
         keep_records=True,
+        start_timeout=args.start_timeout,
         names=(engine_a.name, engine_b.name),
     )
     if result.error is not None:
@@ -113,4 +121,18 @@ def add_replay_parser(sub: Subcommands) -> None:
         "--plot", metavar="TIMELINE.png", help="draw both runs' timelines here, one above the other on the same scales"
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
+    p.add_argument(
+        "--step-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds one engine call may take before the replay is an error (default: 30)",
+    )
+    p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds an engine may take to start (default: 300)",
+    )
     p.set_defaults(func=cmd_replay)

@@ -213,3 +213,14 @@ def test_the_shards_of_a_campaign_partition_its_workloads(tmp_path, workloads):
     for n in range(1, 10):
         parts = [names(Shard(i, n)) for i in range(n)]
         assert sorted(x for p in parts for x in p) == sorted(whole) and len(set(whole)) == workloads
+
+
+def test_replay_takes_the_step_timeout_its_hint_names(tmp_path, capsys):
+    """A hanging engine's replay ends in the error whose fix says `--step-timeout`; replay once refused it."""
+    rc, cert, _ = certify(tmp_path, P + "extra_token_at_step_3")
+    cx_file = cert["counterexamples"][0]["file"]
+    t0 = time.monotonic()
+    assert main(["replay", cx_file, "--engine", P + "hanging", "--step-timeout", "1"]) == 3
+    out = capsys.readouterr().out
+    assert "--step-timeout" in out and time.monotonic() - t0 < 30
+    assert main(["replay", cx_file, "--step-timeout", "0"]) == 2  # refused as certify refuses it
