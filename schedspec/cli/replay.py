@@ -10,7 +10,6 @@ not a workload) is replayed one step on the reference instead.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -22,9 +21,9 @@ from ..conformance.harness.differ import diff
 from ..conformance.harness.explain import WINDOW, side_by_side
 from ..render.counterexample_timelines import plot_pair, whole_run
 from ..render.side_by_side import rich_side_by_side
-from ..spec.errors import SpecError
 from ..spec.trace import Trace
 from .argparsing import Subcommands
+from .run_options import check_seconds
 
 if TYPE_CHECKING:
     pass
@@ -41,9 +40,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         for item in shown:
             console.print(item)
         return 1 if broken else 0
-    for option, seconds in (("--step-timeout", args.step_timeout), ("--start-timeout", args.start_timeout)):
-        if not (math.isfinite(seconds) and seconds >= 0.01):  # as certify refuses them
-            raise SpecError(option, seconds, "must be a number of seconds >= 0.01")
+    check_seconds("--step-timeout", args.step_timeout)  # as hunt refuses them
+    check_seconds("--start-timeout", args.start_timeout)
     cx = Counterexample.load(args.file)
     engine_a = parse_engine(cx.engine_a, "engine_a")  # as the file names it
     if args.vllm_source:
