@@ -142,24 +142,28 @@ class LiveSession:
 
     def scope_out(self, feature: str) -> None:
         """One log line per feature; the monitors go off (all of them: see scope.py), and the capture declares
-        it with a `scope` line, so a replay stops there instead of judging what the spec does not model."""
+        it with a `scope` line, so a replay stops there instead of judging what the spec does not model.
+        Called from the scheduler's overrides outside any other guard, so it guards itself."""
         if feature in self.out_of_scope:
             return
-        self.out_of_scope.append(feature)
-        if getattr(self, "monitor", None) is not None:
-            self.judged_before_off += self.monitor.steps_judged  # type: ignore[union-attr]
-        capture = getattr(self, "capture", None)  # None while __init__ declares the config's features
-        if capture is not None:
-            self._write({"kind": "scope", "step": self.schedule_calls, "feature": feature})
-        was_on = self.monitor is not None
-        self.monitor, self.assembler = None, None
-        self.logger.warning(
-            "schedspec.live: %s is outside what the spec models; %s",
-            feature,
-            "all invariant monitors are off (which ones depend on it cannot be told), the capture goes on"
-            if was_on or self.settings.monitoring
-            else "the capture goes on",
-        )
+        try:
+            self.out_of_scope.append(feature)
+            if getattr(self, "monitor", None) is not None:
+                self.judged_before_off += self.monitor.steps_judged  # type: ignore[union-attr]
+            capture = getattr(self, "capture", None)  # None while __init__ declares the config's features
+            if capture is not None:
+                self._write({"kind": "scope", "step": self.schedule_calls, "feature": feature})
+            was_on = getattr(self, "monitor", None) is not None
+            self.monitor, self.assembler = None, None
+            self.logger.warning(
+                "schedspec.live: %s is outside what the spec models; %s",
+                feature,
+                "all invariant monitors are off (which ones depend on it cannot be told), the capture goes on"
+                if was_on or self.settings.monitoring
+                else "the capture goes on",
+            )
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
 
     @property
     def steps_judged(self) -> int:
@@ -200,9 +204,10 @@ class LiveSession:
         )
         self.wrapper_error = f"{type(e).__name__}: {e}"
         self.on = False
-        if self.capture is not None:
+        capture = getattr(self, "capture", None)  # absent while __init__ runs
+        if capture is not None:
             with contextlib.suppress(Exception):  # the end line says why the capture stops here
-                self.capture.close(self.schedule_calls, reason="wrapper-error")
+                capture.close(getattr(self, "schedule_calls", 0), reason="wrapper-error")
 
     # ---- the scheduler's calls ----------------------------------------------------------------------------
 
@@ -340,13 +345,13 @@ class LiveSession:
         if not self.on or sampled is None:
             return
         self.awaiting = max(0, self.awaiting - 1)
-        spec = getattr(so, "scheduled_spec_decode_tokens", None) or {}
-        if any(spec.get(rid) and not toks for rid, toks in sampled.items()):
-            self.scope_out("a model output with no token for a request verifying drafts (an error or abort's)")
         if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
             self.scope_out("update_from_output() before any schedule()")
             return
         try:
+            spec = getattr(so, "scheduled_spec_decode_tokens", None) or {}
+            if any(spec.get(rid) and not toks for rid, toks in sampled.items()):
+                self.scope_out("a model output with no token for a request verifying drafts (an error or abort's)")
             # vLLM notes every request it frees since the last schedule() (Scheduler._free_request); scanning
             # only those keeps this O(finished), not O(running).
             freed = getattr(self.sched, "finished_req_ids", None)

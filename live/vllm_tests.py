@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -88,6 +89,15 @@ class SuiteRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        try:
+            self._record(item)
+        except Exception as e:  # noqa: BLE001 - the recorder must never fail the test it watched
+            _say(f"could not record {item.nodeid}: {type(e).__name__}: {e}")
+        finally:
+            self.sessions.clear()
+            os.environ.pop("SCHEDSPEC_LIVE", None)
+
+    def _record(self, item: pytest.Item) -> None:
         sessions = []
         for s in self.sessions:
             try:
@@ -116,8 +126,6 @@ class SuiteRecorder:
         }
         self.file.write(json.dumps(line) + "\n")
         self.file.flush()
-        self.sessions.clear()
-        os.environ.pop("SCHEDSPEC_LIVE", None)
 
     def close(self) -> None:
         STARTED.remove(self.sessions.append)
@@ -126,6 +134,11 @@ class SuiteRecorder:
 
 
 OUTCOME = pytest.StashKey[str]()
+
+
+def _say(text: str) -> None:
+    """One line on stderr: not a warning, which a run with `-W error` would turn into a failure of its own."""
+    print(f"schedspec.live.vllm_tests: {text}", file=sys.stderr)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -144,6 +157,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not out:
         return  # loaded but not asked for: vLLM's tests run as they are
     mode = config.getoption("--schedspec-mode")
+    try:
+        recorder = SuiteRecorder(out, mode)
+    except OSError as e:  # an --schedspec-out that cannot be written: vLLM's tests run as they are, and say so
+        _say(f"off: --schedspec-out {out!r} cannot be written: {e.strerror}")
+        return
     if mode != "plain":
         import vllm.v1.core.sched.async_scheduler as async_module  # type: ignore[import-not-found]
         import vllm.v1.core.sched.scheduler as sync_module  # type: ignore[import-not-found]
@@ -152,6 +170,5 @@ def pytest_configure(config: pytest.Config) -> None:
 
         sync_module.Scheduler = MonitoredScheduler
         async_module.AsyncScheduler = MonitoredAsyncScheduler
-    recorder = SuiteRecorder(out, mode)
     config.pluginmanager.register(recorder, "schedspec-suite-recorder")
     config.add_cleanup(recorder.close)

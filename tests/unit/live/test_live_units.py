@@ -269,3 +269,26 @@ def test_live_imports_only_spec_and_itself():
                 if parts[0] not in ("schedspec", "vllm") and name.split(".")[0] in ("torch", "jsonschema", "rich"):
                     broken.append(f"{path.name}: {name} (not in vLLM's venv)")
     assert not broken
+
+
+def test_a_declaration_that_fails_switches_the_session_off_and_raises_nothing():
+    """`scope_out` is called from the scheduler's overrides outside any other guard: a capture that cannot be
+    written there must switch the session off, never raise into vLLM's call."""
+    import logging
+
+    from schedspec.live.session import LiveSession
+
+    class Broken:
+        full = False
+
+        def write(self, line):
+            raise OSError("disk full")
+
+        def close(self, step, reason="shutdown"):
+            self.reason = reason
+
+    s = object.__new__(LiveSession)
+    s.out_of_scope, s.monitor, s.assembler, s.capture = [], None, None, Broken()
+    s.schedule_calls, s.on, s.wrapper_error, s.logger = 3, True, None, logging.getLogger("test")
+    s.scope_out("schedule(throttle_prefills=True)")  # raises nothing
+    assert not s.on and "OSError: disk full" in s.wrapper_error and s.capture.reason == "wrapper-error"
