@@ -16,10 +16,10 @@ class SpecError(ValueError):
 
     def __init__(self, where: str, value: Any, why: str) -> None:
         self.where, self.value, self.why = where, value, why
-        super().__init__(f"{where}: {why} (got {_short(value)})")
+        super().__init__(f"{where}: {why} (got {short_repr(value)})")
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -70,13 +70,36 @@ def schema(name: str) -> dict[str, Any]:
 
 
 def validate(data: Any, schema_name: str, where: str) -> None:
-    """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path.
+    """Check `data` against a bundled JSON Schema; the first error becomes a SpecError naming its path."""
+    validate_with(validator(schema_name), data, where)
+
+
+@cache
+def validator(schema_name: str, definition: str | None = None) -> Any:
+    """A strict validator of a bundled schema, or of one of its `$defs` (an engine's answer is one part of a step)."""
+    whole = schema(schema_name)
+    if definition is None:
+        return strict_validator(whole)
+    return strict_validator({"$schema": whole["$schema"], "$defs": whole["$defs"], "$ref": f"#/$defs/{definition}"})
+
+
+def strict_validator(contents: dict[str, Any], **kwargs: Any) -> Any:
+    """A Draft 2020-12 validator whose `integer` is Python's `int` only.
+
+    JSON Schema counts `1.0` as an integer. A token count, a block id or a
+    step is a count, and the spec's arithmetic on a float is not the spec's:
+    `check` reading a trace and the harness reading an engine's answers
+    (`spec/answers.py`) must refuse the same values, so both use this.
+    `True` is no integer either way (jsonschema already says so).
 
     jsonschema is imported here, not at the top: only validation needs it, and the spec's modules must also
-    import where it is absent (inside a running vLLM, for `schedspec.live`)."""
+    import where it is absent (inside a running vLLM, for `schedspec.live`).
+    """
     import jsonschema
 
-    validate_with(jsonschema.Draft202012Validator(schema(schema_name)), data, where)
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, x: type(x) is int)
+    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    return strict(contents, **kwargs)
 
 
 def validate_with(validator: Any, data: Any, where: str) -> None:
@@ -93,8 +116,9 @@ def validate_with(validator: Any, data: Any, where: str) -> None:
     if error.validator == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))[0]
         raise SpecError(f"{where}{path}.{extra}", error.instance[extra], "is not a known field")
-    raise SpecError(
-        f"{where}{path}",
-        error.instance,
-        error.message.split("\n")[0].replace(repr(error.instance), "").strip() or "is invalid",
-    )
+    why = error.message.split("\n")[0].replace(repr(error.instance), "").strip() or "is invalid"
+    if error.validator == "type":  # the value's own type, which its repr does not always show (1.0 or True)
+        why = f"is of type {type(error.instance).__name__}, not {error.validator_value!r}"
+    elif error.validator in ("anyOf", "oneOf"):  # `new_block_ids`: a list of blocks or null
+        why = f"({type(error.instance).__name__}) is none of the forms this field takes"
+    raise SpecError(f"{where}{path}", error.instance, why)

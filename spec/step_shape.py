@@ -4,9 +4,9 @@ jsonschema walks a step of a few hundred live requests in about 20 ms,
 which for a trace of 10,000 requests was most of `schedspec check`'s time.
 `plainly_valid` answers the same question for the usual step with plain
 loops, and is only ever allowed to be stricter than the schema: when it
-says True the schema would say so too; when it says False (a float that
-JSON Schema counts as an integer, a status the pattern admits with a
-trailing newline, or a real error) the caller asks jsonschema, whose
+says True the schema would say so too; when it says False (a status the
+pattern admits with a trailing newline, or a real error) the caller asks
+jsonschema, whose
 verdict and message stand. So the schema in `trace.schema.json` stays the
 one definition, and a field added there only makes this test fail safe
 (`tests/unit/spec/test_trace_stream.py` holds it to being stricter).
@@ -83,7 +83,7 @@ def _keys(x: Any, allowed: frozenset[str], required: frozenset[str]) -> bool:
     return type(x) is dict and x.keys() <= allowed and required <= x.keys()
 
 
-def _output(o: Any) -> bool:
+def plainly_valid_output(o: Any) -> bool:
     if not _keys(o, _OUTPUT, _OUTPUT_REQUIRED):
         return False
     pairs = o["num_scheduled_tokens"]
@@ -117,7 +117,7 @@ def _output(o: Any) -> bool:
     )
 
 
-def _state(s: Any) -> bool:
+def plainly_valid_state(s: Any) -> bool:
     if not (_keys(s, _STATE, _STATE) and _ids(s["running"]) and _ids(s["waiting"]) and _nat(s["num_free_blocks"])):
         return False
     requests = s["requests"]
@@ -131,13 +131,18 @@ def _state(s: Any) -> bool:
     )
 
 
-def _finished(f: Any) -> bool:
-    return type(f) is dict and all(
+def plainly_valid_finished(f: Any) -> bool:
+    """A step's `finished` map, or `update_from_output()`'s answer."""
+    return type(f) is dict and all(plainly_valid_finished_request(r) for r in f.values())
+
+
+def plainly_valid_finished_request(r: Any) -> bool:
+    """One finished request, as `abort_request()` answers it."""
+    return (
         _keys(r, _FINISHED, _FINISHED)
         and type(r["status"]) is str
         and r["status"] in _STATUSES
         and _ints(r["output_token_ids"])
-        for r in f.values()
     )
 
 
@@ -150,10 +155,10 @@ def plainly_valid(d: Any) -> bool:
         _nat(d["step"])
         and _ids(d["added"])
         and _ids(d["aborted"])
-        and _output(d["output"])
+        and plainly_valid_output(d["output"])
         and _int_lists(d["model_output"])
-        and _state(d["state"])
-        and _finished(d["finished"])
+        and plainly_valid_state(d["state"])
+        and plainly_valid_finished(d["finished"])
         and (updated is None or _nat(updated))
         and _int_lists(d.get("draft_token_ids", {}))
         and type(d.get("scheduled", True)) is bool

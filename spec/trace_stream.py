@@ -32,10 +32,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any, BinaryIO
 
-import jsonschema
-
 from .errors import SpecError
-from .jsonio import schema, validate_with
+from .jsonio import schema, strict_validator, validate_with
 from .step_shape import plainly_valid
 from .trace import StepRecord, Trace, check_step_ids
 from .workload import Workload
@@ -59,7 +57,7 @@ def validators() -> tuple[Any, Any]:
         "properties": {k: v for k, v in full["properties"].items() if k != "steps"},
     }
     step = {"$schema": full["$schema"], "$defs": full["$defs"], **full["properties"]["steps"]["items"]}
-    return jsonschema.Draft202012Validator(head), jsonschema.Draft202012Validator(step)
+    return strict_validator(head), strict_validator(step)
 
 
 class _Window:

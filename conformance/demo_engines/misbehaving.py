@@ -10,15 +10,18 @@ pins the outcome and exit status the harness gives each.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ...reference_impl import ReferenceEngine
 from ...spec.config import SchedulerConfig
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
+from ...spec.trace import StateSummary
 from .planted import FailingAt
 
 SLOW_START_ENV = "SCHEDSPEC_TEST_SLOW_START_S"  # how long `slow_start` takes; the tests set it
@@ -56,6 +59,63 @@ def sys_exit_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
     """`sys.exit(0)` inside schedule(): a SystemExit, which a harness that caught only Exception let end the
     run with exit status 0, read by CI as a pass."""
     return FailingAt(config, 2, lambda: sys.exit(0))
+
+
+class _Mistyped(ReferenceEngine):
+    """Right decisions, one answer of the wrong type: the value a careless engine hands back.
+
+    Each case was seen to get past a harness that judged before it typed:
+    a token count or free-block count as a string crashed a monitor deep in
+    `spec/invariants/` (exit 1, read as a divergence), and `True` or `1.0`
+    compared equal to 1 and passed. The harness must call each `malformed`.
+    """
+
+    name = "mistyped"
+
+    def __init__(self, config: SchedulerConfig, field: str, as_type: Callable[[int], Any]) -> None:
+        super().__init__(config)
+        self.field, self.as_type = field, as_type
+
+    def schedule(self) -> SchedulerOutput:
+        out = super().schedule()
+        if self.field == "tokens" and out.num_scheduled_tokens:
+            # `True` only where it still equals the count (1), so a harness that compared first would pass it.
+            grants = {
+                rid: self.as_type(n) if self.as_type is not bool or n == 1 else n
+                for rid, n in out.num_scheduled_tokens.items()
+            }
+            return dataclasses.replace(out, num_scheduled_tokens=grants)
+        if self.field == "block_id" and out.scheduled_new_reqs:
+            first = out.scheduled_new_reqs[0]
+            bad = dataclasses.replace(first, block_ids=(self.as_type(first.block_ids[0]),) + first.block_ids[1:])
+            return dataclasses.replace(out, scheduled_new_reqs=(bad,) + out.scheduled_new_reqs[1:])
+        return out
+
+    def summary(self) -> StateSummary:
+        s = super().summary()
+        if self.field == "free_blocks":
+            return dataclasses.replace(s, num_free_blocks=self.as_type(s.num_free_blocks))
+        return s
+
+
+def token_count_as_string(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mistyped(config, "tokens", str)
+
+
+def token_count_as_bool(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mistyped(config, "tokens", bool)
+
+
+def token_count_as_float(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mistyped(config, "tokens", float)
+
+
+def free_blocks_as_string(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mistyped(config, "free_blocks", str)
+
+
+def block_id_none(config: SchedulerConfig) -> ReferenceEngine:
+    return _Mistyped(config, "block_id", lambda _: None)
 
 
 class _CoinFlip(ReferenceEngine):

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...spec.answers import check_answer
 from ...spec.config import SchedulerConfig
 from ...spec.engine import Engine, EngineFactory
-from ...spec.errors import InfrastructureError
+from ...spec.errors import InfrastructureError, SpecError, short_repr
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary
@@ -69,6 +70,22 @@ def encode(op: str, value: Any) -> Any:
 
 
 def decode(op: str, data: Any) -> Any:
+    """An answer in the spec's frozen types, once its JSON form has the spec's types (`spec/answers.py`).
+
+    A wrong type (a token count `'1'`, `True` or `1.0`, a block id None) is
+    `InfrastructureError(kind="malformed")` naming the field, the value and
+    its type, before the differ or a monitor sees it.
+    """
+    try:
+        check_answer(op, data, f"{op}()")
+    except SpecError as e:
+        raise InfrastructureError(
+            e.where,
+            e.value,
+            f"answered malformed output: {short_repr(e.value)} {e.why}; it must return the spec's types "
+            "(docs/engines.md)",
+            kind="malformed",
+        ) from None
     try:
         if op == "schedule":
             return SchedulerOutput.from_json(data)

@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ...spec.answers import check_answer
 from ...spec.config import SchedulerConfig
 from ...spec.errors import InfrastructureError, SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
@@ -174,13 +175,13 @@ class VllmEngine:
     def abort_request(self, request_id: str) -> FinishedRequest | None:
         self._summary = None
         reply = self._call("abort", self.step_timeout_s, request_id=request_id)
-        return self._parse("abort", lambda: _finished(reply["finished"]) if reply["finished"] is not None else None)
+        return self._parse("abort_request", reply.get("finished"), lambda f: None if f is None else _finished(f))
 
     def schedule(self) -> SchedulerOutput:
         self._summary = None
         reply = self._call("schedule", self.step_timeout_s)
         self._summary = reply.pop("summary", None)
-        return self._parse("schedule", lambda: SchedulerOutput.from_json(reply))
+        return self._parse("schedule", reply, SchedulerOutput.from_json)
 
     def summary(self) -> StateSummary:
         """The state now: the one schedule() or update_from_output() brought back, if nothing happened since."""
@@ -189,7 +190,7 @@ class VllmEngine:
             reply = self._call("summary", self.step_timeout_s)
         else:  # kept for a second read too: the loop reads the state twice after some ops
             self._summary = reply
-        return self._parse("summary", lambda: StateSummary.from_json(reply))
+        return self._parse("summary", reply, StateSummary.from_json)
 
     def update_from_output(
         self, output: SchedulerOutput, model_output: ModelRunnerOutput
@@ -202,7 +203,9 @@ class VllmEngine:
         self._summary = None
         reply = self._call("update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json())
         self._summary = reply.get("summary")
-        finished = self._parse("update", lambda: {rid: _finished(f) for rid, f in reply["finished"].items()})
+        finished = self._parse(
+            "update_from_output", reply.get("finished"), lambda f: {rid: _finished(d) for rid, d in f.items()}
+        )
         self._step = (self._step or 0) + 1
         return finished
 
@@ -267,11 +270,15 @@ class VllmEngine:
             raise SpecError(self._where(op), payload, f"vLLM refused it: {reply['error']}")
         return reply
 
-    def _parse(self, op: str, build: Any) -> Any:
+    def _parse(self, op: str, answer: Any, build: Any) -> Any:
+        """`build(answer)`, once `answer` has the spec's types (`spec/answers.py`), as any engine's answer must."""
         try:
-            return build()
+            check_answer(op, answer, f"{op}()")
+            return build(answer)
+        except SpecError as e:
+            self._die(op, f"malformed reply: {e}; the driver was killed", "malformed")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            self._die(op, f"malformed reply ({type(e).__name__}: {e}); the driver was killed")
+            self._die(op, f"malformed reply ({type(e).__name__}: {e}); the driver was killed", "malformed")
 
     @property
     def alive(self) -> bool:
@@ -291,11 +298,11 @@ class VllmEngine:
         self._stderr.close()
         return code, tail
 
-    def _die(self, op: str, why: str) -> NoReturn:
+    def _die(self, op: str, why: str, kind: str = "died") -> NoReturn:
         """Kill the driver and raise: after a broken exchange its state is unknown."""
         code, tail = self._kill()
         raise InfrastructureError(
-            self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else "")
+            self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""), kind=kind
         )
 
 

@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import jsonschema
 from referencing import Registry, Resource
 
 from ...spec.capture_format import KINDS
 from ...spec.config import SchedulerConfig
 from ...spec.errors import SpecError
-from ...spec.jsonio import schema, validate_with
+from ...spec.jsonio import schema, strict_validator, validate_with
 
 _TOKEN_KEYS = ("prompt_token_ids", "stop_token_ids")
 
@@ -114,7 +113,7 @@ def _validator() -> Any:
     registry: Registry[Any] = Registry().with_resources(
         (schema(name)["$id"], Resource.from_contents(schema(name))) for name in ("trace", "workload")
     )
-    return jsonschema.Draft202012Validator(schema("live_capture"), registry=registry)
+    return strict_validator(schema("live_capture"), registry=registry)
 
 
 def _for_schema(data: dict[str, Any]) -> dict[str, Any]:

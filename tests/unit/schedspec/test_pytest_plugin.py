@@ -96,3 +96,16 @@ def test_bad_engine_is_a_one_line_failure_and_outputs_go_where_asked(pytester, t
     result.stdout.fnmatch_lines(["schedspec: error: --engine: *cannot import no_such_module*"])
     (cert,) = out.glob("*test_good*/certificate.json")
     assert (cert.parent / "junit.xml").is_file()
+
+
+def test_a_mistyped_answer_fails_the_test_as_malformed_not_as_a_crash(pytester):
+    """A token count `True` once passed certification; a string one crashed inside a monitor."""
+    pytester.makepyfile("""
+        def test_engine(schedspec_certify):
+            schedspec_certify("schedspec.conformance.demo_engines.misbehaving:token_count_as_bool", workloads=2,
+                              families=["budget"])
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*malformed*True is of type bool*"])
+    assert "Traceback" not in result.stdout.str().split("schedspec:")[-1]

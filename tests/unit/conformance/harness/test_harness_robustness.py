@@ -224,3 +224,35 @@ def test_replay_takes_the_step_timeout_its_hint_names(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--step-timeout" in out and time.monotonic() - t0 < 30
     assert main(["replay", cx_file, "--step-timeout", "0"]) == 2  # refused as certify refuses it
+
+
+MISTYPED = {
+    "token_count_as_string": ("schedule().num_scheduled_tokens", "' is of type str"),
+    "token_count_as_bool": ("schedule().num_scheduled_tokens", "True is of type bool"),
+    "token_count_as_float": ("schedule().num_scheduled_tokens", "is of type float"),
+    "free_blocks_as_string": ("summary().num_free_blocks", "is of type str"),
+    "block_id_none": ("schedule().scheduled_new_reqs[0].block_ids[0]", "None is of type NoneType"),
+}
+
+
+@pytest.mark.parametrize(
+    "engine,mode", [(e, m) for e in MISTYPED for m in ("--isolate", "--in-process")] + [("token_count_as_bool", "-j2")]
+)
+def test_a_mistyped_answer_is_malformed_in_certify(tmp_path, engine, mode):
+    """A string count once crashed a monitor (exit 1, no certificate); `True` and `1.0` passed."""
+    extra = ["--jobs", "2", "--in-process"] if mode == "-j2" else [mode]
+    rc, cert, _ = certify(tmp_path, M + engine, *extra, "--max-errors", "9", workloads=2)
+    field, why = MISTYPED[engine]
+    assert rc == 3 and cert["verdict"] == "error" and not cert["counterexamples"], cert
+    assert all(e["kind"] == "malformed" and field in e["cause"] and why in e["cause"] for e in cert["errors"])
+
+
+def test_a_mistyped_answer_is_malformed_in_hunt_and_replay(tmp_path, capsys):
+    """hunt once reported `'1'` vs `1` as a divergence, and replay of it crashed."""
+    engine = M + "token_count_as_string"
+    assert main(["hunt", "--engine", engine, "--examples", "5", "--out", str(tmp_path / "hunt")]) == 3
+    assert "malformed" in capsys.readouterr().out
+    assert not list((tmp_path / "hunt").glob("counterexample*"))
+    rc, cert, _ = certify(tmp_path, P + "extra_token_at_step_3")
+    assert main(["replay", cert["counterexamples"][0]["file"], "--engine", engine]) == 3
+    assert "' is of type str" in capsys.readouterr().out
