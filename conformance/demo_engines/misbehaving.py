@@ -51,7 +51,7 @@ def hanging_factory(config: SchedulerConfig) -> ReferenceEngine:
 
 
 def exits_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
-    """`os._exit(3)` inside schedule(): no exception, no cleanup, the process is just gone."""
+    """`os._exit(3)` inside schedule(): no exception, no cleanup; the harness makes it raise (`engines/exits.py`)."""
     return FailingAt(config, 2, lambda: os._exit(3))
 
 
@@ -59,6 +59,75 @@ def sys_exit_at_step_2(config: SchedulerConfig) -> ReferenceEngine:
     """`sys.exit(0)` inside schedule(): a SystemExit, which a harness that caught only Exception let end the
     run with exit status 0, read by CI as a pass."""
     return FailingAt(config, 2, lambda: sys.exit(0))
+
+
+def _raise_keyboard_interrupt() -> object:
+    raise KeyboardInterrupt
+
+
+EXIT_ENV = "SCHEDSPEC_TEST_EXIT"  # how `exits_as_told` ends its program: "WAY:METHOD:CALL", or "@FILE" holding it
+
+# The ways an engine can end the program it runs in, as `exits_as_told` names them.
+EXITS: dict[str, Callable[[], object]] = {
+    "sys_exit_0": lambda: sys.exit(0),
+    "sys_exit_1": lambda: sys.exit(1),
+    "sys_exit_text": lambda: sys.exit("planted: bye"),
+    "os_exit_0": lambda: os._exit(0),
+    "os_exit_3": lambda: os._exit(3),
+    "keyboard_interrupt": _raise_keyboard_interrupt,
+}
+
+
+class _ExitsAsTold(ReferenceEngine):
+    """The reference, until the call `SCHEDSPEC_TEST_EXIT` names, which ends the program the way it names.
+
+    `WAY:METHOD:CALL`: WAY one of `EXITS`, METHOD `factory`, `add_request`,
+    `schedule`, `summary` or `update_from_output`, CALL which call of it
+    (0: the first) fires. The property tests draw all three: wherever an
+    engine ends its program, the run must end in an error, never a pass.
+    `@FILE` reads the plan from FILE as each engine is built, so an engine
+    host the harness keeps between runs (started under an older plan) takes
+    the current one.
+    """
+
+    name = "exits-as-told"
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        plan = os.environ[EXIT_ENV]
+        if plan.startswith("@"):
+            with open(plan[1:], encoding="utf-8") as f:
+                plan = f.read().strip()
+        way, self.method, call = plan.split(":")
+        self.exit, self.at_call, self.calls = EXITS[way], int(call), 0
+        if self.method == "factory":
+            self.exit()
+        super().__init__(config)
+
+    def _maybe_exit(self, method: str) -> None:
+        if method == self.method:
+            if self.calls == self.at_call:
+                self.exit()
+            self.calls += 1
+
+    def add_request(self, request: Any) -> None:
+        self._maybe_exit("add_request")
+        super().add_request(request)
+
+    def schedule(self) -> SchedulerOutput:
+        self._maybe_exit("schedule")
+        return super().schedule()
+
+    def summary(self) -> StateSummary:
+        self._maybe_exit("summary")
+        return super().summary()
+
+    def update_from_output(self, output: SchedulerOutput, model_output: ModelRunnerOutput) -> Any:
+        self._maybe_exit("update_from_output")
+        return super().update_from_output(output, model_output)
+
+
+def exits_as_told(config: SchedulerConfig) -> ReferenceEngine:
+    return _ExitsAsTold(config)
 
 
 class _Mistyped(ReferenceEngine):

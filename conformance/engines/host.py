@@ -19,6 +19,7 @@ from typing import Any
 from ...spec.engine import EngineFactory
 from ...spec.errors import InfrastructureError
 from .engine_spec import EngineSpec, parse_engine
+from .exits import EngineExited, engine_may_not_exit, exit_cause
 from .lifeline import die_with_parent
 from .snapshot import check_engine, encode
 
@@ -49,7 +50,8 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                 outbox.send(("ok", None))
             elif op == "make":
                 assert factory is not None  # the parent's first message is always "hello" (isolated._Host)
-                engine = check_engine(factory(message[1]), f"the factory {spec.name!r}")
+                with engine_may_not_exit():
+                    engine = check_engine(factory(message[1]), f"the factory {spec.name!r}")
                 outbox.send(("ok", str(getattr(engine, "name", spec.name))))
             elif op == "drop":
                 close = getattr(engine, "close", None)
@@ -64,11 +66,15 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                     outbox.send(("ok", None))  # optional in the protocol
                     continue
                 assert fn is not None  # check_engine found every method of the protocol; only that one is optional
-                outbox.send(("ok", encode(method, fn(*args))))
+                with engine_may_not_exit():
+                    answer = fn(*args)
+                outbox.send(("ok", encode(method, answer)))
         except InfrastructureError as e:
             outbox.send((e.kind, e.where, e.why))
-        except SystemExit as e:  # the engine ended its process on purpose: say so, then end it
-            outbox.send(("died", f"engine {spec.name!r} {op}", f"the engine called sys.exit({e.code!r})"))
+        except (SystemExit, EngineExited, KeyboardInterrupt) as e:  # the engine ended its process: say so, end it
+            outbox.send(
+                ("died", f"engine {spec.name!r} {op}", exit_cause(e) or f"the engine raised {type(e).__name__}")
+            )
             return
         except Exception as e:  # noqa: BLE001 - the engine's exception is its finding, reported, not fatal here
             outbox.send(("start", "import", f"could not be imported: {_raised(e)[1]}") if op == "hello" else _raised(e))

@@ -35,6 +35,7 @@ from ...spec.engine import EngineFactory, steps
 from ...spec.errors import InfrastructureError
 from ...spec.trace import StateSummary, StepRecord
 from ...spec.workload import Workload
+from ..engines.exits import EngineExited, engine_may_not_exit, exit_cause
 from .compare import Difference, first_difference
 
 DEFAULT_STEP_TIMEOUT_S = 30.0
@@ -167,14 +168,18 @@ class StepFailed(Exception):
 def _call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
     """Run one engine call under its deadline; a missed deadline or a broken process becomes `StepFailed`."""
     try:
-        with step_timeout(timeout, what):
+        with step_timeout(timeout, what), engine_may_not_exit():
             return fn()
     except EngineFailure as e:
         raise StepFailed("timeout", str(e)) from None
     except InfrastructureError as e:
         raise StepFailed(e.kind, f"{e.where}: {e.why}") from None
-    except SystemExit as e:  # an engine ending the program is an engine that died, never the run's own exit
-        raise StepFailed("died", f"{what}: the engine called sys.exit({e.code!r})") from None
+    except (SystemExit, EngineExited, KeyboardInterrupt) as e:
+        # An engine ending the program is an engine that died, never the run's own exit; a real ^C goes on.
+        cause = exit_cause(e)
+        if cause is None:
+            raise
+        raise StepFailed("died", f"{what}: {cause}") from None
 
 
 def next_record(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:
