@@ -212,6 +212,7 @@ def certificate(
     elapsed_s: float,
     allow_divergence: bool = False,
     head: Task | None = None,
+    families: list[str] | None = None,
 ) -> dict[str, Any]:
     """The certificate of a run. `head` stands for the campaign when this shard drew no workload."""
     t0 = tasks[0] if tasks else head
@@ -264,16 +265,13 @@ def certificate(
             "workloads": workloads,
             "shard": str(shard),
             "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index),
+            # what was asked for, so that `schedspec merge` can tell shards of one campaign and order their workloads
+            "families_requested": list(families or [t0.family]),
             "empty_shard": not tasks,  # a CI matrix with more shards than workloads: this one holds none
         },
         "vllm_source": vllm_source_info(source) if source is not None else None,
         "allow_divergence": allow_divergence,
-        "verdict": verdict(errors or not_run, (departures and not allow_divergence) or crashes or nondet or violations),
-        "passed": not (errors or not_run)
-        and (allow_divergence or not departures)
-        and not crashes
-        and not nondet
-        and not violations,
+        **judged(errors, not_run, departures, crashes, nondet, violations, allow_divergence),
         "outcomes": {k: outcomes.get(k, 0) for k in ("matched", "diverged", "error", "skipped")},
         "departures": departures if allow_divergence else [],
         "workloads_run": len(results) - len(not_run),
@@ -306,6 +304,21 @@ def time_shares(results: list[WorkloadResult]) -> dict[str, Any]:
         "seconds": round(total, 2),
         "shares": {p: round(s / total, 3) if total > 0 else 0.0 for p, s in spent.items()},
     }
+
+
+def judged(
+    errors: list[Any],
+    not_run: list[Any],
+    departures: list[Any],
+    crashes: list[Any],
+    nondet: list[Any],
+    violations: list[Any],
+    allow_divergence: bool,
+) -> dict[str, Any]:
+    """The verdict and `passed`: an incomplete run is an error, whatever else it found; a merge judges alike."""
+    incomplete = bool(errors or not_run)
+    failed = bool((departures and not allow_divergence) or crashes or nondet or violations)
+    return {"verdict": verdict(incomplete, failed), "passed": not incomplete and not failed}
 
 
 def verdict(incomplete: Any, failed: Any) -> str:
@@ -378,5 +391,5 @@ def certify(
         ensure_engines_built(head.engine, head.against, _stderr)  # not counted in steps/s
     t0 = time.perf_counter()
     results = run(tasks, options, on_done) if tasks else []
-    cert = certificate(tasks, results, shard, workloads, time.perf_counter() - t0, allow_divergence, head)
+    cert = certificate(tasks, results, shard, workloads, time.perf_counter() - t0, allow_divergence, head, families)
     return cert, results

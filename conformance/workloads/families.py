@@ -350,7 +350,14 @@ def generate(family: str, seed: int, index: int) -> Workload:
     # spec-decode between its own workloads and the release edges.
     strata = getattr(make, "strata", None)
     workload = make(draw, index % strata) if strata else make(draw)
-    return workload.replace(name=f"{family}-{seed}-{index}", description=f"family {family}, seed {seed}, index {index}")
+    return workload.replace(
+        name=workload_name(family, seed, index), description=f"family {family}, seed {seed}, index {index}"
+    )
+
+
+def workload_name(family: str, seed: int, index: int) -> str:
+    """The name `generate` gives: what certificates, counterexample files and `schedspec merge` key workloads by."""
+    return f"{family}-{seed}-{index}"
 
 
 def at_release(workload: Workload, version: str) -> Workload:

@@ -27,6 +27,7 @@ from .changelog import add_changelog_parser
 from .check import add_check_parser
 from .contracts import add_contracts_parser
 from .hunt import add_hunt_parser
+from .merge import add_merge_parser
 from .mutants import add_mutants_parser
 from .prove import add_prove_parser
 from .replay import add_replay_parser
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (
         add_simulate_parser,
         add_certify_parser,
+        add_merge_parser,
         add_replay_parser,
         add_check_parser,
         add_contracts_parser,
