@@ -1,7 +1,8 @@
 """Output folders and files: nothing a user wrote is lost, nothing stale is left, nothing fails late.
 
-Every command that writes (certify, mutants, prove, contracts, simulate,
-replay) goes through here, for four promises:
+Every command that writes a folder (certify, merge, mutants, prove,
+contracts, hunt, changelog, replay-live, vllm-tests) goes through here, for
+these promises:
 
 * **Checked before the work starts.** A folder that cannot be created or
   written, or an `--out` that names a file, is a one-line error before an
@@ -15,16 +16,23 @@ replay) goes through here, for four promises:
   command that wrote them, so `prove --force` into a folder that holds a
   certificate clears only `prove`'s earlier files; a name another command
   wrote is a conflict like a user's file, named with that command.
-* **`--force` clears the earlier run, but only once this one is done.** The
-  files the earlier manifest lists are moved aside, into `.schedspec-previous/`
-  in the folder, before the work starts, so a PASSED certificate never sits
-  beside stale `counterexample-*` files of a failing run. `record()` deletes
-  them; `abandon()` (^C, a crash) deletes what this run wrote and moves them
-  back, so an interrupted `--force` run leaves the earlier run's files as they
-  were. A set-aside folder found by the next run (this process was killed
-  with SIGKILL) is moved back first: it is the last run that finished. Files
-  the manifest does not list are the user's: they are replaced only when
-  this run writes the same name, and otherwise left alone.
+* **A run appears whole or not at all.** A run writes into a staging
+  folder (`.schedspec-staging-PID` inside `--out`), never into `--out`
+  itself, so while it runs, and after any interruption (^C, SIGTERM, a
+  crash, SIGKILL, a power cut), `--out` holds the earlier run exactly as
+  it was. Once the run is complete, `record()` writes a swap journal into
+  the staging folder: that write is the commit. The swap then removes this
+  command's earlier files, moves the new ones in and rewrites the manifest;
+  a swap cut short is finished by the next run, which reads the journal,
+  and a staging folder with no journal is a run that never completed: the
+  next run deletes it. Paths that name the staging folder inside the text
+  outputs (a certificate's counterexample files) are rewritten to their
+  final place before the commit.
+* **Partial findings are kept when nothing is lost by keeping them.** An
+  interrupted run into a folder with no earlier run of its command moves
+  in what it had already found (`counterexample-*.json`: they may be all
+  an hour's campaign found), under a manifest, so the next `--force`
+  clears them.
 * **Atomic, with the umask's mode** (`spec.jsonio.write_bytes_atomic`).
 """
 
@@ -38,23 +46,26 @@ import tempfile
 from collections.abc import Iterable
 
 from .spec.errors import SpecError
-from .spec.jsonio import write_bytes_atomic
+from .spec.jsonio import process_alive, write_bytes_atomic, write_json_atomic
 
 MANIFEST = ".schedspec-manifest.json"
-PREVIOUS = ".schedspec-previous"  # the earlier run's files while a --force run is under way
+STAGING = ".schedspec-staging-"  # + the pid of the run writing into it
+SWAP = ".schedspec-swap.json"  # in a staging folder: the run is complete, and this is what its swap does
+PREVIOUS = ".schedspec-previous"  # an older schedspec's set-aside folder: moved back, as it did
+TEXT_OUTPUTS = (".json", ".md", ".xml", ".txt", ".jsonl")  # what may name the staging folder, and is rewritten
 
 
 class OutDir:
-    """One command's output folder: `prepare()` before the work, `record()` after it."""
+    """One command's output folder: `prepare()` before the work, write under `dir`, `record()` after it."""
 
     def __init__(self, path: str, force: bool, option: str = "--out", command: str = "schedspec") -> None:
         self.path, self.force, self.option, self.command = path, force, option, command
         self.created = False
         self.patterns: list[str] = []
-        self.present: set[str] = set()  # what the folder held once the earlier run's files were set aside
+        self.dir = os.path.join(path, f"{STAGING}{os.getpid()}")  # where this run writes, until record()
 
     def prepare(self, names: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
-        """Create the folder, prove it writable, and settle conflicts with what is already there.
+        """Create the folder, prove it writable, settle conflicts with what is there, and open the staging folder.
 
         `names` are the files this run will write; `patterns` (globs) the ones
         whose names are only known later (`counterexample-*.json`).
@@ -69,7 +80,7 @@ class OutDir:
         except OSError as e:
             raise SpecError(self.option, self.path, f"cannot be created: {e.strerror}") from None
         probe_writable(self.path, self.option)
-        self._restore_previous()
+        settle_leftovers(self.path, self.option)
         previous = self._previous()
         present = set(os.listdir(self.path))
         clash = sorted(
@@ -83,7 +94,7 @@ class OutDir:
                 f"({len(previous)} files); pass --force to replace them",
             )
         if clash and not self.force:
-            owner = next((c for c, files in self._entries().items() if clash[0] in files), None)
+            owner = next((c for c, files in entries(self.path).items() if clash[0] in files), None)
             raise SpecError(
                 self.option,
                 self.path,
@@ -91,104 +102,157 @@ class OutDir:
                 + (f"written by an earlier {owner} run" if owner else "which schedspec did not write")
                 + "; pass --force to overwrite it",
             )
-        if previous:  # --force: set aside now, deleted by record(), moved back by abandon()
-            aside = os.path.join(self.path, PREVIOUS)
-            os.makedirs(aside, exist_ok=True)
-            for name in [*previous, MANIFEST]:
-                try:
-                    os.replace(os.path.join(self.path, name), os.path.join(aside, name))
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    raise SpecError(
-                        self.option, os.path.join(self.path, name), f"cannot be moved aside: {e.strerror}"
-                    ) from None
-        self.present = set(os.listdir(self.path))
+        os.makedirs(self.dir)
         _unfinished.append(self)
 
     def file(self, name: str) -> str:
-        return os.path.join(self.path, name)
+        """Where this run writes `name`: in the staging folder, until `record()` moves it into the folder."""
+        return os.path.join(self.dir, name)
 
-    def record(self, written: Iterable[str]) -> None:
-        """Remember what this run wrote, so the next run can tell it from the user's files."""
-        rel = sorted({os.path.relpath(p, self.path) for p in written})
-        aside = os.path.join(self.path, PREVIOUS, MANIFEST)  # while a --force run is under way, the manifest is there
-        others = {c: f for c, f in self._entries(aside if os.path.exists(aside) else None).items() if c != self.command}
-        body = {"commands": {**others, self.command: rel}}
-        write_bytes_atomic(self.file(MANIFEST), (json.dumps(body, indent=1) + "\n").encode())
-        shutil.rmtree(os.path.join(self.path, PREVIOUS), ignore_errors=True)
-        if self in _unfinished:
-            _unfinished.remove(self)
+    def final(self, path: str) -> str:
+        """The place a path under the staging folder will have once the run is recorded (for what is printed)."""
+        return self.path + path[len(self.dir) :] if path.startswith(self.dir) else path
+
+    def record(self, written: Iterable[str] = ()) -> None:
+        """Commit this run: everything in the staging folder replaces this command's earlier files in the folder.
+
+        `written` is kept for the callers' sake (what they wrote); what moves is
+        all the staging folder holds, so nothing a run wrote is left behind.
+        """
+        del written
+        self._commit(sorted(os.listdir(self.dir)))
 
     def abandon(self) -> None:
-        """An interrupted run (^C): the folder as it was before, or, if it held no earlier run, what was written.
-
-        With an earlier run set aside, this run's files go and the earlier
-        ones come back. Without one, a partial run's counterexamples are kept
-        (they may be all an hour's campaign found) under a manifest, so the
-        next `--force` clears them; a folder left empty that this run made goes.
-        """
+        """An interrupted run: the folder as it was, or, if it held no earlier run, what was found so far."""
         if self in _unfinished:
             _unfinished.remove(self)
-        if not os.path.isdir(self.path):
-            return
-        ours = [
-            n
-            for n in os.listdir(self.path)
-            if n not in self.present and any(fnmatch.fnmatch(n, p) for p in self.patterns)
-        ]
-        if os.path.isdir(os.path.join(self.path, PREVIOUS)):
-            for n in ours:
-                os.remove(self.file(n))
-            self._restore_previous()
-        elif ours:
-            self.record(self.file(n) for n in ours)
-        elif self.created and not os.listdir(self.path):
+        if os.path.isdir(self.dir):
+            if os.path.exists(os.path.join(self.dir, SWAP)):
+                swap(self.path, self.dir)  # committed, then interrupted mid-swap: finish it
+            else:
+                found = [n for n in os.listdir(self.dir) if any(fnmatch.fnmatch(n, p) for p in self.patterns)]
+                if found and not self._previous():
+                    self._commit(sorted(found))
+                else:
+                    shutil.rmtree(self.dir, ignore_errors=True)
+        if self.created and os.path.isdir(self.path) and not os.listdir(self.path):
             os.rmdir(self.path)
 
-    def _restore_previous(self) -> None:
-        aside = os.path.join(self.path, PREVIOUS)
-        if not os.path.isdir(aside):
-            return
-        if os.path.exists(self.file(MANIFEST)):  # the run that set them aside recorded itself, then was killed
-            shutil.rmtree(aside, ignore_errors=True)
-            return
-        for name in os.listdir(aside):
-            os.replace(os.path.join(aside, name), self.file(name))
-        os.rmdir(aside)
-
-    def _entries(self, path: str | None = None) -> dict[str, list[str]]:
-        """command -> the files its last run here wrote, from the manifest (also the one-command form of before)."""
-        path = path or self.file(MANIFEST)
-        if not os.path.exists(path):
-            return {}
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            raw = data["commands"] if "commands" in data else {data["command"]: data["files"]}
-            # Only plain names inside the folder: a manifest must never make --force delete elsewhere.
-            return {
-                str(c): [
-                    n for n in files if isinstance(n, str) and n == os.path.basename(n) and n not in ("", ".", "..")
-                ]
-                for c, files in raw.items()
-                if isinstance(files, list)
-            }
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {self.command: [MANIFEST]}  # unreadable: ours, but it names nothing we can safely remove
+    def _commit(self, names: list[str]) -> None:
+        for name in names:
+            rewrite_paths(os.path.join(self.dir, name), self.dir, self.path)
+        stale = [n for n in self._previous() if n not in names]
+        write_json_atomic(os.path.join(self.dir, SWAP), {"command": self.command, "move": names, "remove": stale})
+        swap(self.path, self.dir)
+        if self in _unfinished:
+            _unfinished.remove(self)
 
     def _previous(self) -> list[str]:
-        return self._entries().get(self.command, [])
+        return entries(self.path).get(self.command, [])
 
 
-_unfinished: list[OutDir] = []  # prepared, not yet recorded: what `abandon_unfinished` puts back
+def swap(folder: str, staging: str) -> None:
+    """Carry out a committed run's journal; safe to repeat, so a swap cut short is finished by the next run."""
+    with open(os.path.join(staging, SWAP), encoding="utf-8") as f:
+        journal = json.load(f)
+    command, move, remove = journal["command"], journal["move"], journal["remove"]
+    for name in [*remove, *move]:
+        if not _plain(name):
+            continue
+        target = os.path.join(folder, name)
+        source = os.path.join(staging, name)
+        if name in move and not os.path.lexists(source):
+            continue  # moved before the cut
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.remove(target)
+        if name in move:
+            os.replace(source, target)
+    others = {c: f for c, f in entries(folder).items() if c != command}
+    write_bytes_atomic(
+        os.path.join(folder, MANIFEST), (json.dumps({"commands": {**others, command: move}}, indent=1) + "\n").encode()
+    )
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def settle_leftovers(folder: str, option: str) -> None:
+    """Finish or discard what interrupted runs left: committed swaps are finished, uncommitted stagings go."""
+    _restore_previous(folder)
+    for name in sorted(os.listdir(folder)):
+        if not name.startswith(STAGING):
+            continue
+        staging = os.path.join(folder, name)
+        pid = name[len(STAGING) :]
+        if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
+            raise SpecError(option, folder, f"is being written by another schedspec run (pid {pid}); wait for it")
+        if os.path.exists(os.path.join(staging, SWAP)):
+            swap(folder, staging)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def rewrite_paths(path: str, staging: str, final: str) -> None:
+    """A text output that names files under the staging folder names them where they will be."""
+    if not path.endswith(TEXT_OUTPUTS) or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        text = f.read()
+    forms = {staging: final, json.dumps(staging)[1:-1]: json.dumps(final)[1:-1]}
+    forms[os.path.abspath(staging)] = os.path.abspath(final)
+    new = text
+    for old, to in forms.items():
+        new = new.replace(old, to)
+    if new != text:
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(new)
+
+
+def entries(folder: str) -> dict[str, list[str]]:
+    """command -> the files its last run here wrote, from the manifest (also the one-command form of before)."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        raw = data["commands"] if "commands" in data else {data["command"]: data["files"]}
+        # Only plain names inside the folder: a manifest must never make --force delete elsewhere.
+        return {str(c): [n for n in files if _plain(n)] for c, files in raw.items() if isinstance(files, list)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}  # unreadable: it names nothing we can safely remove
+
+
+def _plain(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and name == os.path.basename(name)
+        and name not in ("", ".", "..", MANIFEST)
+        and not name.startswith(STAGING)
+    )
+
+
+def _restore_previous(folder: str) -> None:
+    """An older schedspec set an earlier run's files aside in `.schedspec-previous/`; put them back as it did."""
+    aside = os.path.join(folder, PREVIOUS)
+    if not os.path.isdir(aside):
+        return
+    if os.path.exists(os.path.join(folder, MANIFEST)):
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    for name in os.listdir(aside):
+        os.replace(os.path.join(aside, name), os.path.join(folder, name))
+    os.rmdir(aside)
+
+
+_unfinished: list[OutDir] = []  # prepared, not yet recorded: what `abandon_unfinished` settles
 
 
 def abandon_unfinished() -> None:
     """Called by `cli.main` as any command ends: a folder prepared and never recorded was an interrupted run.
 
-    One place for every writing command, so none can forget to put the
-    earlier run's files back on ^C, an error, or an exit code of its own.
+    One place for every writing command, so none can forget to leave the
+    earlier run as it was on ^C, SIGTERM, an error, or an exit code of its own.
     """
     while _unfinished:
         _unfinished[-1].abandon()

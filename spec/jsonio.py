@@ -55,6 +55,17 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` still runs: the temporary files and staging folders of one that does not are litter."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
+
+
 @cache
 def process_umask() -> int:
     """The process umask. Reading it means setting it, so once, before any thread could race."""

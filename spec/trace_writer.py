@@ -20,6 +20,7 @@ shifting every line is exact.
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -28,6 +29,7 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from .jsonio import process_alive
 from .trace import TRACE_VERSION, StepRecord
 from .workload import Workload
 
@@ -50,6 +52,7 @@ class TraceWriter:
 
     def __enter__(self) -> TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(self.path)
         self._steps_path, self._steps = _create_beside(self.path, "steps")
         return self
 
@@ -109,11 +112,23 @@ def _write_open_object(out: IO[str], obj: dict[str, Any]) -> None:
 
 
 def _create_beside(target: Path, what: str) -> tuple[Path, io.TextIOWrapper]:
-    """A new hidden file next to `target`, created with mode 0666 so that the umask, not mkstemp's 0600, decides."""
+    """A new hidden file next to `target`, created with mode 0666 so that the umask, not mkstemp's 0600, decides.
+
+    Its name holds this process's id, so a later writer can tell the files of a
+    writer that was killed outright (SIGKILL) and remove them (`_remove_stale`).
+    """
     while True:
-        path = target.with_name(f".{target.name}.{what}.{secrets.token_hex(4)}")
+        path = target.with_name(f".{target.name}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
         return path, os.fdopen(fd, "w", encoding="ascii", newline="")
+
+
+def _remove_stale(target: Path) -> None:
+    """Temporary files beside `target` left by a writer that no longer runs (killed by SIGKILL): they go."""
+    for path in target.parent.glob(f".{glob.escape(target.name)}.*.*.*"):
+        pid = path.name[len(target.name) + 2 :].split(".")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            path.unlink(missing_ok=True)

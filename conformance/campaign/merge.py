@@ -209,13 +209,17 @@ def merged_junit(folders: list[str], cert: dict[str, Any], renamed: dict[str, st
     return ET.tostring(merged, encoding="utf-8", xml_declaration=True)
 
 
-def merge(folders: list[str], out_dir: str) -> tuple[dict[str, Any], list[str]]:
-    """Merge the shard folders into `out_dir`; the certificate and every file written."""
+def merge(folders: list[str], out_dir: str, final_dir: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Merge the shard folders into `out_dir`; the certificate and every file written.
+
+    `final_dir` is where the files will be read from, if `out_dir` is only
+    where they are written first (the CLI's staging folder).
+    """
     if not folders:
         raise SpecError("merge", folders, "needs the shard folders to merge")
     certs = [read_shard(f) for f in folders]
     check_one_campaign(folders, certs)
-    cert = merged_certificate(certs, out_dir)
+    cert = merged_certificate(certs, final_dir or out_dir)
     renamed: dict[str, str] = {}
     written: list[str] = []
     for folder, shard in zip(folders, certs):
@@ -229,7 +233,7 @@ def merge(folders: list[str], out_dir: str) -> tuple[dict[str, Any], list[str]]:
                     raise SpecError("merge", source, f"is missing: the shard's certificate lists it as {key}")
                 with open(source, "rb") as f:
                     write_bytes_atomic(target, f.read())
-                renamed[cx[key]] = target
+                renamed[cx[key]] = os.path.join(final_dir or out_dir, os.path.basename(cx[key]))
                 written.append(target)
     junit = merged_junit(folders, cert, renamed)
     paths = [os.path.join(out_dir, n) for n in OUTPUT_NAMES]

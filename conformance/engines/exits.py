@@ -12,7 +12,9 @@ run, and none may read as the user's ^C. So around every engine call:
   `BaseException`, so an engine's own `except Exception` cannot swallow it;
 * SIGINT gets a handler that notes that the user pressed ^C before raising
   `KeyboardInterrupt` as Python's does, so a `KeyboardInterrupt` with no
-  SIGINT behind it is the engine's own.
+  SIGINT behind it is the engine's own. Where that handler cannot go in
+  (another thread, a handler of someone else's), every `KeyboardInterrupt`
+  counts as the user's: stopping a run is the safe mistake.
 
 `exit_cause` names what happened, or None when the exception is a real
 ^C or no exit at all. What is left uncaught is what no Python code can
@@ -40,6 +42,7 @@ class EngineExited(BaseException):
 
 _real_os_exit = os._exit
 _sigint_seen = threading.Event()
+_watching_sigint = threading.Event()  # our handler is in place: a KeyboardInterrupt without SIGINT is the engine's
 
 
 def _refuse_os_exit(status: int) -> NoReturn:
@@ -57,16 +60,18 @@ def engine_may_not_exit() -> Iterator[None]:
     previous_exit = os._exit
     os._exit = _refuse_os_exit
     previous_sigint = None
+    _sigint_seen.clear()
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is (
         signal.default_int_handler
     ):
-        _sigint_seen.clear()
         previous_sigint = signal.signal(signal.SIGINT, _on_sigint)
+        _watching_sigint.set()
     try:
         yield
     finally:
         os._exit = previous_exit
         if previous_sigint is not None:
+            _watching_sigint.clear()
             signal.signal(signal.SIGINT, previous_sigint)
 
 
@@ -76,6 +81,8 @@ def exit_cause(e: BaseException) -> str | None:
         return f"the engine called sys.exit({e.code!r})"
     if isinstance(e, EngineExited):
         return f"the engine called os._exit({e.code!r})"
-    if type(e) is KeyboardInterrupt and not _sigint_seen.is_set():  # our own subclasses (OutOfTime) are not
+    # Only where our handler could tell (the main thread, Python's own handler before ours): elsewhere a
+    # KeyboardInterrupt may be the user's ^C, which must stop the run. Our own subclasses (OutOfTime) are not.
+    if type(e) is KeyboardInterrupt and _watching_sigint.is_set() and not _sigint_seen.is_set():
         return "the engine raised KeyboardInterrupt (no ^C was pressed)"
     return None

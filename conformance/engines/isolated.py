@@ -59,7 +59,11 @@ class _Host:
         to_child_r, self._to_child_w = os.pipe()
         self._from_child_r, from_child_w = os.pipe()
         self._stderr = tempfile.TemporaryFile()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+            "SCHEDSPEC_PARENT_PID": str(os.getpid()),  # lifeline.die_with_parent: the parent it must die with
+        }
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -23,11 +23,16 @@ import sys
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent() -> bool:
-    """Ask the kernel for SIGKILL when the parent exits; False where it cannot (not Linux, no libc)."""
+def die_with_parent(parent: int | None = None) -> bool:
+    """Ask the kernel for SIGKILL when the parent exits; False where it cannot (not Linux, no libc).
+
+    `parent` (or SCHEDSPEC_PARENT_PID, which the parent sets as it starts the child) is the pid the
+    parent had: one that died before this ran has left the child re-parented already, and
+    `os.getppid()` alone would take the new parent for it.
+    """
     if not sys.platform.startswith("linux"):
         return False
-    parent = os.getppid()
+    parent = parent or int(os.environ.pop("SCHEDSPEC_PARENT_PID", "0")) or os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -39,7 +44,7 @@ def die_with_parent() -> bool:
     return True
 
 
-def worker_init() -> None:
+def worker_init(parent: int | None = None) -> None:
     """A pool worker: dies with `certify`, and leaves ^C to it.
 
     A ^C at a terminal reaches the whole process group. The parent decides
@@ -48,4 +53,4 @@ def worker_init() -> None:
     traceback per worker and race it.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent()
+    die_with_parent(parent)

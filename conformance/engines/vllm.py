@@ -106,6 +106,7 @@ class VllmEngine:
         self._step: int | None = None  # the index of the step being driven; None before init
         self.source = resolve_vllm_source(source) if source is not None else None
         env = {k: v for k, v in os.environ.items() if k != SOURCE_ENV}  # never a stray source from the caller's env
+        env["SCHEDSPEC_PARENT_PID"] = str(os.getpid())  # the driver's die_with_parent: the parent it must die with
         if self.source:
             env[SOURCE_ENV] = str(self.source)
         self._stderr = tempfile.TemporaryFile()

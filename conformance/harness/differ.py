@@ -167,19 +167,22 @@ class StepFailed(Exception):
 
 def _call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
     """Run one engine call under its deadline; a missed deadline or a broken process becomes `StepFailed`."""
-    try:
-        with step_timeout(timeout, what), engine_may_not_exit():
-            return fn()
-    except EngineFailure as e:
-        raise StepFailed("timeout", str(e)) from None
-    except InfrastructureError as e:
-        raise StepFailed(e.kind, f"{e.where}: {e.why}") from None
-    except (SystemExit, EngineExited, KeyboardInterrupt) as e:
-        # An engine ending the program is an engine that died, never the run's own exit; a real ^C goes on.
-        cause = exit_cause(e)
-        if cause is None:
-            raise
-        raise StepFailed("died", f"{what}: {cause}") from None
+    # The guard goes on before the `try`: a ^C that lands before its SIGINT handler is in place
+    # propagates from here, and one after it is noted, so none is mistaken for the engine's own.
+    with engine_may_not_exit():
+        try:
+            with step_timeout(timeout, what):
+                return fn()
+        except EngineFailure as e:
+            raise StepFailed("timeout", str(e)) from None
+        except InfrastructureError as e:
+            raise StepFailed(e.kind, f"{e.where}: {e.why}") from None
+        except (SystemExit, EngineExited, KeyboardInterrupt) as e:
+            # An engine ending the program is an engine that died, never the run's own exit; a real ^C goes on.
+            cause = exit_cause(e)
+            if cause is None:
+                raise
+            raise StepFailed("died", f"{what}: {cause}") from None
 
 
 def next_record(it: Iterator[StepRecord], name: str, step: int, timeout: float | None) -> StepRecord | None:

@@ -25,6 +25,7 @@ whole process group is handled once, by the parent, and nothing outlives it.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -81,7 +82,7 @@ def _run_pool(
     """Run from `todo` until it is empty, `stop()`, or the pool breaks; return the tasks in flight at the break."""
     in_flight: dict[Future[R], int] = {}
     before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=worker_init)
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=worker_init, initargs=(os.getpid(),))
     try:
         while todo or in_flight:
             while todo and len(in_flight) < jobs and not stop():  # no queue behind the workers: a break loses little

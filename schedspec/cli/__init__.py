@@ -14,8 +14,11 @@ given, so nothing a user wrote is lost.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 
@@ -71,19 +74,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner's cancel, `kill`): unwound like ^C, so every cleanup that ^C runs runs too."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
     if not console.is_terminal:  # logs and pipes: wide enough for the step table
         console = Console(width=140)
     func: Callable[[argparse.Namespace, Console], int] = args.func
+    # SIGTERM's default kills the process where it stands: temporary files, a staging folder and
+    # workers left behind. As an exception it unwinds like ^C (exit 143, as the shell reports it).
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
         return func(args, console)
     except SpecError as e:
         print(f"schedspec: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Terminated:
+        print("schedspec: terminated (SIGTERM); the earlier outputs are as they were", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("schedspec: interrupted", file=sys.stderr)
         return 130
     finally:
-        abandon_unfinished()  # an output folder prepared and never recorded: put the earlier run's files back
+        if previous is not None:  # a second SIGTERM must not cut the clean-up short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        abandon_unfinished()  # an output folder prepared and never recorded: the earlier run stays as it was
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

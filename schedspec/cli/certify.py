@@ -21,6 +21,7 @@ from ..conformance.campaign.task import WorkloadResult
 from ..conformance.engines.engine_spec import parse_engine
 from ..conformance.engines.registry import certify_engine
 from ..render.counterexample_timelines import write_timelines
+from ..spec.jsonio import read_json
 from .argparsing import Subcommands
 
 
@@ -40,6 +41,7 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
         max_counterexamples=args.max_counterexamples,
         max_errors=args.max_errors,
     )
+    out = OutDir(args.out, args.force, "--out", "certify")  # the run writes under out.dir until it is recorded
     tasks = cert_mod.plan(
         engine,
         against,
@@ -48,10 +50,9 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
         args.workloads,
         args.seed,
         shard,
-        args.out,
+        out.dir,
         options,
     )
-    out = OutDir(args.out, args.force, "--out", "certify")
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
     progress = CampaignProgress(console, len(tasks), f"{engine} vs {against}")
     with progress:  # an interrupt: cli.main puts --out back as it was (outdir.abandon_unfinished)
@@ -62,15 +63,16 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
             options=options,
             shard=shard,
             workloads=args.workloads,
-            out_dir=args.out,
+            out_dir=out.dir,
             on_done=progress.done,
             allow_divergence=args.allow_divergence,
         )
     if not args.no_plots:
         write_timelines(cert)
-    paths = cert_mod.write_outputs(args.out, cert, results)
-    written = paths + [c[k] for c in cert["counterexamples"] for k in ("file", "timeline") if c.get(k)]
-    out.record(written)
+    paths = cert_mod.write_outputs(out.dir, cert, results)
+    out.record(paths)
+    paths = [out.final(p) for p in paths]
+    cert = read_json(paths[0])  # as recorded: its counterexamples named where they now are
     console.print(cert_mod.markdown(cert), markup=False, highlight=False, soft_wrap=True)
     console.print(f"written: {', '.join(paths)}", markup=False, highlight=False)
     status = cert_mod.exit_status(cert)

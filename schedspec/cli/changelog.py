@@ -83,7 +83,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
             args.workloads,
             args.seed,
             options=options,
-            out_dir=args.out,
+            out_dir=out.dir,
             allow_divergence=True,
         )
     reaches = source_reach(side_a, side_b, measured) if measured is not None else None
@@ -92,7 +92,7 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     try:  # the timelines run on the same shared drivers as the clustering: closed after both, not between
         cxs = [Counterexample.load(r.counterexample_file) for r in diverged]  # type: ignore[arg-type]
         clusters = cluster(cxs, side_a, side_b, args.level, factories)
-        timelines = _timelines(clusters, args.out, side_b.engine)
+        timelines = _timelines(clusters, out.dir, side_b.engine)
     finally:
         for f in factories.values():
             getattr(f, "close_all", lambda: None)()
@@ -102,8 +102,8 @@ def cmd_changelog(args: argparse.Namespace, console: Console) -> int:
     paths = [out.file(n) for n in OUTPUTS]
     write_bytes_atomic(paths[0], markdown.encode())
     write_json_atomic(paths[1], report)
-    pngs = [os.path.join(args.out, t) for t in timelines.values() if t]
-    out.record(paths + pngs + [r.counterexample_file for r in results if r.counterexample_file])
+    out.record(paths)
+    paths = [out.final(p) for p in paths]
     not_modelled = [c for c in clusters if not c.explanation.explained]
     n = len(clusters)
     summary = f"{len(diverged)} of {args.workloads} workloads differ, in {n} cluster{'s' * (n != 1)}"

@@ -122,7 +122,8 @@ def cmd_contracts(args: argparse.Namespace, console: Console) -> int:
             write_json_atomic(written[-1], r.replay["workload"])
         out.record(written)
         console.print(
-            f"results written to {written[0]}" + (", counterexample workloads beside it" if confirmed else "")
+            f"results written to {out.final(written[0])}"
+            + (", counterexample workloads beside it" if confirmed else "")
         )
     errors = [r.contract for r in results if r.verdict == ERROR]
     if errors:  # not checked at all: said apart from "unknown", which did search

@@ -23,10 +23,11 @@ def cmd_merge(args: argparse.Namespace, console: Console) -> int:
 
     out = OutDir(args.out, args.force, "--out", "merge")
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
-    cert, written = merge(args.shards, args.out)
+    cert, written = merge(args.shards, out.dir, final_dir=args.out)
     out.record(written)
     console.print(cert_mod.markdown(cert), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"merged {len(args.shards)} shards: {', '.join(written[:3])}", markup=False, highlight=False)
+    shown = ", ".join(out.final(p) for p in written[:3])
+    console.print(f"merged {len(args.shards)} shards: {shown}", markup=False, highlight=False)
     return cert_mod.exit_status(cert)
 
 

@@ -151,7 +151,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     write_bytes_atomic(written[1], markdown_table(kills, checkers, roster).encode())
     write_bytes_atomic(written[2], heatmap_png(kills, checkers, [n for n in roster.names if n in names]))
     out.record(written)
-    console.print(f"written: {written[0]}, {OUTPUTS[1]}, {OUTPUTS[2]}")
+    console.print(f"written: {out.final(written[0])}, {OUTPUTS[1]}, {OUTPUTS[2]}")
     return run_verdict(names, by, checkers, console, roster.equivalent)
 
 

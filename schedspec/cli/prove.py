@@ -208,15 +208,13 @@ def cmd_prove(args: argparse.Namespace, console: Console) -> int:
         written.append(out.file(f"proof-{r.policy}-{r.invariant}-N{r.n}.json"))
         write_state_counterexample(written[-1], r.invariant, r.n, r.policy, r.state, r.sampled, args.mutant)
         console.print(
-            f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; written to {written[-1]}"
+            f"[red]{r.verdict}: {r.invariant} at N={r.n} ({r.policy}): {r.counterexample}; "
+            f"written to {out.final(written[-1])}"
         )
     if written or not created:
         out.record(written)
     else:  # a clean run leaves no empty folder behind in the working directory
-        try:
-            os.rmdir(args.out)
-        except OSError:
-            pass
+        out.abandon()
     counts = {v: sum(1 for r in results if r.verdict == v) for v in MARK}
     console.print(
         f"{len(results)} checks in {elapsed:.1f} s wall, {sum(r.cpu_seconds for r in results):.1f} s CPU: "

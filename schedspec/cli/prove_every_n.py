@@ -93,10 +93,11 @@ def cmd_every_n(args: argparse.Namespace, console: Console) -> int:
         if cx is not None and r.verdict in ("violated", "unconfirmed"):
             written.append(out.file(f"proof-{r.policy}-{r.invariant}-N{cx.n}.json"))
             write_state_counterexample(written[-1], r.invariant, cx.n, r.policy, cx.state, cx.sampled, args.mutant)
-            console.print(f"[red]{r.verdict}: {r.invariant} ({r.policy}) at N={cx.n}; written to {written[-1]}")
+            console.print(
+                f"[red]{r.verdict}: {r.invariant} ({r.policy}) at N={cx.n}; written to {out.final(written[-1])}"
+            )
     if written or not created:
         out.record(written)
-    else:
-        with contextlib.suppress(OSError):
-            os.rmdir(args.out)
+    else:  # a clean run leaves no empty folder behind in the working directory
+        out.abandon()
     return 1 if failed(results, args.allow_unknown) else 0

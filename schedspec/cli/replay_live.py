@@ -69,9 +69,9 @@ def cmd_replay_live(args: argparse.Namespace, console: Console) -> int:
         say(f"diverges at step {d.step}: {d.field}: reference={d.a!r} live={d.b!r}", style="red")
     if out is not None:
         out.prepare([*OUTPUT_NAMES, WORKLOAD, COUNTEREXAMPLE, TIMELINE])
-        written = write_report(result, args.out, elapsed, args.plot)
+        written = write_report(result, out.dir, elapsed, args.plot)
         out.record(written)
-        say(f"written: {', '.join(written)}")
+        say(f"written: {', '.join(out.final(p) for p in written)}")
     return EXIT_PASSED if d is None else EXIT_DIVERGED
 
 

@@ -30,7 +30,7 @@ def cmd_vllm_tests(args: argparse.Namespace, console: Console) -> int:
     out = OutDir(args.out, args.force, "--out", "vllm-tests")
     out.prepare(OUTPUTS)
     try:
-        table, summary = run_suite(args.vllm_version, args.mode, args.k, args.jobs, Path(args.out), args.file)
+        table, summary = run_suite(args.vllm_version, args.mode, args.k, args.jobs, Path(out.dir), args.file)
     except InfrastructureError as e:
         console.print(f"vllm-tests could not run the suite: {e}", style="red", markup=False, highlight=False)
         return 3
@@ -45,7 +45,7 @@ def cmd_vllm_tests(args: argparse.Namespace, console: Console) -> int:
     failing = [r for r in table if r.problems]
     for r in failing[:20]:
         console.print(f"{r.nodeid}: {r.problems[0]}", style="red", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"written: {', '.join(paths)}", markup=False, highlight=False)
+    console.print(f"written: {', '.join(out.final(p) for p in paths)}", markup=False, highlight=False)
     return 1 if failing else 0
 
 

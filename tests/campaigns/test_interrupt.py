@@ -3,8 +3,7 @@
 Each case runs the real CLI against vLLM with `--jobs 2`, so the process
 tree is the whole one a user has: the command, two pool workers, and a vLLM
 driver under each (and, for `changelog`, one per release). SIGINT arrives
-at a seeded random moment after the command set the earlier run's files
-aside, either to the whole process group (a terminal's ^C) or to the
+at a seeded random moment after the command opened its staging folder, either to the whole process group (a terminal's ^C) or to the
 command alone (`kill -INT`, a CI runner's cancel).
 
 Why the check once hung in full-suite runs and passed alone (it lived in
@@ -36,7 +35,7 @@ import pytest
 
 from schedspec.cli import main
 from schedspec.conformance.engines.vllm import vllm_venv_ready
-from schedspec.outdir import PREVIOUS, OutDir
+from schedspec.outdir import STAGING, OutDir
 
 # SIGINT as a terminal gives it, whatever this process inherited; exec, so the pid stays the session's leader.
 LAUNCH = (
@@ -73,8 +72,8 @@ def earlier_changelog(out: Path) -> None:
     """A finished changelog run's folder, written through the same `OutDir` the command uses."""
     od = OutDir(str(out), False, "--out", "changelog")
     od.prepare(["changelog.md", "changelog.json"])
-    (out / "changelog.md").write_text("# What the scheduler changed\n")
-    (out / "changelog.json").write_text('{"clusters": []}\n')
+    Path(od.file("changelog.md")).write_text("# What the scheduler changed\n")
+    Path(od.file("changelog.json")).write_text('{"clusters": []}\n')
     od.record([od.file("changelog.md"), od.file("changelog.json")])
 
 
@@ -101,8 +100,8 @@ def test_sigint_ends_the_run_at_once_and_leaves_nothing_behind(tmp_path, command
         start_new_session=True,
     )
     try:
-        for _ in range(600):  # the earlier run set aside: the campaign is under way
-            if (out / PREVIOUS).exists() or proc.poll() is not None:
+        for _ in range(600):  # its staging folder made: the campaign is under way
+            if any(out.glob(f"{STAGING}*")) or proc.poll() is not None:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, f"{command} ended before it was interrupted: {proc.stderr.read()}"  # type: ignore[union-attr]

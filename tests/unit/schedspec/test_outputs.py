@@ -7,11 +7,12 @@ what every writing command shares, so its rules are pinned once here.
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from schedspec.cli import main
-from schedspec.outdir import MANIFEST, PREVIOUS, OutDir
+from schedspec.outdir import MANIFEST, STAGING, SWAP, OutDir
 from schedspec.spec.errors import SpecError
 from schedspec.spec.jsonio import write_json_atomic
 
@@ -125,50 +126,61 @@ def finished_run(out, names=("certificate.json", "counterexample-a.json")):
     od = OutDir(str(out), False, command="certify")
     od.prepare(["certificate.json"], ["counterexample-*.json"])
     for n in names:
-        (out / n).write_text(f"earlier {n}")
+        Path(od.file(n)).write_text(f"earlier {n}")
     od.record([od.file(n) for n in names])
-    return {p.name: p.read_bytes() for p in out.iterdir()}
+    return folder(out)
 
 
-def test_an_abandoned_force_run_puts_the_earlier_run_back(tmp_path):
-    """^C during `--force`: the new run's files go, the earlier run's (manifest included) come back as they were."""
+def folder(out):
+    """Every file and folder in `out`, a folder as None."""
+    return {p.name: p.read_bytes() if p.is_file() else None for p in out.iterdir()}
+
+
+def test_an_abandoned_force_run_leaves_the_earlier_run_as_it_was(tmp_path):
+    """^C during `--force`: the new run's files never reached the folder; the earlier run's are as they were."""
     out = tmp_path / "c"
     before = finished_run(out)
     od = OutDir(str(out), True, command="certify")
     od.prepare(["certificate.json"], ["counterexample-*.json"])
-    assert not (out / "counterexample-a.json").exists()  # set aside: no stale file beside the new run's
-    (out / "counterexample-a.json").write_text("new, same name")
-    (out / "counterexample-b.json").write_text("new")
+    Path(od.file("counterexample-a.json")).write_text("new, same name")
+    Path(od.file("counterexample-b.json")).write_text("new")
+    assert {n: v for n, v in folder(out).items() if not n.startswith(STAGING)} == before  # untouched while it runs
     od.abandon()
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert folder(out) == before
 
 
-def test_a_finished_force_run_deletes_what_it_set_aside(tmp_path):
+def test_a_finished_force_run_replaces_its_command_s_earlier_files(tmp_path):
     out = tmp_path / "c"
     finished_run(out)
     od = OutDir(str(out), True, command="certify")
     od.prepare(["certificate.json"], ["counterexample-*.json"])
-    (out / "certificate.json").write_text("new")
+    Path(od.file("certificate.json")).write_text("new")
     od.record([od.file("certificate.json")])
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "certificate.json"]
+    assert json.loads((out / MANIFEST).read_text()) == {"commands": {"certify": ["certificate.json"]}}
 
 
 def test_a_run_killed_outright_is_undone_by_the_next_one(tmp_path):
-    """SIGKILL leaves the set-aside folder: the next run moves it back first, unless the killed run had recorded."""
+    """SIGKILL leaves a staging folder: the next run deletes it if the run never committed, finishes its swap if it
+    did, and refuses to touch one a live run is writing."""
     out = tmp_path / "c"
     before = finished_run(out)
     OutDir(str(out), True, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])  # then killed
     with pytest.raises(SpecError, match="earlier certify run"):
         OutDir(str(out), False, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    od = OutDir(str(out), True, command="certify")
-    od.prepare(["certificate.json"], ["counterexample-*.json"])
-    (out / "certificate.json").write_text("new")
-    od.record([od.file("certificate.json")])
-    (out / PREVIOUS).mkdir()  # killed between the manifest and the clean-up
-    (out / PREVIOUS / "certificate.json").write_text("old")
-    OutDir(str(out), True, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
-    assert (out / PREVIOUS / "certificate.json").read_text() == "new"  # the recorded run is the one set aside now
+    assert folder(out) == before
+    dead = out / f"{STAGING}999999999"  # committed (its journal written), killed before the swap
+    dead.mkdir()
+    (dead / "certificate.json").write_text("new")
+    (dead / SWAP).write_text(
+        json.dumps({"command": "certify", "move": ["certificate.json"], "remove": ["counterexample-a.json"]})
+    )
+    with pytest.raises(SpecError, match="earlier certify run"):
+        OutDir(str(out), False, command="certify").prepare(["certificate.json"], ["counterexample-*.json"])
+    assert sorted(folder(out)) == [MANIFEST, "certificate.json"] and (out / "certificate.json").read_text() == "new"
+    (out / f"{STAGING}{os.getppid()}").mkdir()  # a live process's run
+    with pytest.raises(SpecError, match="being written by another schedspec run"):
+        OutDir(str(out), True, command="certify").prepare(["certificate.json"])
 
 
 def test_force_from_one_command_never_clears_another_s_files(tmp_path, capsys):
