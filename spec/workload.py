@@ -130,6 +130,7 @@ class Workload:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "workload") -> Workload:
+        check_numbers(data, where)
         validate(_for_schema(data), "workload", where)
         config = SchedulerConfig.from_dict(data["config"], f"{where}.config")
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
@@ -341,3 +342,30 @@ def check_runnable(w: Workload, where: str = "workload") -> None:
                 f"<{num_prompt_tokens} tokens>",
                 f"is longer than the token budget ({budget}) with chunked prefill off, so it is never admitted",
             )
+
+
+INT64 = range(-(2**63), 2**63)
+
+
+def check_numbers(data: Any, where: str) -> None:
+    """Every number in a workload is finite, and every integer fits 64 bits, as every engine holds it.
+
+    JSON's NaN and Infinity parse in Python; a NaN compares false with
+    everything, so no order or bound survives it. An integer past 64 bits
+    is no token count, block id or step any engine can hold (vLLM and the
+    torch engine keep them in int64 tensors). Both are refused here, naming
+    the field, before any rule sees them.
+    """
+    if isinstance(data, float) and not math.isfinite(data):
+        raise SpecError(where, data, "must be a finite number")
+    if isinstance(data, int) and not isinstance(data, bool) and data not in INT64:
+        raise SpecError(where, data, "is beyond a 64-bit integer, which no engine holds")
+    if isinstance(data, dict):
+        for k, v in data.items():
+            check_numbers(v, f"{where}.{k}")
+    elif isinstance(data, list):
+        if data and all(type(v) is int for v in data):  # a prompt: its bounds in C, not an element at a time
+            if INT64.start <= min(data) and max(data) < INT64.stop:
+                return
+        for i, v in enumerate(data):
+            check_numbers(v, f"{where}[{i}]")

@@ -111,6 +111,7 @@ def _result(
         cx.write(path)
         out.counterexample_file, out.shrunk_size = path, cx.to_json()["size"]
     elif again is not None:
+        out.ran_twice = True
         t2 = time.perf_counter()
         nondet, _ = compare_records(torch_trace.steps, again.steps, "blocks")
         out.seconds_in["differ"] += time.perf_counter() - t2

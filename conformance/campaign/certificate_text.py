@@ -46,8 +46,8 @@ def markdown(cert: dict[str, Any]) -> str:
         _time_line(cert.get("time_shares")),
         "- outcomes: " + ", ".join(f"{n} {k}" for k, n in cert["outcomes"].items()),
         "",
-        "| family | workloads | matched | diverged | error | steps |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| family | workloads | matched | diverged | nondeterministic | error | steps |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     if cert.get("vllm_source"):
         src = cert["vllm_source"]
@@ -63,7 +63,8 @@ def markdown(cert: dict[str, Any]) -> str:
             "broken invariants, nondeterminism and engine errors still fail it"
         ]
     lines += [
-        f"| {f} | {c['workloads']} | {c['matched']} | {c['diverged']} | {c['error']} | {c['steps']} |"
+        f"| {f} | {c['workloads']} | {c['matched']} | {c['diverged']} | {c.get('nondeterministic', 0)} | {c['error']} "
+        f"| {c['steps']} |"
         for f, c in cert["per_family"].items()
     ]
     lines += ["", "| behaviour | count |", "|---|---:|"]

@@ -78,6 +78,7 @@ class WorkloadResult:
     counterexample_file: str | None = None
     shrunk_size: dict[str, int] | None = None
     nondeterministic: dict[str, Any] | None = None
+    ran_twice: bool = False  # run a second time to the end: the determinism check, or a divergence's replay
     violations: list[str] = field(default_factory=list)  # invariant monitors on the engine's own trace
     known_violations: list[str] = field(default_factory=list)  # ... that the release is known to break
     steps_table: dict[str, Any] | None = None  # explain.side_by_side of the shrunk counterexample
@@ -90,7 +91,11 @@ class WorkloadResult:
 
     @property
     def outcome(self) -> str:
-        return "error" if self.error else "skipped" if self.skipped else "diverged" if self.divergence else "matched"
+        """One of OUTCOMES. Two runs that differ are `nondeterministic`, never `matched`: a divergence that
+        did not come back was still seen, and a match the rerun broke was not a match."""
+        if self.error or self.skipped:
+            return "error" if self.error else "skipped"
+        return "nondeterministic" if self.nondeterministic else "diverged" if self.divergence else "matched"
 
     @property
     def failed(self) -> bool:
@@ -165,6 +170,7 @@ def run_task(task: Task) -> WorkloadResult:
     d = result.divergence
     if d is not None:
         again = _timed(out, _diff(task, workload, task.against, task.engine, task.level))
+        out.ran_twice = True  # a second run, as a determinism check is: `determinism.checked` counts it
         if not d.same_as(again.divergence):
             out.nondeterministic = {"first": d.to_json(), "second": _outcome_json(again)}
         else:
@@ -172,6 +178,7 @@ def run_task(task: Task) -> WorkloadResult:
             _write(task, workload, workload, d, out, 0)
     elif task.check_determinism:  # run it alone again, and hold the two runs against each other
         again = _timed(out, _diff(task, workload, None, task.engine, "blocks", keep_records=True), solo=True)
+        out.ran_twice = again.error is None
         if again.error is not None:
             out.error = again.error.to_json()
         else:

@@ -61,17 +61,18 @@ def engine_may_not_exit() -> Iterator[None]:
     os._exit = _refuse_os_exit
     previous_sigint = None
     _sigint_seen.clear()
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is (
-        signal.default_int_handler
-    ):
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:  # a pool worker, an engine host: no ^C can raise here, only the engine
+        _watching_sigint.set()
+    elif threading.current_thread() is threading.main_thread() and handler is signal.default_int_handler:
         previous_sigint = signal.signal(signal.SIGINT, _on_sigint)
         _watching_sigint.set()
     try:
         yield
     finally:
         os._exit = previous_exit
+        _watching_sigint.clear()
         if previous_sigint is not None:
-            _watching_sigint.clear()
             signal.signal(signal.SIGINT, previous_sigint)
 
 

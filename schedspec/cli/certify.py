@@ -89,7 +89,7 @@ class CampaignProgress:
 
     def __init__(self, console: Console, total: int, what: str) -> None:
         self.console, self.total, self.what = console, total, what
-        self.n = self.failed = self.errors = 0
+        self.n = self.failed = self.errors = self.skipped = 0
         self.every = max(1, total // 10)
         self.t0 = time.perf_counter()
         self.bar = (
@@ -97,7 +97,7 @@ class CampaignProgress:
                 TextColumn("certify {task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[failures]} failed, {task.fields[errors]} errors"),
+                TextColumn("{task.fields[tally]}"),
                 TimeElapsedColumn(),
                 console=console,
                 transient=True,
@@ -109,22 +109,27 @@ class CampaignProgress:
     def __enter__(self) -> CampaignProgress:
         if self.bar is not None:
             self.bar.__enter__()
-            self.task = self.bar.add_task(self.what, total=self.total, failures=0, errors=0)
+            self.task = self.bar.add_task(self.what, total=self.total, tally=self.tally())
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
+    def tally(self) -> str:
+        """The counts as the certificate words them: an error and a skip are told apart, as its outcomes are."""
+        return f"{self.failed} failed, {self.errors} errors, {self.skipped} skipped"
+
     def done(self, result: WorkloadResult) -> None:
         self.n += 1
-        self.errors += bool(result.error or result.skipped)
+        self.errors += bool(result.error)
+        self.skipped += bool(result.skipped) and not result.error
         self.failed += bool(result.failed) and not (result.error or result.skipped)
         if self.bar is not None:
-            self.bar.update(self.task, advance=1, failures=self.failed, errors=self.errors)
+            self.bar.update(self.task, advance=1, tally=self.tally())
         elif self.n % self.every == 0 or self.n == self.total:
             print(
-                f"certify {self.what}: {self.n}/{self.total} workloads, {self.failed} failed, {self.errors} errors, "
+                f"certify {self.what}: {self.n}/{self.total} workloads, {self.tally()}, "
                 f"{time.perf_counter() - self.t0:.0f} s",
                 file=sys.stderr,
                 flush=True,

@@ -3,8 +3,10 @@
 Each case runs the real CLI against vLLM with `--jobs 2`, so the process
 tree is the whole one a user has: the command, two pool workers, and a vLLM
 driver under each (and, for `changelog`, one per release). SIGINT arrives
-at a seeded random moment after the command opened its staging folder, either to the whole process group (a terminal's ^C) or to the
-command alone (`kill -INT`, a CI runner's cancel).
+at a seeded random moment after the command opened its staging folder,
+either to the whole process group (a terminal's ^C) or to the command
+alone (`kill -INT`, a CI runner's cancel). SIGTERM and SIGKILL, at drawn
+moments, are `test_signals.py`'s.
 
 Why the check once hung in full-suite runs and passed alone (it lived in
 `tests/slow` for that): the child inherited the test process's SIGINT

@@ -92,7 +92,13 @@ def test_a_slow_start_survives_under_the_default_deadline_and_is_an_error_past_i
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_os_exit_in_its_own_process_costs_one_workload(tmp_path, jobs):
     rc, cert, _ = certify(tmp_path, M + "exits_at_step_2", "--jobs", jobs, "--max-errors", "9", workloads=4)
-    assert rc == 3 and cert["outcomes"] == {"matched": 0, "diverged": 0, "error": 4, "skipped": 0}
+    assert rc == 3 and cert["outcomes"] == {
+        "matched": 0,
+        "diverged": 0,
+        "nondeterministic": 0,
+        "error": 4,
+        "skipped": 0,
+    }
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -119,8 +125,15 @@ def test_a_departure_of_values_is_forgiven_under_allow_divergence(tmp_path):
 
 def test_a_random_engine_is_reported_nondeterministic_and_its_counterexamples_replay(tmp_path):
     rc, cert, out = certify(tmp_path, M + "coin_flip", workloads=30, name="coin")
-    assert rc == 1 and cert["determinism"]["nondeterministic"]
-    for n in cert["determinism"]["nondeterministic"]:
+    det = cert["determinism"]
+    assert rc == 1 and det["nondeterministic"]
+    # Every workload whose two runs differed was run twice, and none of them reads as matched: a divergence
+    # that did not come back once counted as `matched`, and the line could say more differed than ran twice.
+    assert len(det["nondeterministic"]) <= det["checked"]
+    assert cert["outcomes"]["nondeterministic"] == len(det["nondeterministic"])
+    assert sum(cert["outcomes"].values()) == 30
+    assert any(isinstance(n["first"], dict) for n in det["nondeterministic"])  # a divergence that did not return
+    for n in det["nondeterministic"]:
         assert n["first"] != n["second"]  # both runs are in the report
     for c in cert["counterexamples"]:  # every one reported reproduced twice before it was shrunk or written
         assert Counterexample.load(c["file"]).divergence["field"] == c["field"]
@@ -178,7 +191,8 @@ def test_bad_certify_arguments_are_one_line_errors(argv, field, capsys, tmp_path
 
 def test_a_second_run_that_differs_is_nondeterminism_not_a_pass(tmp_path):
     rc, cert, _ = certify(tmp_path, M + "every_second_run_differs", workloads=1, name="flaky")
-    assert rc == 1 and not cert["passed"] and cert["outcomes"]["matched"] == 1
+    assert rc == 1 and not cert["passed"] and cert["outcomes"]["matched"] == 0
+    assert cert["outcomes"]["nondeterministic"] == 1 and cert["determinism"]["checked"] == 1
     (n,) = cert["determinism"]["nondeterministic"]
     assert n["first"] == "matched" and n["second"]["field"] == "output.num_scheduled_tokens"
 
@@ -197,7 +211,7 @@ def test_a_shard_that_holds_no_workload_is_an_empty_passing_certificate(tmp_path
     """A CI matrix with more shards than workloads: `--workloads 2 --shard 3/4` once raised IndexError (exit 1)."""
     rc, cert, out = certify(tmp_path, "reference", "--shard", "3/4", workloads=2)
     assert rc == 0 and cert["passed"] and cert["campaign"]["empty_shard"] and cert["workloads_run"] == 0
-    assert cert["outcomes"] == {"matched": 0, "diverged": 0, "error": 0, "skipped": 0}
+    assert cert["outcomes"] == {"matched": 0, "diverged": 0, "nondeterministic": 0, "error": 0, "skipped": 0}
     assert "empty: this shard holds no workload" in (out / "certificate.md").read_text()
 
 
@@ -258,3 +272,26 @@ def test_a_mistyped_answer_is_malformed_in_hunt_and_replay(tmp_path, capsys):
     rc, cert, _ = certify(tmp_path, P + "extra_token_at_step_3")
     assert main(["replay", cert["counterexamples"][0]["file"], "--engine", engine]) == 3
     assert "' is of type str" in capsys.readouterr().out
+
+
+def test_progress_and_summary_count_errors_and_skips_alike(tmp_path, capsys):
+    """Progress once said "6 errors" where the certificate said "5 error, 1 skipped"."""
+    rc, cert, _ = certify(tmp_path, M + "exits_at_step_2", "--max-errors", "2", workloads=3)
+    captured = capsys.readouterr()
+    assert rc == 3 and cert["outcomes"]["error"] == 2 and cert["outcomes"]["skipped"] == 1
+    assert (
+        captured.err.strip()
+        .splitlines()[-1]
+        .split(": ", 1)[1]
+        .startswith("3/3 workloads, 0 failed, 2 errors, 1 skipped")
+    )
+    assert (
+        "2 error, 1 skipped" in captured.out
+        and "2 workloads ended in an engine error and 1 were skipped" in captured.out
+    )
+
+
+def test_hunt_of_an_engine_that_cannot_be_named_leaves_no_folder(tmp_path):
+    assert main(["hunt", "--engine", "bogus", "--out", str(tmp_path / "h")]) == 2
+    assert main(["hunt", "--engine", "no_such_module:make", "--out", str(tmp_path / "h")]) == 2
+    assert not (tmp_path / "h").exists()
