@@ -169,7 +169,8 @@ def swap(folder: str, staging: str) -> None:
             os.remove(target)
         if name in move:
             os.replace(source, target)
-    others = {c: f for c, f in entries(folder).items() if c != command}
+    # A name this run wrote is this command's now (it overwrote it under --force): no other may remove it later.
+    others = {c: [n for n in f if n not in move] for c, f in entries(folder).items() if c != command}
     write_bytes_atomic(
         os.path.join(folder, MANIFEST), (json.dumps({"commands": {**others, command: move}}, indent=1) + "\n").encode()
     )
