@@ -12,6 +12,7 @@ import os
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from schedspec.cli import main
 from schedspec.conformance.demo_engines.misbehaving import SLOW_START_ENV, mutating
@@ -215,20 +216,24 @@ def test_a_shard_that_holds_no_workload_is_an_empty_passing_certificate(tmp_path
     assert "empty: this shard holds no workload" in (out / "certificate.md").read_text()
 
 
-@pytest.mark.parametrize("workloads", [1, 2, 3, 7])
-def test_the_shards_of_a_campaign_partition_its_workloads(tmp_path, workloads):
-    """Every i/n for n up to 9: the shards' workloads are disjoint and together are the whole campaign."""
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(workloads=st.integers(1, 60), parts=st.integers(1, 80), families=st.integers(1, 12))
+def test_the_shards_of_a_campaign_partition_its_workloads(workloads, parts, families):
+    """Any campaign, any split, more shards than workloads included: the shards' workloads are disjoint, together
+    the whole campaign, and a shard past the workloads is empty, not an IndexError."""
     from schedspec.conformance.campaign.certify import FAMILIES, Shard, plan
     from schedspec.conformance.engines.engine_spec import parse_engine
 
+    ref = parse_engine("reference")
+    chosen = list(FAMILIES)[:families]
+
     def names(shard):
-        ref = parse_engine("reference")
-        return [f"{t.family}-{t.index}" for t in plan(ref, ref, "blocks", list(FAMILIES), workloads, 0, shard, "x")]
+        return [f"{t.family}-{t.index}" for t in plan(ref, ref, "blocks", chosen, workloads, 0, shard, "x")]
 
     whole = names(Shard(0, 1))
-    for n in range(1, 10):
-        parts = [names(Shard(i, n)) for i in range(n)]
-        assert sorted(x for p in parts for x in p) == sorted(whole) and len(set(whole)) == workloads
+    shares = [names(Shard(i, parts)) for i in range(parts)]
+    assert sorted(x for p in shares for x in p) == sorted(whole) and len(set(whole)) == workloads
+    assert all(not shares[i] for i in range(workloads, parts))
 
 
 def test_replay_takes_the_step_timeout_its_hint_names(tmp_path, capsys):
