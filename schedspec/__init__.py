@@ -8,7 +8,7 @@ This package is the top layer, above `spec`, `reference_impl`, `gpu_impl`,
 - `render/`: step tables, timelines and kill tables;
 - `kill_matrix.py`: the mutant x checker kill matrix, which runs the
   checkers of both `conformance` and `proofs`;
-- `outdir.py`: output folders, written atomically and set aside on ^C;
+- `outdir.py`: output folders, staged and swapped in whole once a run is complete;
 - `pytest_plugin.py`: the `schedspec_certify` fixture.
 
 Nothing outside `cli/` imports `cli/`.

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedspec.cli import main
@@ -75,6 +76,7 @@ def run_and_signal(argv: list[str], started: Callable[[], bool], sig: signal.Sig
     return proc.returncode, err
 
 
+@pytest.mark.slow_ok("12 runs as processes of their own, each signalled: only a process shows what a signal does")
 @settings(max_examples=12, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sig=st.sampled_from([signal.SIGINT, signal.SIGTERM, signal.SIGKILL]),
