@@ -14,8 +14,9 @@ Design notes
   (a fork, or a test's planted bug) gets monitored as
   `class Mine(MonitoredSchedulerMixin, MyScheduler)`; the two classes here
   are that mixin over vLLM's `Scheduler` and `AsyncScheduler`. Whether a
-  session is async is read from the class (`AsyncScheduler` in its bases),
-  the way the spec's config reads it.
+  session is async is the engine's own `scheduler_config.async_scheduling`,
+  not the class (`runs_async`): a platform may run the async class in the
+  synchronous loop.
 * This module imports vLLM and so loads only where vLLM is installed;
   `schedspec.live` resolves its names lazily, so the pure parts (settings,
   capture, scope, hashing) load anywhere.
@@ -51,7 +52,7 @@ class MonitoredSchedulerMixin:
         super().__init__(*args, **kwargs)
         self.live = None
         try:
-            self.live = LiveSession(self, logger, isinstance(self, AsyncScheduler))
+            self.live = LiveSession(self, logger, runs_async(self))
         except LiveSettingsError:
             raise  # the user's setting, refused at start-up in one line (docs/live.md)
         except Exception as e:  # noqa: BLE001 - a session that cannot start must not stop the server
@@ -135,6 +136,20 @@ class MonitoredSchedulerMixin:
                 live.assembler.prepare(event)
             except Exception as e:  # noqa: BLE001 - LiveSession's policy
                 live.guard(e)
+
+
+def runs_async(scheduler: Any) -> bool:
+    """Whether the engine drives this scheduler with a step in flight: the engine's own flag, not the class.
+
+    vLLM's CPU platform forces `scheduler_config.async_scheduling = False`
+    and still builds the `AsyncScheduler` class it was named
+    (vllm/platforms/cpu.py:CpuPlatform.check_and_update_config), so
+    EngineCore runs its synchronous `step()`: a capture that read the class
+    said async, and its replay ran the async reference against a
+    synchronous loop. The class decides only where the config has no flag.
+    """
+    flag = getattr(getattr(getattr(scheduler, "vllm_config", None), "scheduler_config", None), "async_scheduling", None)
+    return flag if isinstance(flag, bool) else isinstance(scheduler, AsyncScheduler)
 
 
 class MonitoredScheduler(MonitoredSchedulerMixin, Scheduler):  # type: ignore[misc]

@@ -353,3 +353,29 @@ def test_a_fixture_is_byte_for_byte_what_the_monitored_scheduler_writes(monkeypa
     for i, (a, b) in enumerate(zip(got, live_bytes)):
         assert a == b, (i, a, b)
     assert len(got) == len(live_bytes)
+
+
+def test_the_async_class_in_a_synchronous_loop_is_captured_as_synchronous(monkeypatch, pythonpath, tmp_path):
+    """vLLM's CPU platform runs the `AsyncScheduler` class with `async_scheduling = False`: EngineCore's plain
+    `step()`. The header once read the class and said async, and the replay then ran the async reference
+    against a synchronous loop ("diverges at step 15: finished"). It says what the engine does."""
+    workloads = [generate("kv-pressure", 0, 2), generate("stops", 0, 3)]
+    cap = tmp_path / "cap.jsonl"
+    eng = engine(monkeypatch, pythonpath, "schedspec.live.MonitoredAsyncScheduler", f"mode=raise,capture={cap}",
+                 workloads[0].config)  # fmt: skip
+    try:
+        for w in workloads:
+            assert not w.config.async_scheduling
+            eng.reset(w.config)
+            run(eng, w)
+    finally:
+        eng.close()
+    got = [s for s in sessions(cap) if any(d["kind"] == "schedule" for d in s)]
+    assert len(got) == len(workloads)
+    for lines in got:
+        header = lines[0]
+        assert header["scheduler_class"] == "schedspec.live.MonitoredAsyncScheduler"
+        assert header["async_scheduling"] is False and header["config"]["async_scheduling"] is False
+        assert all(d["of_step"] == d["step"] for d in lines if d["kind"] == "update")  # the loop's shape agrees
+        replay = replay_live(str(cap), session=header["session"])
+        assert replay.divergence is None and replay.steps_compared > 0, replay.divergence

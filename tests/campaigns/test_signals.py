@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from test_interrupt import session_processes
 
 from schedspec.cli import main
 from schedspec.outdir import STAGING
@@ -70,9 +71,18 @@ def run_and_signal(argv: list[str], started: Callable[[], bool], sig: signal.Sig
         if proc.poll() is None:
             proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
+        for _ in range(100):  # a worker's SIGKILL from the kernel lands a moment after its parent is gone
+            left = session_processes(proc.pid)
+            if not left:
+                break
+            time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        for line in session_processes(proc.pid):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    # No worker outlives the run, SIGKILL included: one spawned as its parent died once did, for good.
+    assert not left, f"left running after {sig.name} at +{delay} s:\n" + "\n".join(left)
     return proc.returncode, err
 
 
