@@ -118,12 +118,17 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
     st = build_state(workloads, dev)
     slot_of = [{r.request_id: i for i, r in enumerate(w.requests)} for w in workloads]
     aborts_at: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+    mid_step_at: dict[int, dict[int, list[int]]] = defaultdict(dict)  # step -> workload -> slots (Abort.mid_step)
     for b, w in enumerate(workloads):
         per_step: dict[int, list[int]] = defaultdict(list)
         for a in w.aborts:
-            per_step[a.step].append(slot_of[b][a.request_id])
+            if a.mid_step:
+                mid_step_at[a.step].setdefault(b, []).append(slot_of[b][a.request_id])
+            else:
+                per_step[a.step].append(slot_of[b][a.request_id])
         for step, slots in per_step.items():
             aborts_at[step].append((b, slots))
+    carried: dict[int, list[int]] = {}  # async: mid-step aborts of a step that absorbed nothing, applied next step
     records: list[list[StepRecord]] = [[] for _ in workloads]
     ends: list[str | None] = [None] * len(workloads)
     inst = list(range(len(workloads)))  # batch row -> workload index
@@ -138,7 +143,11 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         if not inst:
             break
         st.arrive(st.arrival_step == step)
-        aborted_hits = _apply_aborts(st, aborts_at.get(step, ()), inst)
+        carried_in, carried = carried, {}
+        planned = list(aborts_at.get(step, ()))
+        for b, slots in carried_in.items():  # after the step's own aborts, as the engine loop applies them
+            planned.append((b, slots))
+        aborted_hits = _apply_aborts(st, _merged(planned), inst)
         # Async: schedule only if there is something to schedule or report (Scheduler.has_requests()).
         has_requests = st.live_mask().any(1) | st.fin_pending.any(1)
         out = schedule(st)
@@ -148,8 +157,10 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         gen, num_gen = fake_model(st, out.n_sched, out.n_spec, out.spec_vals)
         model_rows = _model_outputs(out, gen, num_gen, ids, live_rows)
         num_out_before = st.num_out
+        mid_planned = mid_step_at.get(step, {})
         if queue is None:
             key, g = out.sched_key, gen
+            mid_hits = _apply_aborts(st, list(mid_planned.items()), inst)  # EngineCore's aborts queue
             stopped = update_from_output(st, out.n_sched, key, out.n_spec, gen, num_gen)
             decisions: list[tuple[bool, bool, bool, bool]] | None = None
         else:
@@ -160,6 +171,13 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             busy = (out.n_sched.sum(1) > 0) | st.live_mask().any(1)
             hold = push & (queue.size < 2) & busy
             absorb = ~is_async | (~hold & (queue.size > 0))
+            # The aborts queue drains before an update: a row that absorbs nothing passes its mid-step
+            # aborts to the next step (the input queue's copy of each abort).
+            absorbing = absorb.tolist()
+            row_of = {i: r for r, i in enumerate(inst)}
+            now = [(b, s) for b, s in mid_planned.items() if b in row_of and absorbing[row_of[b]]]
+            carried = {b: s for b, s in mid_planned.items() if b in row_of and not absorbing[row_of[b]]}
+            mid_hits = _apply_aborts(st, now, inst)
             old = queue.pop(absorb & is_async)
             sync = (~is_async)[:, None]
             n, key, nspec, g, ng = (
@@ -183,6 +201,9 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         for b, s, status, k in zip(*stop_cols):
             stops[b].append((k, s, status, tuple(produced[inst[b]].get(s, ()))))
         abort_out = {b: [(s, tuple(produced[inst[b]].get(s, ()))) for s in slots] for b, slots in aborted_hits.items()}
+        # A mid-step abort keeps the outputs it had before this update (the update ignores its answer).
+        for b, slots in mid_hits.items():
+            abort_out.setdefault(b, []).extend((s, tuple(produced[inst[b]].get(s, ()))) for s in slots)
         fin_left = st.fin_pending.any(1).tolist() if queue is not None else []  # read only for async rows
 
         for r in live_rows:
@@ -207,10 +228,11 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             # In the order update_from_output's loop finds them: the absorbed step's grant order.
             for _, s, status, toks in sorted(stops.get(r, ())):
                 finished[names[s]] = FinishedRequest(STATUS[status], toks)
+            mid_step = tuple(w.mid_step_aborts_at(step)) if i not in carried else ()
             record = StepRecord(
                 step,
                 tuple(q.request_id for q in w.arrivals_at(step)),
-                tuple(w.aborts_at(step)),
+                tuple(w.aborts_at(step)) + tuple(row_ids[i][s] for s in carried_in.get(i, ())),
                 output,
                 model_output,
                 sums[r],
@@ -219,12 +241,13 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 draft_token_ids=(drafts.get(r, {}) if drafts else {}),
                 scheduled=scheduled,
                 in_flight=flight,
+                aborted_mid_step=mid_step,
             )
             records[i].append(record)
             if row_async and held:
                 pass  # the step ended with its output queued: nothing can have drained
             elif (
-                not flight and not (row_async and fin_left[r]) and drained_after(record, w)
+                not flight and not (row_async and fin_left[r]) and i not in carried and drained_after(record, w)
             ):  # the engine loop's own stopping rule (spec/engine.py)
                 ends[i] = "drained"
             if ends[i] is None and step + 1 >= w.max_steps:
@@ -285,6 +308,14 @@ def _drafts(
     for b, s, c, d in zip(*cols, rows):
         per[b][ids[b][s]] = tuple(d[:c])
     return per
+
+
+def _merged(planned: Sequence[tuple[int, list[int]]]) -> list[tuple[int, list[int]]]:
+    """One entry per workload, its slots in the order given (a step's own aborts, then those carried to it)."""
+    by: dict[int, list[int]] = {}
+    for b, slots in planned:
+        by.setdefault(b, []).extend(slots)
+    return list(by.items())
 
 
 def _apply_aborts(st: BatchState, planned: Sequence[tuple[int, list[int]]], inst: list[int]) -> dict[int, list[int]]:

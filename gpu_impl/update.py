@@ -56,13 +56,15 @@ def update_from_output(
     `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts. Returns the
     mask of requests that stopped."""
     sched = n_sched > 0
-    g, live, fresh = num_gen, sched, sched
-    if st.any_async:  # in a synchronous step every scheduled request is live and nothing is stale
-        live = sched & st.live_mask()  # an aborted request's output is ignored
+    # An aborted request's output is ignored: aborted while in flight (async), or after the model ran and
+    # before this update (EngineCore's aborts queue, `Abort.mid_step`), synchronous steps too.
+    live = sched & st.live_mask()
+    g = torch.where(live, num_gen, torch.zeros_like(num_gen))
+    fresh = live  # in a synchronous step nothing is stale
+    if st.any_async:
         st.inflight = torch.where(live, st.inflight - n_sched, st.inflight)
         stale = live & (st.stale > 0)
         st.stale = torch.where(stale, st.stale - n_sched, st.stale)
-        g = torch.where(live, num_gen, torch.zeros_like(num_gen))
         fresh = live & ~stale
     if st.any_spec:
         rejected = torch.where(live & (n_spec > 0) & (g > 0), rules.num_rejected_drafts(n_spec, g), 0)

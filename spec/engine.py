@@ -164,6 +164,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
         output = engine.schedule()
         model_output = fake_model(workload, output, engine.summary())
+        mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
         finished.update(engine.update_from_output(output, model_output))
         drafts: dict[str, tuple[int, ...]] = {}
         if drafter is not None and output.total_num_scheduled_tokens > 0:  # vllm/v1/engine/core.py:EngineCore.post_step
@@ -171,7 +172,15 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             if drafts:
                 engine.update_draft_token_ids(drafts)
         record = StepRecord(
-            step, added, aborted, output, model_output, engine.summary(), finished, draft_token_ids=drafts
+            step,
+            added,
+            aborted,
+            output,
+            model_output,
+            engine.summary(),
+            finished,
+            draft_token_ids=drafts,
+            aborted_mid_step=mid_step,
         )
         yield record
         if drained_after(record, workload):
@@ -184,13 +193,18 @@ def _arrivals_and_aborts(
     added = workload.arrivals_at(step)
     for request in added:
         engine.add_request(request)
-    aborted = workload.aborts_at(step)
     finished: dict[str, FinishedRequest] = {}
-    for rid in aborted:
+    aborted = _abort(engine, workload.aborts_at(step), finished)
+    return tuple(r.request_id for r in added), aborted, finished
+
+
+def _abort(engine: Engine, request_ids: list[str], finished: dict[str, FinishedRequest]) -> tuple[str, ...]:
+    """Abort each request, adding those that were still unfinished to `finished`."""
+    for rid in request_ids:
         f = engine.abort_request(rid)
         if f is not None:
             finished[rid] = f
-    return tuple(r.request_id for r in added), tuple(aborted), finished
+    return tuple(request_ids)
 
 
 def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
@@ -205,8 +219,11 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     """
     batch_queue: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
     unreported: set[str] = set()
+    carried: list[str] = []  # mid-step aborts of a step that absorbed no output: the input queue's copy, next step
     for step in range(workload.max_steps):
         added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
+        aborted += _abort(engine, carried, finished)
+        carried = []
         unreported |= set(finished)
         before = engine.summary()
         output, model_output, scheduled, updated_step = SchedulerOutput(), ModelRunnerOutput(), False, None
@@ -217,6 +234,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             after = engine.summary()
             full = len(batch_queue) >= ASYNC_BATCH_QUEUE_SIZE
             if not full and (output.total_num_scheduled_tokens > 0 or after.running or after.waiting):
+                carried = workload.mid_step_aborts_at(step)  # no update in this step drains the aborts queue
                 batch_queue_steps = tuple(s for s, _, _ in reversed(batch_queue))
                 yield StepRecord(
                     step,
@@ -230,11 +248,16 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
                     in_flight=batch_queue_steps,
                 )
                 continue
+        mid_step: tuple[str, ...] = ()
         if batch_queue:
             updated_step, old_output, old_model_output = batch_queue.pop()
+            mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # before the oldest's update
+            unreported |= {rid for rid in mid_step if rid in finished}  # the next schedule() reports them
             absorbed = engine.update_from_output(old_output, old_model_output)
             finished.update(absorbed)
             unreported |= set(absorbed)
+        else:
+            carried = workload.mid_step_aborts_at(step)
         record = StepRecord(
             step,
             added,
@@ -246,9 +269,10 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             updated_step=updated_step,
             scheduled=scheduled,
             in_flight=tuple(s for s, _, _ in reversed(batch_queue)),
+            aborted_mid_step=mid_step,
         )
         yield record
-        if not batch_queue and not unreported and drained_after(record, workload):
+        if not batch_queue and not unreported and not carried and drained_after(record, workload):
             return
 
 

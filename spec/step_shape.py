@@ -32,6 +32,7 @@ _STEP = frozenset(
         "draft_token_ids",
         "scheduled",
         "in_flight",
+        "aborted_mid_step",
     }
 )
 _STEP_REQUIRED = frozenset({"step", "added", "aborted", "output", "model_output", "state", "finished"})
@@ -163,4 +164,5 @@ def plainly_valid(d: Any) -> bool:
         and _int_lists(d.get("draft_token_ids", {}))
         and type(d.get("scheduled", True)) is bool
         and _nats(d.get("in_flight", []))
+        and _ids(d.get("aborted_mid_step", []))
     )

@@ -108,6 +108,9 @@ class StepRecord:
     scheduled: bool = True
     # Async: the steps whose outputs are still in flight after this one, oldest first.
     in_flight: tuple[int, ...] = ()
+    # Aborted after the model ran and before update_from_output() (`workload.Abort.mid_step`); their
+    # finished entries are in `finished`, beside those of `aborted`.
+    aborted_mid_step: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.updated_step == -1:
@@ -132,6 +135,8 @@ class StepRecord:
             d["scheduled"] = False
         if self.in_flight:
             d["in_flight"] = list(self.in_flight)
+        if self.aborted_mid_step:
+            d["aborted_mid_step"] = list(self.aborted_mid_step)
         return d
 
     @classmethod
@@ -151,6 +156,7 @@ class StepRecord:
             draft_token_ids={k: tuple(v) for k, v in d.get("draft_token_ids", {}).items()},
             scheduled=d.get("scheduled", True),
             in_flight=tuple(d.get("in_flight", ())),
+            aborted_mid_step=tuple(d.get("aborted_mid_step", ())),
         )
 
 
@@ -201,6 +207,7 @@ def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) 
     mentioned = {
         "added": s.added,
         "aborted": s.aborted,
+        "aborted_mid_step": s.aborted_mid_step,
         "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
         "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
         "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),

@@ -50,8 +50,14 @@ class WorkloadRequest:
 
 @dataclass(frozen=True)
 class Abort:
+    """A client's abort. Before the step's schedule() (the engine's input queue), or, `mid_step`, after the model
+    ran and before update_from_output(): EngineCore drains its aborts queue there, so an abort that arrives while
+    the model runs lands between a step's schedule and its update (vllm/v1/engine/core.py:EngineCore.step, and
+    `step_with_batch_queue` before the oldest output's update; every release from 0.28.0)."""
+
     step: int
     request_id: str
+    mid_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Workload:
     # costs what arrives in it, not a scan of every request (50k requests, 12k steps).
     _arrivals: dict[int, tuple[Request, ...]] = field(init=False, repr=False, compare=False)
     _aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _mid_step_aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival or abort
 
     def __post_init__(self) -> None:
@@ -77,11 +84,13 @@ class Workload:
         for r in self.requests:
             arrivals.setdefault(r.arrival_step, []).append(r.request)
         aborts: dict[int, list[str]] = {}
+        mid_step: dict[int, list[str]] = {}
         for a in self.aborts:
-            aborts.setdefault(a.step, []).append(a.request_id)
+            (mid_step if a.mid_step else aborts).setdefault(a.step, []).append(a.request_id)
         object.__setattr__(self, "_arrivals", {k: tuple(v) for k, v in arrivals.items()})
         object.__setattr__(self, "_aborts", {k: tuple(v) for k, v in aborts.items()})
-        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts), default=0))
+        object.__setattr__(self, "_mid_step_aborts", {k: tuple(v) for k, v in mid_step.items()})
+        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts, *mid_step), default=0))
 
     def request(self, request_id: str) -> WorkloadRequest:
         return self._by_id[request_id]
@@ -104,7 +113,12 @@ class Workload:
         return list(self._arrivals.get(step, ()))
 
     def aborts_at(self, step: int) -> list[str]:
+        """The aborts applied before `step`'s schedule()."""
         return list(self._aborts.get(step, ()))
+
+    def mid_step_aborts_at(self, step: int) -> list[str]:
+        """The aborts applied after `step`'s model ran, before its update (`Abort.mid_step`)."""
+        return list(self._mid_step_aborts.get(step, ()))
 
     def replace(self, **changes: Any) -> Workload:
         fields = {
@@ -125,7 +139,10 @@ class Workload:
             "max_steps": self.max_steps,
             "filler_token_id": self.filler_token_id,
             "requests": [_request_to_json(r) for r in self.requests],
-            "aborts": [{"step": a.step, "request_id": a.request_id} for a in self.aborts],
+            "aborts": [
+                {"step": a.step, "request_id": a.request_id, **({"mid_step": True} if a.mid_step else {})}
+                for a in self.aborts
+            ],
         }
 
     @classmethod
@@ -134,7 +151,7 @@ class Workload:
         validate(_for_schema(data), "workload", where)
         config = SchedulerConfig.from_dict(data["config"], f"{where}.config")
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
-        aborts = tuple(Abort(a["step"], a["request_id"]) for a in data.get("aborts", []))
+        aborts = tuple(Abort(a["step"], a["request_id"], a.get("mid_step", False)) for a in data.get("aborts", []))
         try:
             return cls(
                 config=config,

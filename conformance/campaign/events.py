@@ -101,7 +101,7 @@ class EventTracker:
 
     def _aborts(self, rec: StepRecord) -> Counter[str]:
         seen: Counter[str] = Counter()
-        for rid in rec.aborted:
+        for rid in (*rec.aborted, *rec.aborted_mid_step):  # by the status it had before the step, mid-step too
             if rid in rec.finished:
                 before = self.last.requests.get(rid)
                 seen[ABORTS[before.status] if before is not None else "abort_waiting"] += 1  # arrived this step

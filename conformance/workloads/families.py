@@ -180,8 +180,14 @@ def aborts(d: Draw) -> Workload:
     )
     reqs = _requests(d, d.int(1, 6), L, 40, 10, 4, priority=cfg.policy == "priority")
     chosen = [r.request_id for r in reqs if d.bool()]
-    abort_list = tuple(Abort(d.int(0, 12), rid) for rid in chosen)
+    abort_list = _some_mid_step(d, tuple(Abort(d.int(0, 12), rid) for rid in chosen))
     return _runnable(Workload(cfg, reqs, abort_list, max_steps=MAX_STEPS))
+
+
+def _some_mid_step(d: Draw, aborts: tuple[Abort, ...]) -> tuple[Abort, ...]:
+    """About half the aborts land while the model runs (`Abort.mid_step`), as a client's disconnect does. Drawn
+    after everything else, so the rest of a family's workloads are what they were before mid-step aborts."""
+    return tuple(Abort(a.step, a.request_id, d.bool()) for a in aborts)
 
 
 def big_batch(d: Draw) -> Workload:
@@ -320,7 +326,7 @@ def async_scheduling(d: Draw) -> Workload:
         policy=d.choice(["fcfs", "fcfs", "priority"]),
     )
     reqs = _feature_requests(d, cfg, d.int(2, 5), d.choice([1, 3, 6, 12]), 5, stops=d.bool())
-    abort_list = tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0)
+    abort_list = _some_mid_step(d, tuple(Abort(d.int(0, 12), r.request_id) for r in reqs if d.int(0, 3) == 0))
     return _runnable(Workload(cfg, reqs, abort_list, max_steps=FEATURE_MAX_STEPS))
 
 

@@ -123,14 +123,17 @@ def recorded_steps(
     workload, max_steps: int, max_live: int
 ) -> Iterator[tuple[SchedulerState, tuple, StepRecord, SchedulerState, dict]]:
     """`spec.engine.steps` on the reference, the loop every engine runs: for each step that scheduled from
-    1..max_live live requests, (pre, absorbed, record, post, probed cache inputs)."""
+    1..max_live live requests, (pre, absorbed, record, post, probed cache inputs).
+
+    A step with a mid-step abort (`Abort.mid_step`, between the schedule and the update) is passed over: the
+    encoding's step has no input there yet, so the proofs say nothing about those steps."""
     engine = RecordingEngine(workload.config)
     for k, record in enumerate(steps(engine, workload)):
         if k >= max_steps:
             return
         pre, absorbed = engine.pre, engine.absorbed
         engine.pre, engine.absorbed = None, NOTHING_ABSORBED
-        if pre is not None and 0 < len(pre.requests) <= max_live:
+        if pre is not None and 0 < len(pre.requests) <= max_live and not record.aborted_mid_step:
             yield pre, absorbed, record, engine.state(), {r: dict(v) for r, v in engine.probed.items()}
 
 

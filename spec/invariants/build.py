@@ -123,12 +123,20 @@ def make_view(
                 num_hit_tokens=hits.get(rid, 0),
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
                 post_num_stale_output_tokens=s1.num_stale_output_tokens,
+                # A request aborted mid-step kept none of its tokens: the update passed it over.
                 sampled_stop=sampled_stop(
                     q, model_output, rid, s0.num_tokens, config.max_model_len, config.vllm_version
+                )
+                and not (
+                    finished is not None and rid in finished and finished[rid].status == RequestStatus.FINISHED_ABORTED
                 ),
                 finished_stopped=finished is not None
                 and rid in finished
                 and finished[rid].status == RequestStatus.FINISHED_STOPPED,
+                # Live before the step (an abort before schedule() leaves no row), finished as aborted.
+                aborted_mid_step=finished is not None
+                and rid in finished
+                and finished[rid].status == RequestStatus.FINISHED_ABORTED,
             )
         )
     return StepView(

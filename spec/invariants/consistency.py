@@ -95,6 +95,7 @@ class Consistency:
         self.queue: tuple[int, ...] = ()
         self.found: dict[str, Violation] = {}
         self.num_steps = 0
+        self.carried: tuple[str, ...] = ()  # async mid-step aborts a step without an update passes to the next
         self.last: StepRecord | None = None
 
     def _report(self, rule: str, i: int, problems: Iterable[str]) -> None:
@@ -107,7 +108,13 @@ class Consistency:
         where = f"steps[{i}]"
         if rec.step != i:
             report("trace-step-numbers", i, [f"{where}.step is {rec.step}, expected {i}"])
-        report("trace-inputs", i, _inputs(self.workload, i, rec, where))
+        report("trace-inputs", i, _inputs(self.workload, i, rec, where, self.carried))
+        # Async: a step that absorbed no output drained no aborts queue; its mid-step aborts come next step.
+        self.carried = (
+            tuple(self.workload.mid_step_aborts_at(i))
+            if self.workload.config.async_scheduling and rec.updated_step is None
+            else ()
+        )
         report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
         self.queue = rec.in_flight
         before = replay.last
@@ -128,13 +135,20 @@ class Consistency:
         return sorted(found.values(), key=lambda v: (v.step, order[v.invariant]))
 
 
-def _inputs(workload: Workload, i: int, rec: StepRecord, where: str) -> Iterable[str]:
+def _inputs(workload: Workload, i: int, rec: StepRecord, where: str, carried: tuple[str, ...]) -> Iterable[str]:
     arrivals = tuple(r.request_id for r in workload.arrivals_at(i))
     if rec.added != arrivals:
         yield f"{where}.added is {list(rec.added)}, but the workload's arrivals at step {i} are {list(arrivals)}"
-    aborts = tuple(workload.aborts_at(i))
+    aborts = tuple(workload.aborts_at(i)) + carried
     if rec.aborted != aborts:
         yield f"{where}.aborted is {list(rec.aborted)}, but the workload's aborts at step {i} are {list(aborts)}"
+    drains = not workload.config.async_scheduling or rec.updated_step is not None
+    mid_step = tuple(workload.mid_step_aborts_at(i)) if drains else ()
+    if rec.aborted_mid_step != mid_step:
+        yield (
+            f"{where}.aborted_mid_step is {list(rec.aborted_mid_step)}, but the workload's mid-step aborts at "
+            f"step {i} are {list(mid_step)}"
+        )
 
 
 def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
@@ -168,7 +182,7 @@ def _membership(before: StateSummary, rec: StepRecord, where: str) -> Iterable[s
             yield f"{where}.finished has {rid}, which was not live"
         elif not f.status.is_finished:
             yield f"{where}.finished[{rid}].status is {f.status.name}, not a finished status"
-    for rid in rec.aborted:
+    for rid in (*rec.aborted, *rec.aborted_mid_step):
         if rid in live and rid not in rec.finished:
             yield f"{where}.aborted has live {rid}, but it is not in finished"
         elif rid in live and rec.finished[rid].status != RequestStatus.FINISHED_ABORTED:
@@ -200,7 +214,7 @@ def _counters(
     running = {c.req_id: c.num_computed_tokens for c in out.scheduled_cached_reqs}
     for r in view.rows:
         rid = r.request_id
-        if not r.pre_live:
+        if not r.pre_live or rid in rec.aborted_mid_step:  # aborted before the update: `_aborted_outputs` judges it
             continue
         status = before.requests[rid].status if rid in before.requests else RequestStatus.WAITING
         c, how = r.pre_num_computed_tokens, f"{r.pre_num_computed_tokens} before"
@@ -249,8 +263,9 @@ def _counters(
 
 
 def _aborted_outputs(before: StateSummary, rec: StepRecord, prompt: dict[str, int], where: str) -> Iterable[str]:
-    """An abort comes before schedule(): the request ends with the outputs it had after the step before."""
-    for rid in rec.aborted:
+    """An abort comes before schedule(), or before the update: the request ends with the outputs it had after the
+    step before (schedule() adds no token)."""
+    for rid in (*rec.aborted, *rec.aborted_mid_step):
         f = rec.finished.get(rid)
         if f is None or f.status != RequestStatus.FINISHED_ABORTED:
             continue

@@ -2,7 +2,8 @@
 
 vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output. The absorbed
 step's output is taken request by request, in `num_scheduled_tokens` order.
-A request that finished or was aborted meanwhile is passed over. Otherwise
+A request that finished or was aborted meanwhile is passed over, one
+aborted after the model ran (`StepRecord.aborted_mid_step`) too. Otherwise
 its returned tokens are appended one at a time, and `check_stop`'s verdict
 (`spec.rules.stop_kind`: EOS, then stop tokens, then the length caps) is
 asked after each: the first verdict that is not "not stopped" finishes the
@@ -58,7 +59,8 @@ def walk_update(
     w: StepWalk, absorbed: StepRecord | None, in_flight: Mapping[str, int], last_preempted: Mapping[str, int]
 ) -> None:
     c, rec, rows = w.config, w.rec, w.rows
-    finished = {rid: f for rid, f in rec.finished.items() if rid not in rec.aborted}
+    gone = set(rec.aborted) | set(rec.aborted_mid_step)
+    finished = {rid: f for rid, f in rec.finished.items() if rid not in gone}
     seen: set[str] = set()
     running_after = {r.request_id for r in rows.values() if (r.pre_running and not r.preempted) or r.admitted}
     # C as schedule() leaves it (0 after a preemption, the hit on admission, plus the grant), and T before the update.
@@ -71,8 +73,8 @@ def walk_update(
     tokens = {rid: rows[rid].pre_num_tokens for rid in computed}
     for rid in absorbed.output.num_scheduled_tokens if absorbed is not None else ():
         r = rows.get(rid)
-        if absorbed is None or r is None or not r.pre_live:
-            continue  # finished or aborted before this update
+        if absorbed is None or r is None or not r.pre_live or rid in rec.aborted_mid_step:
+            continue  # finished or aborted before this update (after the model ran, too: `aborted_mid_step`)
         seen.add(rid)
         returned = absorbed.model_output.sampled_token_ids.get(rid, ())
         had = r.pre_num_tokens - r.num_prompt_tokens

@@ -220,8 +220,9 @@ def stop_exact(v: StepView) -> Any:
             r.min_tokens,
             v.vllm_version,
         )
-        finished = and_(r.pre_live, not_(r.post_live))
-        stops = and_(r.pre_live, _sampled(r), verdict != rules.NOT_STOPPED)
+        # A request aborted mid-step finishes by the abort: the update passes it over.
+        finished = and_(r.pre_live, not_(r.post_live), not_(r.aborted_mid_step))
+        stops = and_(r.pre_live, _sampled(r), verdict != rules.NOT_STOPPED, not_(r.aborted_mid_step))
         facts.append(and_(finished == stops, r.finished_stopped == and_(stops, verdict == rules.STOPPED)))
     return all_of(facts)
 

@@ -91,6 +91,9 @@ def decide(
             if r is not None:
                 base = r.num_hit_tokens if r.admitted else r.pre_num_computed_tokens
                 prefill_chunk[rid] = base + n < r.pre_num_tokens + r.pre_num_output_placeholders
+    for rid in rec.aborted_mid_step:  # EngineCore's aborts queue, drained after the model ran, before the update
+        shadow.forget(rid)
+        prefill_chunk.pop(rid, None)
     walk_update(w, absorbed, in_flight, last_preempted)
     for rid in rec.finished:
         prefill_chunk.pop(rid, None)

@@ -160,7 +160,8 @@ class History:
 
     def step(self, rec: StepRecord) -> Iterator[Violation]:
         finished_at, reported = self.finished_at, self.reported
-        for rid in rec.aborted:  # aborted before schedule(), so reported by this very step
+        # Aborted before schedule(), so reported by this very step; one aborted mid-step is reported by the next.
+        for rid in rec.aborted:
             if rid in rec.finished:
                 finished_at[rid] = rec.step
         for rid in sorted(rec.output.finished_req_ids):  # a frozenset: its order would hang on the hash seed

@@ -82,6 +82,7 @@ class Row:
     # How this step's sampling ended for the request.
     sampled_stop: Bool = False  # it appended its EOS or one of its stop tokens
     finished_stopped: Bool = False  # it finished as FINISHED_STOPPED in this step
+    aborted_mid_step: Bool = False  # aborted after the model ran, before the update, which passes it over
     min_tokens: Int = 0  # fixed at submission; before 0.29.0 it held back every stop (spec/versions.py)
 
 

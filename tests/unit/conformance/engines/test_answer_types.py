@@ -87,7 +87,7 @@ def mistyped_answers(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, tuple[A
     return method, trace, step, path, bad
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mistyped_answers())
 def test_a_mistyped_answer_is_malformed_at_the_boundary_and_refused_by_check(tmp_path_factory, case):
     method, trace, step, path, bad = case

@@ -235,3 +235,24 @@ def test_a_broken_driver_is_not_reused(tmp_path: Path) -> None:
     with f(SchedulerConfig()) as c:
         assert c._proc.pid != pid
     f.close_all()
+
+
+@needs_vllm
+@pytest.mark.parametrize("family", ["aborts", "async", "kv-pressure", "spec-decode"])
+def test_vllm_agrees_on_aborts_between_the_schedule_and_the_update(factory: SharedDriverFactory, family: str) -> None:
+    """EngineCore drains its aborts queue after the model ran and before `update_from_output`
+    (vllm/v1/engine/core.py:EngineCore.step): vLLM itself, driven so, agrees with the reference's mid-step aborts."""
+    from schedspec.conformance.harness.differ import diff
+    from schedspec.conformance.workloads.families import generate
+    from schedspec.reference_impl import ReferenceEngine
+    from schedspec.spec.workload import Abort
+
+    mid_steps = 0
+    for i in range(3):
+        w = generate(family, 5, i)
+        extra = tuple(Abort(1 + (k % 4), r.request_id, True) for k, r in enumerate(w.requests[:4]))
+        w = w.replace(aborts=w.aborts + extra)
+        result = diff(w, ReferenceEngine, factory, "blocks", keep_records=True)
+        assert result.outcome == "matched", (w.name, result.divergence, result.error)
+        mid_steps += sum(1 for r in result.records_b if r.aborted_mid_step)
+    assert mid_steps > 0
