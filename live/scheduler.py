@@ -13,10 +13,16 @@ Design notes
 * `MonitoredSchedulerMixin` holds the overrides, so a scheduler of one's own
   (a fork, or a test's planted bug) gets monitored as
   `class Mine(MonitoredSchedulerMixin, MyScheduler)`; the two classes here
-  are that mixin over vLLM's `Scheduler` and `AsyncScheduler`. Whether a
-  session is async is the engine's own `scheduler_config.async_scheduling`,
-  not the class (`runs_async`): a platform may run the async class in the
-  synchronous loop.
+  are that mixin over vLLM's `Scheduler` and `AsyncScheduler`. A session
+  follows the class (it decides the scheduler's own bookkeeping); the
+  capture's header also records the engine's own flag
+  (`engine_async_scheduling`), because the two can disagree: vLLM's CPU
+  platform forces `scheduler_config.async_scheduling = False` and still
+  builds the `AsyncScheduler` it was named
+  (vllm/platforms/cpu.py:CpuPlatform.check_and_update_config), so EngineCore
+  runs its synchronous `step()`, while vLLM's own tests drive the same class
+  with a batch queue. The replay tells the two loops apart by the updates'
+  `of_step` (`conformance/live_replay/capture.py:loop_shape`).
 * This module imports vLLM and so loads only where vLLM is installed;
   `schedspec.live` resolves its names lazily, so the pure parts (settings,
   capture, scope, hashing) load anywhere.
@@ -52,7 +58,7 @@ class MonitoredSchedulerMixin:
         super().__init__(*args, **kwargs)
         self.live = None
         try:
-            self.live = LiveSession(self, logger, runs_async(self))
+            self.live = LiveSession(self, logger, isinstance(self, AsyncScheduler))
         except LiveSettingsError:
             raise  # the user's setting, refused at start-up in one line (docs/live.md)
         except Exception as e:  # noqa: BLE001 - a session that cannot start must not stop the server
@@ -136,20 +142,6 @@ class MonitoredSchedulerMixin:
                 live.assembler.prepare(event)
             except Exception as e:  # noqa: BLE001 - LiveSession's policy
                 live.guard(e)
-
-
-def runs_async(scheduler: Any) -> bool:
-    """Whether the engine drives this scheduler with a step in flight: the engine's own flag, not the class.
-
-    vLLM's CPU platform forces `scheduler_config.async_scheduling = False`
-    and still builds the `AsyncScheduler` class it was named
-    (vllm/platforms/cpu.py:CpuPlatform.check_and_update_config), so
-    EngineCore runs its synchronous `step()`: a capture that read the class
-    said async, and its replay ran the async reference against a
-    synchronous loop. The class decides only where the config has no flag.
-    """
-    flag = getattr(getattr(getattr(scheduler, "vllm_config", None), "scheduler_config", None), "async_scheduling", None)
-    return flag if isinstance(flag, bool) else isinstance(scheduler, AsyncScheduler)
 
 
 class MonitoredScheduler(MonitoredSchedulerMixin, Scheduler):  # type: ignore[misc]

@@ -271,7 +271,9 @@ class LiveSession:
             for rid in done:
                 self.live.pop(rid, None)
             if self.assembler is not None:
-                self.assembler.abort(asked, done)
+                # An id never added did nothing in vLLM (a client's abort that raced its own add): a record lists
+                # a step's aborts as applied after its arrivals, so it would abort the arrival that came later.
+                self.assembler.abort([rid for rid in asked if rid in self.seen], done)
             if self.capture is not None:
                 self._write(
                     {
@@ -462,6 +464,8 @@ class LiveSession:
             "vllm_version": getattr(self._vllm(), "__version__", "unknown"),
             "scheduler_class": named if isinstance(named, str) else f"{cls.__module__}.{cls.__qualname__}",
             "async_scheduling": self.async_scheduling,
+            # The engine's own flag: the loop it runs may be synchronous with the async class (vLLM on CPU).
+            "engine_async_scheduling": _engine_flag(self.sched),
             "config": self.config_json,
             "hashed_token_ids": self.hasher is not None,
             "out_of_scope": list(self.out_of_scope),
@@ -483,6 +487,11 @@ def _close_at_exit(ref: weakref.ref[LiveSession]) -> None:
     session = ref()
     if session is not None:
         session.close()
+
+
+def _engine_flag(scheduler: Any) -> bool | None:
+    flag = getattr(getattr(scheduler.vllm_config, "scheduler_config", None), "async_scheduling", None)
+    return flag if isinstance(flag, bool) else None
 
 
 def _pp_size(scheduler: Any) -> int:

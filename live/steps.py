@@ -5,7 +5,8 @@ Design notes
 * A monitored scheduler sees calls, not steps: `add_request` and
   `finish_requests` (A), `schedule()` (S), `update_from_output()` (U) and
   `update_draft_token_ids()` (D). The spec's `StepRecord` is what one turn of
-  vLLM's engine loop does (spec/engine.py): A* S U D? synchronously, and
+  vLLM's engine loop does (spec/engine.py): A* S A* U D? synchronously (an A between S and U is a mid-step abort:
+  EngineCore drains its aborts queue there), and
   under async scheduling (`step_with_batch_queue`) A* S (the batch queue not
   full yet), A* S U (full: the oldest output absorbed) or A* U (nothing to
   schedule). So a record closes when the next event cannot belong to it: an
@@ -49,6 +50,7 @@ class _Open:
     schedule_call: int
     added: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    aborted_mid_step: list[str] = field(default_factory=list)  # after the schedule, before the update
     finished: dict[str, FinishedRequest] = field(default_factory=dict)
     output: SchedulerOutput = field(default_factory=SchedulerOutput)
     own: ModelRunnerOutput | None = None  # this step's sampled tokens, once known
@@ -84,11 +86,23 @@ class StepAssembler:
         state before the call changes it."""
         cur = self.current
         if cur is not None and (
-            (event == "A" and cur.last in ("S", "U", "D"))
+            (event == "A" and cur.last in ("S", "U", "D") and not self.mid_step(cur))
             or (event == "S" and (cur.scheduled or cur.updated))
             or (event == "U" and cur.updated)
         ):
             self.close()
+
+    def mid_step(self, cur: _Open) -> bool:
+        """Whether an abort now lands between the open record's schedule and its update (`Abort.mid_step`).
+
+        EngineCore drains its aborts queue after the model ran, right before an update
+        (vllm/v1/engine/core.py:EngineCore.step). Synchronously every schedule is followed by its update, so an
+        abort between them is mid-step.
+        """
+        # Async: an abort after a schedule cannot be placed until the next call (an update: mid-step; a schedule:
+        # the next step's, as vLLM's own tests order them). The record closes at the abort instead, which the
+        # monitors judge alike: the update passes the aborted request over either way.
+        return cur.scheduled and not cur.updated and not self.async_scheduling
 
     def _open(self, event: str) -> _Open:
         self.prepare(event)  # a caller that did not prepare still gets the record cut right
@@ -103,7 +117,7 @@ class StepAssembler:
 
     def abort(self, rids: list[str], finished: Mapping[str, FinishedRequest]) -> None:
         rec = self._open("A")
-        rec.aborted.extend(rids)
+        (rec.aborted_mid_step if self.mid_step(rec) else rec.aborted).extend(rids)
         rec.finished.update(finished)
 
     def schedule(
@@ -178,5 +192,6 @@ class StepAssembler:
                 draft_token_ids=dict(rec.drafts),
                 scheduled=rec.scheduled if self.async_scheduling else True,
                 in_flight=rec.in_flight,
+                aborted_mid_step=tuple(rec.aborted_mid_step),
             )
             self.emit(record, rec.schedule_call)

@@ -19,6 +19,7 @@ one `SpecError` naming `file:line: kind.field`. What is *not* an error:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -182,6 +183,7 @@ def read_capture(path: str) -> Capture:
         if first:
             raise SpecError(f"{part}:1: line", "", "is missing: a part holds at least its header")
     for s in capture.sessions:
+        loop_shape(s)
         if s.end is None:
             s.notes.append(
                 f"session {s.id} has no end line: the capture is truncated (a crash, a kill, or still being "
@@ -195,6 +197,32 @@ def read_capture(path: str) -> Capture:
                 "off after an error of its own (vLLM's log names it); its complete prefix is replayed"
             )
     return capture
+
+
+def loop_shape(s: Session) -> None:
+    """The async scheduler class in a synchronous engine loop is replayed synchronously.
+
+    The header's `async_scheduling` is the class's; `engine_async_scheduling` is the engine's own flag. They
+    disagree where a platform runs the async class in EngineCore's synchronous `step()` (vLLM's CPU platform
+    forces the flag off), and also in vLLM's own tests, which build the class on that platform and drive it
+    with a batch queue. The updates tell which loop ran: a schedule() while another output still awaits its
+    update is the batch queue; every update following its own schedule is the synchronous loop.
+    """
+    if not s.config.async_scheduling or s.header.data.get("engine_async_scheduling") is not False:
+        return
+    awaiting = 0
+    for line in s.lines:
+        if line.kind == "schedule":
+            if awaiting:
+                return  # a batch queue: the async loop, as the class says
+            awaiting += 1
+        elif line.kind == "update":
+            awaiting = max(awaiting - 1, 0)
+    s.config = dataclasses.replace(s.config, async_scheduling=False)
+    s.notes.append(
+        f"session {s.id}: the async scheduler class ran in the engine's synchronous loop (engine flag "
+        "async_scheduling false, every update after its own schedule): replayed synchronously"
+    )
 
 
 def _header(capture: Capture, current: Session | None, line: Line, number: int) -> Session:

@@ -38,6 +38,7 @@ def header(
         "vllm_version": config.vllm_version.split("+")[0],
         "scheduler_class": SCHEDULER_CLASS,
         "async_scheduling": config.async_scheduling,
+        "engine_async_scheduling": config.async_scheduling,  # a trace's loop is its config's
         "config": config.to_dict(),
         "hashed_token_ids": hashed,
         "out_of_scope": [],
@@ -91,6 +92,15 @@ def capture_of(
             lines.append({"kind": "schedule", "step": calls, "output": output})
             index_of[r.step] = calls
             calls += 1
+        if r.aborted_mid_step:  # EngineCore's aborts queue: after the model ran, before the update
+            lines.append(
+                {
+                    "kind": "abort",
+                    "step": calls,
+                    "request_ids": list(r.aborted_mid_step),
+                    "finished": {rid: f for rid, f in finished.items() if rid in r.aborted_mid_step},
+                }
+            )
         if r.updated_step is not None:
             sampled = records[r.updated_step].model_output.sampled_token_ids
             lines.append(
@@ -99,7 +109,9 @@ def capture_of(
                     "step": calls - 1,
                     "of_step": index_of[r.updated_step],
                     "sampled": {k: ids(v) for k, v in sampled.items()},
-                    "finished": {rid: f for rid, f in finished.items() if rid not in r.aborted},
+                    "finished": {
+                        rid: f for rid, f in finished.items() if rid not in r.aborted and rid not in r.aborted_mid_step
+                    },
                 }
             )
         if r.draft_token_ids:

@@ -24,6 +24,7 @@ class _LoopStep:
     adds: list[Line] = field(default_factory=list)
     aborts: list[Line] = field(default_factory=list)
     schedule: Line | None = None
+    mid_step_aborts: list[Line] = field(default_factory=list)  # after the schedule, before the update
     update: Line | None = None
     drafts: Line | None = None
 
@@ -90,7 +91,7 @@ def _renamed(value: Any, alias: Mapping[str, str], keyed: bool = False) -> Any:
 def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
     """The capture's lines cut into engine-loop steps; an incomplete last step is left out."""
     out: list[_LoopStep] = []
-    cur, schedules, pending = _LoopStep(), 0, set()
+    cur, schedules, pending = _LoopStep(), 0, set[int]()
     for line in renamed_reuses(s.lines, notes):
         kind, d = line.kind, line.data
         if kind == "scope":  # what follows is outside the spec: declared, never judged
@@ -101,6 +102,14 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
             if cur.schedule is not None and cur.update is None:
                 cur = _LoopStep()  # its update came after the declaration: the step is incomplete
             break
+        if kind == "abort" and _drains_before_update(s, cur):
+            # EngineCore's aborts queue, drained after the model ran and before this step's update.
+            if d["step"] != schedules:
+                raise SpecError(
+                    line.at("abort.step"), d["step"], f"must be {schedules}, the schedule() calls before it"
+                )
+            cur.mid_step_aborts.append(line)
+            continue
         if kind in ("add", "abort", "schedule") and (cur.schedule or cur.update) or kind == "update" and cur.update:
             out.append(cur)
             cur = _LoopStep()
@@ -131,14 +140,13 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
                 cur = _LoopStep(update=line)
                 continue
             late = s.config.async_scheduling and cur.schedule is None and out
-            if late and cur.aborts and out[-1].schedule is not None and out[-1].update is None:
-                notes.append(
-                    f"from step {d['step']} the session is outside what the spec models (an abort between "
-                    "schedule() and the update of the output in flight: vLLM's engine loop absorbs that output "
-                    "first): the steps before it are replayed, the rest is not"
-                )
+            if late and cur.aborts and not cur.adds and out[-1].schedule is not None and out[-1].update is None:
+                # Async: aborts between a schedule and the update that follows it are that step's mid-step aborts
+                # (EngineCore drains its aborts queue before the update); only the update tells them apart from
+                # the next step's, so they are placed now.
+                out[-1].mid_step_aborts, out[-1].update = cur.aborts, line
                 cur = _LoopStep()
-                break
+                continue
             if late and cur.adds and out[-1].schedule is not None and out[-1].update is None:
                 # Arrivals before the engine absorbed the previous step's output (vLLM's own tests add a request,
                 # then update): the update is that step's, as the engine loop has it. The two commute: the update
@@ -175,8 +183,16 @@ def rebuild(s: Session) -> tuple[Workload, list[StepRecord], set[int], list[str]
             if q.request_id in requests:
                 raise SpecError(line.at("add.request.request_id"), q.request_id, "is added twice")
             requests[q.request_id] = (q, i, line)
+        # An abort of a request not yet added did nothing in vLLM; the workload applies a step's aborts after its
+        # arrivals, so it is left out rather than let it abort an arrival that came after it.
         for line in st.aborts:
-            aborts += [Abort(i, rid) for rid in line.data["request_ids"]]
+            aborts += [Abort(i, rid) for rid in line.data["request_ids"] if _added_before(requests, rid, i, line)]
+        for line in st.mid_step_aborts:
+            aborts += [
+                Abort(i, rid, mid_step=True)
+                for rid in line.data["request_ids"]
+                if _added_before(requests, rid, i, line)
+            ]
         if st.schedule is not None:
             outputs[st.schedule.data["step"]] = SchedulerOutput.from_json(st.schedule.data["output"])
             index_of[st.schedule.data["step"]] = i
@@ -303,7 +319,11 @@ def _record(
         absorbed = next((x.update for x in loop if x.update is not None and x.update.data["of_step"] == n), None)
         if absorbed is not None:
             sampled = {rid: tuple(t) for rid, t in absorbed.data["sampled"].items() if t}
-    finished = {rid: _finished(f) for line in st.aborts for rid, f in line.data.get("finished", {}).items()}
+    finished = {
+        rid: _finished(f)
+        for line in (*st.aborts, *st.mid_step_aborts)
+        for rid, f in line.data.get("finished", {}).items()
+    }
     if st.update is not None:
         finished.update({rid: _finished(f) for rid, f in st.update.data.get("finished", {}).items()})
     return StepRecord(
@@ -319,7 +339,26 @@ def _record(
         if st.drafts is None
         else {k: tuple(v) for k, v in st.drafts.data["draft_token_ids"].items()},
         scheduled=st.schedule is not None,
+        aborted_mid_step=tuple(rid for line in st.mid_step_aborts for rid in line.data["request_ids"]),
     )
+
+
+def _added_before(requests: Mapping[str, tuple[Request, int, Line]], rid: str, step: int, line: Line) -> bool:
+    """Whether `rid` was added before the abort `line` of loop step `step`."""
+    if rid not in requests:
+        return False
+    _, added_at, add = requests[rid]
+    return added_at < step or (add.path == line.path and add.lineno < line.lineno)
+
+
+def _drains_before_update(s: Session, cur: _LoopStep) -> bool:
+    """Whether an abort now lands between this step's schedule and its update (`Abort.mid_step`).
+
+    Synchronously every schedule() is followed by its update in the same step, so an abort between them is
+    mid-step. Under async scheduling only the next line tells (an update: mid-step; a schedule: the next
+    step's), so `_loop_steps` places those when the update comes.
+    """
+    return cur.schedule is not None and cur.update is None and not s.config.async_scheduling
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -275,7 +275,7 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         "draft_slots": draft_slots,
         "enable_caching": s.kv_cache_manager.enable_caching,
         # The engine's flag decides the loop; the async class may run in the synchronous one (vLLM's CPU
-        # platform does: schedspec.live.scheduler.runs_async), but the batch queue needs the async class.
+        # platform does: schedspec.live.session: engine_async_scheduling), but the batch queue needs the async class.
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling) and isinstance(s, AsyncScheduler),
     }
     want = {

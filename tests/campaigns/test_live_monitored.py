@@ -357,8 +357,9 @@ def test_a_fixture_is_byte_for_byte_what_the_monitored_scheduler_writes(monkeypa
 
 def test_the_async_class_in_a_synchronous_loop_is_captured_as_synchronous(monkeypatch, pythonpath, tmp_path):
     """vLLM's CPU platform runs the `AsyncScheduler` class with `async_scheduling = False`: EngineCore's plain
-    `step()`. The header once read the class and said async, and the replay then ran the async reference
-    against a synchronous loop ("diverges at step 15: finished"). It says what the engine does."""
+    `step()`. The header once read only the class and said async, and the replay then ran the async reference
+    against a synchronous loop ("diverges at step 15: finished"). It records the engine's flag too, and the
+    replay reads the loop from the updates (vLLM's own tests drive the same class with a batch queue)."""
     workloads = [generate("kv-pressure", 0, 2), generate("stops", 0, 3)]
     cap = tmp_path / "cap.jsonl"
     eng = engine(monkeypatch, pythonpath, "schedspec.live.MonitoredAsyncScheduler", f"mode=raise,capture={cap}",
@@ -375,7 +376,48 @@ def test_the_async_class_in_a_synchronous_loop_is_captured_as_synchronous(monkey
     for lines in got:
         header = lines[0]
         assert header["scheduler_class"] == "schedspec.live.MonitoredAsyncScheduler"
-        assert header["async_scheduling"] is False and header["config"]["async_scheduling"] is False
-        assert all(d["of_step"] == d["step"] for d in lines if d["kind"] == "update")  # the loop's shape agrees
+        assert header["engine_async_scheduling"] is False and header["async_scheduling"] is True  # flag, class
+        assert all(d["of_step"] == d["step"] for d in lines if d["kind"] == "update")  # the loop's shape
         replay = replay_live(str(cap), session=header["session"])
         assert replay.divergence is None and replay.steps_compared > 0, replay.divergence
+        assert not replay.workload.config.async_scheduling
+        assert any("synchronous loop" in n for n in replay.notes)
+
+
+@pytest.mark.parametrize(
+    "cls, family",
+    [("schedspec.live.MonitoredScheduler", "aborts"), ("schedspec.live.MonitoredAsyncScheduler", "async")],
+    ids=["sync", "async"],
+)
+def test_a_client_disconnect_mid_step_is_judged_right_and_replays(monkeypatch, pythonpath, tmp_path, cls, family):
+    """EngineCore aborts between a step's execution and its update (vllm/v1/engine/core.py:EngineCore.step): a
+    client that disconnects mid-stream. Forced here deterministically (the spec's loop makes the abort call
+    there): once three false alarms in `mode=log`, and in `mode=raise` a raise that killed `vllm serve`; and the
+    capture's replay refused it. Now no report, no raise, and the capture replays step for step."""
+    from schedspec.spec.workload import Abort
+
+    workloads = []
+    for i in range(3):
+        w = generate(family, 2, i)
+        extra = tuple(Abort(1 + (k % 4), r.request_id, True) for k, r in enumerate(w.requests[:4]))
+        workloads.append(w.replace(aborts=w.aborts + extra))
+    cap = tmp_path / "cap.jsonl"
+    eng = engine(monkeypatch, pythonpath, cls, f"mode=raise,capture={cap}", workloads[0].config)
+    traces = []
+    try:
+        for w in workloads:
+            eng.reset(w.config)
+            traces.append(run(eng, w))  # mode=raise: a false alarm would fail the op
+    finally:
+        eng.close()
+    assert sum(1 for t in traces for r in t.steps if r.aborted_mid_step) > 0
+    got = [s for s in sessions(cap) if any(d["kind"] == "schedule" for d in s)]
+    assert len(got) == len(traces)
+    for trace, lines in zip(traces, got):
+        replay = replay_live(str(cap), session=lines[0]["session"])
+        busy = [r for r in trace.steps if r.scheduled or r.updated_step is not None]
+        assert replay.divergence is None and replay.steps_compared == len(busy), (replay.divergence, replay.notes)
+        # Every mid-step abort that ended a request is in the rebuilt workload as one (an abort of a request
+        # not yet added did nothing, and is left out).
+        mid = {a.request_id for a in replay.workload.aborts if a.mid_step}
+        assert {rid for r in trace.steps for rid in r.aborted_mid_step if rid in r.finished} <= mid
