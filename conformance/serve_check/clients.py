@@ -1,0 +1,108 @@
+"""Concurrent HTTP clients of the OpenAI-compatible server: streaming completions, some abandoned mid-stream.
+
+Each request is a `/v1/completions` call with a token-id prompt (the tiny
+model's vocabulary is `t3` ... `t999`), a random `max_tokens`, sometimes a
+stop token, streamed. A drawn share of the clients close the connection
+after a few chunks: vLLM's server turns the disconnect into an abort, which
+EngineCore drains between a step's execution and its update (`Abort.mid_step`).
+Bursts (many clients at once) force preemption in a small KV pool. Only the
+standard library: the point is a real HTTP client, not a particular one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+VOCAB = range(3, 1000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One client's request, drawn from the seed: the same seed, the same requests (their timing is the machine's)."""
+
+    index: int
+    prompt: tuple[int, ...]
+    max_tokens: int
+    stop_token: int | None
+    disconnect_after: int | None  # chunks read before the client walks away; None: it reads to the end
+    priority: int
+
+
+def plans(n: int, seed: int, disconnect_rate: float, priority: bool) -> list[Plan]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt = tuple(rng.choice(VOCAB) for _ in range(rng.randint(4, 200)))
+        out.append(
+            Plan(
+                i,
+                prompt,
+                rng.randint(1, 48),
+                rng.choice(VOCAB) if rng.random() < 0.2 else None,
+                rng.randint(1, 6) if rng.random() < disconnect_rate else None,
+                rng.randint(0, 3) if priority else 0,
+            )
+        )
+    return out
+
+
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)  # completed, disconnected, refused, failed
+    tokens: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, outcome: str, tokens: int = 0) -> None:
+        with self.lock:
+            self.outcomes[outcome] += 1
+            self.tokens += tokens
+
+
+def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
+    body = {
+        "model": model,
+        "prompt": list(plan.prompt),
+        "max_tokens": plan.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    if plan.stop_token is not None:
+        body["stop_token_ids"] = [plan.stop_token]
+    if plan.priority:
+        body["priority"] = plan.priority
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        if r.status != 200:
+            tally.add("refused")
+            return
+        chunks = 0
+        for raw in r:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            chunks += 1
+            if plan.disconnect_after is not None and chunks >= plan.disconnect_after:
+                conn.sock.close() if conn.sock is not None else None  # walk away mid-stream
+                tally.add("disconnected", chunks)
+                return
+        tally.add("completed", chunks)
+    except (OSError, http.client.HTTPException):
+        tally.add("failed")
+    finally:
+        conn.close()
+
+
+def drive(port: int, model: str, todo: list[Plan], concurrency: int) -> Tally:
+    tally = Tally()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda p: one(port, model, p, tally), todo))
+    return tally
