@@ -262,12 +262,11 @@ class LiveSession:
         try:
             if status.name != "FINISHED_ABORTED":
                 self.scope_out(f"requests finished from outside as {status.name}")
-            asked = (
-                [request_ids]
-                if isinstance(request_ids, str)
-                else sorted(request_ids or (r.request_id for r in finished))
-            )
+            # In the order vLLM freed them (`finished` is in its processing order, which may be a set's), then the
+            # ids that finished nothing: the order decides the free queue, and so the next step's block ids.
             done = {r.request_id: _finished(r) for r in finished}
+            named = [request_ids] if isinstance(request_ids, str) else list(request_ids or done)
+            asked = list(done) + sorted({rid for rid in named if rid not in done})
             for rid in done:
                 self.live.pop(rid, None)
             if self.assembler is not None:

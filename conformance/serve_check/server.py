@@ -123,14 +123,19 @@ class Server:
         return self.proc.poll() is None
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGINT, as ^C stops the server (the scheduler shuts down and the capture ends); SIGKILL past the wait."""
+        """SIGTERM to the server alone, which shuts its engine down in order (the scheduler's `shutdown()` ends the
+        capture); SIGKILL to the whole process group past the wait, and for whatever the server left behind."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
         self._log.close()
         return self.proc.returncode
 

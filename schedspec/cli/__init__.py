@@ -35,6 +35,7 @@ from .mutants import add_mutants_parser
 from .prove import add_prove_parser
 from .replay import add_replay_parser
 from .replay_live import add_replay_live_parser
+from .serve_check import add_serve_check_parser
 from .simulate import add_simulate_parser
 from .venvs import add_venvs_parser
 from .vllm_tests import add_vllm_tests_parser
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_changelog_parser,
         add_replay_live_parser,
         add_vllm_tests_parser,
+        add_serve_check_parser,
     ):  # the order `schedspec --help` lists them in
         add(sub)
     return parser
