@@ -15,6 +15,7 @@ import http.client
 import json
 import random
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,12 +57,15 @@ def plans(n: int, seed: int, disconnect_rate: float, priority: bool) -> list[Pla
 class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)  # completed, disconnected, refused, failed
     tokens: int = 0
+    latencies: list[float] = field(default_factory=list)  # seconds, of the requests read to the end
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, outcome: str, tokens: int = 0) -> None:
+    def add(self, outcome: str, tokens: int = 0, seconds: float | None = None) -> None:
         with self.lock:
             self.outcomes[outcome] += 1
             self.tokens += tokens
+            if seconds is not None:
+                self.latencies.append(seconds)
 
 
 def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
@@ -78,6 +82,7 @@ def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
     if plan.priority:
         body["priority"] = plan.priority
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    t0 = time.monotonic()
     try:
         conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
         r = conn.getresponse()
@@ -94,7 +99,7 @@ def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
                 conn.sock.close() if conn.sock is not None else None  # walk away mid-stream
                 tally.add("disconnected", chunks)
                 return
-        tally.add("completed", chunks)
+        tally.add("completed", chunks, time.monotonic() - t0)
     except (OSError, http.client.HTTPException):
         tally.add("failed")
     finally:

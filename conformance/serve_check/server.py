@@ -71,17 +71,22 @@ class Server:
         pythonpath: Path,
         log: Path,
         kv_blocks: int | None = None,
+        scheduler_cls: str | None = "",
     ) -> None:
+        """`scheduler_cls` "": the monitored class the variant needs; None: vLLM's own (the overhead's baseline)."""
         self.port, self.log = port, log
-        cls = (
-            "schedspec.live.MonitoredAsyncScheduler" if variant.name == "async" else "schedspec.live.MonitoredScheduler"
-        )
+        if scheduler_cls == "":
+            async_class = variant.name == "async"
+            scheduler_cls = (
+                "schedspec.live.MonitoredAsyncScheduler" if async_class else "schedspec.live.MonitoredScheduler"
+            )
         argv = [
             str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-            "--host", "127.0.0.1", "--port", str(port), "--scheduler-cls", cls, "--disable-log-stats",
-            *variant.flags,
+            "--host", "127.0.0.1", "--port", str(port), "--disable-log-stats", *variant.flags,
         ]  # fmt: skip
+        if scheduler_cls is not None:
+            argv += ["--scheduler-cls", scheduler_cls]
         if kv_blocks is not None:
             argv += ["--num-gpu-blocks-override", str(kv_blocks)]
         env = {
