@@ -38,6 +38,14 @@ VARIANTS = {
     "sync": Variant("sync", ("--no-enable-prefix-caching",)),
     "prefix-caching": Variant("prefix-caching", ("--enable-prefix-caching",)),
     "priority": Variant("priority", ("--no-enable-prefix-caching", "--scheduling-policy", "priority"), priority=True),
+    "ngram": Variant(
+        "ngram",
+        (
+            "--no-enable-prefix-caching",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}',
+        ),
+    ),  # fmt: skip
     # vLLM's CPU platform forces async scheduling off (docs/live.md): the flag is accepted and the engine runs
     # its synchronous loop with the async class; the capture's header says which.
     "async": Variant("async", ("--no-enable-prefix-caching", "--async-scheduling")),

@@ -1,5 +1,5 @@
 """`schedspec serve-check` at the issue's size: 1,000 requests per variant from concurrent HTTP clients, with
-disconnects, in each of sync, prefix caching, PRIORITY and async (which vLLM's CPU platform runs in its
+disconnects, in each of sync, prefix caching, PRIORITY, ngram spec decode and async (which vLLM's CPU platform runs in its
 synchronous loop: the capture's header and replay say so). The default tier's
 `tests/campaigns/test_serve_check.py` serves 40 requests of one variant in mode=raise."""
 
@@ -22,5 +22,5 @@ def test_a_thousand_requests_per_variant_are_judged_and_replay(tmp_path, kv_bloc
     argv += ["--kv-blocks", str(kv_blocks)] if kv_blocks else []
     assert main(argv) == 0, (out / "report.md").read_text()
     rep = json.loads((out / "report.json").read_text())
-    assert rep["requests"] == 4000 and rep["monitor_reports"] == 0 and rep["mid_step_aborts"] > 0
+    assert rep["requests"] == 5000 and rep["monitor_reports"] == 0 and rep["mid_step_aborts"] > 0
     assert all(v["passed"] for v in rep["variants"])
