@@ -55,8 +55,18 @@ def read_shard(folder: str) -> dict[str, Any]:
     cert = read_json(path)
     if not isinstance(cert, dict) or cert.get("version") != 2 or "campaign" not in cert:
         raise SpecError(path, cert.get("version") if isinstance(cert, dict) else cert, "is not a certificate")
-    if "families_requested" not in cert["campaign"]:
+    if not isinstance(cert["campaign"], dict) or "families_requested" not in cert["campaign"]:
         raise SpecError(path, None, "was written by an older schedspec, which did not record the campaign's families")
+    # What the merge reads: a certificate cut or edited by hand is one line naming what it lacks, not a KeyError.
+    for key in ("engine", "engine_version", "against", "against_version", "level", "levels_checked",
+                "allow_divergence", "outcomes", "workloads_run", "steps_compared", "elapsed_s", "time_shares",
+                "per_family", "coverage", "coverage_map", "determinism", "vllm_source", "invariants_checked",
+                *PER_WORKLOAD):  # fmt: skip
+        if key not in cert:
+            raise SpecError(f"{path}: {key}", None, "is required in a certificate")
+    for key in ("seed", "workloads", "shard"):
+        if key not in cert["campaign"]:
+            raise SpecError(f"{path}: campaign.{key}", None, "is required in a certificate")
     return cert
 
 

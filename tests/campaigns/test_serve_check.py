@@ -35,7 +35,11 @@ def test_a_port_in_use_is_one_line_exit_2(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "--port" in err and "in use" in err
 
 
-@pytest.mark.parametrize("argv", [["--requests", "0"], ["--disconnect-rate", "1.5"], ["--concurrency", "0"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--requests", "0"], ["--disconnect-rate", "1.5"], ["--concurrency", "0"], ["--kv-blocks", "0"],
+     ["--port", "70000"]],
+)  # fmt: skip
 def test_bad_numbers_are_refused(tmp_path, argv, capsys):
     assert main(["serve-check", *argv, "--out", str(tmp_path / "out")]) == 2
     assert argv[0] in capsys.readouterr().err

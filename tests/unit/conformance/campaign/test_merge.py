@@ -79,6 +79,9 @@ MUTATIONS = {
     "workloads": lambda c: c["campaign"].update(workloads=13),
     "families_requested": lambda c: c["campaign"].update(families_requested=["budget"]),
     "split": lambda c: c["campaign"].update(shard="1/3"),
+    # cut or edited by hand: what the merge reads, missing (once a KeyError traceback)
+    "coverage_map": lambda c: c.pop("coverage_map"),
+    "seed missing": lambda c: c["campaign"].pop("seed"),
 }
 
 
@@ -111,10 +114,11 @@ def test_shards_of_different_campaigns_are_refused_in_one_line(tmp_path_factory,
     capsys.readouterr()
     assert main(["merge", *map(str, given_shards), "--out", str(work / "merged")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("schedspec: error: merge: ")
+    cut = how in ("coverage_map", "seed missing")  # named by the shard's file, as any unreadable input is
+    assert len(err.splitlines()) == 1 and err.startswith("schedspec: error: " + ("" if cut else "merge: "))
     assert not (work / "merged" / "certificate.json").exists()
     if how in MUTATIONS and how != "split":
-        assert how in err, err
+        assert how.split()[0] in err, err
 
 
 def test_the_matrix_recipe_of_docs_ci_md_runs(tmp_path, monkeypatch):
