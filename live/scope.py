@@ -15,8 +15,8 @@ Design notes
   block), so no monitor can be said to be untouched by any of these features.
   `monitors_off` in the header lists them all.
 * What the spec does model is not out of scope: chunked prefill on or off,
-  FCFS and PRIORITY, the watermark, the thresholds, prefix caching, ngram
-  spec decode (no lookahead, no draft slots), async scheduling with PP = 1
+  FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
+  decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots), async scheduling with PP = 1
   (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..spec.config import SPECULATIVE_METHODS
 from ..spec.versions import RELEASES
 
 
@@ -69,7 +70,9 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
                 found.append(f"scheduler knob {knob}={g(sched, knob)}")
     if spec is not None:
         method = g(spec, "method", None)
-        if g(spec, "max_num_new_slots_for_drafting", 0) or (
+        if method not in SPECULATIVE_METHODS:
+            found.append(f"spec-decode method {method} (modelled: {', '.join(SPECULATIVE_METHODS)})")
+        elif g(spec, "max_num_new_slots_for_drafting", 0) or (
             scheduler is not None and g(scheduler, "num_lookahead_tokens", 0)
         ):
             found.append(f"spec-decode with lookahead or draft slots (method={method})")

@@ -143,6 +143,7 @@ def config(
         "max_num_active_seqs": None if active == sc.max_num_seqs else active,
         "enable_prefix_caching": bool(cc.enable_prefix_caching),
         "num_speculative_tokens": int(spec.num_speculative_tokens) if spec is not None else 0,
+        "speculative_method": spec.method if spec is not None else "ngram",
         "async_scheduling": async_scheduling,
         "vllm_version": release,
     }

@@ -21,6 +21,10 @@ from .errors import SpecError
 from .versions import BY_NAME as VARIANTS, DEFAULT_RELEASE, holds, parse, problem as version_problem
 
 Policy = Literal["fcfs", "priority"]
+SpeculativeMethod = Literal["ngram", "ngram_gpu"]
+# vllm/config/speculative.py: `ngram` drafts on the CPU; `ngram_gpu` (NgramGPUTypes) on the device, inside the
+# model runner. The drafters with lookahead slots (EAGLE, MTP, draft models, DFlash, DSpark) are outside the spec.
+SPECULATIVE_METHODS: tuple[str, ...] = ("ngram", "ngram_gpu")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,10 @@ class SchedulerConfig:
     # as in vLLM's test harness.
     enable_prefix_caching: bool = False  # CacheConfig.enable_prefix_caching
     num_speculative_tokens: int = 0  # k of an ngram-like drafter: no lookahead slots, no draft slots
+    # The drafter as vLLM names it (SpeculativeConfig.method). Both draft from the tokens alone, with no
+    # lookahead and no draft slots, so the scheduler treats them alike; they differ in where they run,
+    # which decides whether a release lets them under async scheduling (_validate_release).
+    speculative_method: SpeculativeMethod = "ngram"
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
     # The release whose semantics apply (spec/versions.py): one switch for the reference and the monitors.
     vllm_version: str = DEFAULT_RELEASE
@@ -136,6 +144,11 @@ def _validate(c: SchedulerConfig) -> None:
     ):
         need(name, isinstance(getattr(c, name), bool), "must be true or false")
     need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
+    need(
+        "speculative_method",
+        c.speculative_method in SPECULATIVE_METHODS,
+        f"must be one of {', '.join(SPECULATIVE_METHODS)} (drafters with lookahead or draft slots are not modelled)",
+    )
     why = version_problem(c.vllm_version)
     need("vllm_version", why is None, why or "")
     w = c.watermark
@@ -186,9 +199,12 @@ def _validate_release(c: SchedulerConfig, need: Any) -> None:
         need("max_num_active_seqs", c.max_num_active_seqs is None, why)
         need("long_prefill_token_threshold_adaptive", not c.long_prefill_token_threshold_adaptive, why)
     if not holds("async-with-ngram-spec-decode", c.vllm_version):
+        # vllm/config/vllm.py:VllmConfig.__post_init__ accepts async scheduling only with a drafter that runs
+        # on the device (EAGLE/MTP, draft models, ngram_gpu) before 0.33.0, whose V2 model runner takes ngram too.
         need(
             "async_scheduling",
-            not (c.async_scheduling and c.num_speculative_tokens > 0),
-            f"vLLM {v} refuses async scheduling with ngram spec decode (num_speculative_tokens > 0); "
-            f"accepted from {VARIANTS['async-with-ngram-spec-decode'].since}",
+            not (c.async_scheduling and c.num_speculative_tokens > 0 and c.speculative_method == "ngram"),
+            f"vLLM {v} refuses async scheduling with the CPU ngram drafter (num_speculative_tokens > 0); "
+            f"accepted with speculative_method 'ngram_gpu', or with 'ngram' from "
+            f"{VARIANTS['async-with-ngram-spec-decode'].since}",
         )

@@ -104,8 +104,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(
         "async-with-ngram-spec-decode",
         "0.33.0",
-        "async scheduling with an ngram drafter is refused (VllmConfig.__post_init__)",
-        "it is accepted (the V2 model runner)",
+        "async scheduling with the CPU ngram drafter is refused (VllmConfig.__post_init__); ngram_gpu is accepted",
+        "both are accepted (the V2 model runner takes the CPU ngram drafter too)",
         "vllm/config/vllm.py:VllmConfig.__post_init__",
         "",
     ),

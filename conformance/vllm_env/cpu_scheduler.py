@@ -17,8 +17,8 @@ Design notes
 * The three features (prefix caching, spec decode, async scheduling) map
   onto vLLM's own knobs:
   `enable_prefix_caching` onto `CacheConfig`; `num_speculative_tokens = k`
-  onto an ngram `SpeculativeConfig`, the one method with no lookahead slots
-  and no draft slots (`num_lookahead_tokens == 0`,
+  onto a `SpeculativeConfig` of `speculative_method` (`ngram` or
+  `ngram_gpu`), the methods with no lookahead slots and no draft slots (`num_lookahead_tokens == 0`,
   `max_num_new_slots_for_drafting == 0`), which the build checks, since the
   spec assumes both; `async_scheduling` onto `AsyncScheduler`.
 * One file for every release 0.28.0-0.33.0: a knob is passed only if the
@@ -212,11 +212,11 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
     )
     parallel_config = ParallelConfig()
     k = int(c.get("num_speculative_tokens", 0))
-    # ngram: drafts come from the prompt on the CPU, so no lookahead and no draft slots.
+    # ngram / ngram_gpu: drafts come from the tokens alone, so no lookahead and no draft slots.
     # The lookup window is irrelevant here (the harness plays the drafts), but required.
     speculative_config = (
         SpeculativeConfig(
-            method="ngram",
+            method=c.get("speculative_method", "ngram"),
             num_speculative_tokens=k,
             prompt_lookup_min=1,
             prompt_lookup_max=k,

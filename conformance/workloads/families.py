@@ -377,9 +377,9 @@ def at_release(workload: Workload, version: str) -> Workload:
     * `max_num_active_seqs` and `long_prefill_token_threshold_adaptive` do not exist before 0.31.0
       (vllm/config/scheduler.py:SchedulerConfig): set to their defaults (None, False), which is what the
       older releases do;
-    * async scheduling with an ngram drafter is refused before 0.33.0 (vllm/config/vllm.py:
-      VllmConfig.__post_init__): async is turned off and spec decode kept, which is what those releases
-      run by default for an ngram drafter (`async_scheduling=None` resolves to False there).
+    * async scheduling with the CPU ngram drafter is refused before 0.33.0 (vllm/config/vllm.py:
+      VllmConfig.__post_init__), which accepts the device's `ngram_gpu`: the drafter becomes `ngram_gpu`,
+      which drafts alike and needs no slots either, so async spec decode is certified at every release.
 
     Raises `SpecError` for a `version` outside `spec.versions.RELEASES`.
     """
@@ -395,8 +395,13 @@ def at_release(workload: Workload, version: str) -> Workload:
             changes["max_num_active_seqs"] = None
         if c.long_prefill_token_threshold_adaptive:
             changes["long_prefill_token_threshold_adaptive"] = False
-    if not holds("async-with-ngram-spec-decode", version) and c.async_scheduling and c.num_speculative_tokens > 0:
-        changes["async_scheduling"] = False
+    if (
+        not holds("async-with-ngram-spec-decode", version)
+        and c.async_scheduling
+        and c.num_speculative_tokens > 0
+        and c.speculative_method == "ngram"
+    ):
+        changes["speculative_method"] = "ngram_gpu"
     if c.vllm_version == version and not changes:
         return workload
     config = dataclasses.replace(c, vllm_version=version, **changes)  # type: ignore[arg-type]

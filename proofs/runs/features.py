@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import z3
 
 from ...spec.invariants import BY_NAME, INVARIANTS, Invariant
-from ...spec.versions import DEFAULT_RELEASE, holds
+from ...spec.versions import DEFAULT_RELEASE
 from ..encoding.step import step
 from ..encoding.symbolic import fresh, post_in_flight_record, state_view, well_formed
 from . import prove
@@ -81,14 +81,6 @@ def goal_of(invariant: Invariant, pre, post) -> z3.BoolRef:
     """The invariant after the step; under async, with the in-flight record that the pre-state assumed."""
     goal = prove.goal_of(invariant, pre, post)
     return z3.And(goal, post_in_flight_record(pre, post)) if pre.config.async_scheduling else goal
-
-
-def refusal(features: tuple[str, ...], release: str) -> str | None:
-    """Why `release` cannot run these features together (`spec/versions.py`), or None: a proof of a config
-    the release refuses to start would be vacuous."""
-    if "async" in features and "spec-decode" in features and not holds("async-with-ngram-spec-decode", release):
-        return f"vLLM {release} refuses async scheduling with an ngram drafter (from 0.33.0 it accepts it)"
-    return None
 
 
 def check(

@@ -81,14 +81,6 @@ def _check_args(args: argparse.Namespace) -> list[str]:
 
     if args.vllm_version not in RELEASES:
         raise SpecError("--vllm-version", args.vllm_version, f"must be one of {', '.join(RELEASES)}")
-    if args.feature:
-        from ..proofs.runs.features import refusal
-
-        why = refusal(tuple(args.feature), args.vllm_version)
-        if why is not None:
-            raise SpecError(
-                "--vllm-version", args.vllm_version, f"with --feature {' --feature '.join(args.feature)}: {why}"
-            )
     return names
 
 

@@ -129,6 +129,8 @@ def fake_config(**changes):
 
 def test_scope_sees_nothing_in_what_the_spec_models():
     assert scope.config_features(fake_config()) == []
+    for method in ("ngram", "ngram_gpu"):  # the drafters without lookahead or draft slots (spec/config.py)
+        assert scope.config_features(fake_config(speculative_config=SimpleNamespace(method=method))) == []
 
 
 @pytest.mark.parametrize(
@@ -139,7 +141,9 @@ def test_scope_sees_nothing_in_what_the_spec_models():
         ({"parallel_config": SimpleNamespace(pipeline_parallel_size=2)}, "pipeline-parallel"),
         ({"model_config": SimpleNamespace(is_multimodal_model=True)}, "multimodal"),
         ({"model_config": SimpleNamespace(runner_type="pooling")}, "pooling"),
-        ({"speculative_config": SimpleNamespace(method="eagle", max_num_new_slots_for_drafting=1)}, "lookahead"),
+        ({"speculative_config": SimpleNamespace(method="eagle", max_num_new_slots_for_drafting=1)}, "method eagle"),
+        ({"speculative_config": SimpleNamespace(method="suffix")}, "method suffix"),
+        ({"speculative_config": SimpleNamespace(method="ngram", max_num_new_slots_for_drafting=1)}, "lookahead"),
         ({"diffusion_config": SimpleNamespace(canvas_length=8)}, "diffusion"),
     ],
 )

@@ -134,11 +134,16 @@ def test_at_release_drops_the_knobs_older_releases_lack() -> None:
     assert new.description == w.description
 
 
-def test_at_release_turns_async_off_under_spec_decode_before_0_33() -> None:
+def test_at_release_drafts_with_ngram_gpu_under_async_before_0_33() -> None:
+    """Before 0.33.0 vLLM takes async spec decode only with a drafter on the device: the workload keeps async
+    and spec decode, and its drafter becomes `ngram_gpu`, which the scheduler treats as `ngram`."""
     w = _with(generate("budget", 0, 0), async_scheduling=True, num_speculative_tokens=2)
-    assert not at_release(w, "0.32.0").config.async_scheduling
-    assert at_release(w, "0.32.0").config.num_speculative_tokens == 2
-    assert at_release(w, "0.33.0").config.async_scheduling
+    old = at_release(w, "0.32.0").config
+    assert old.async_scheduling and old.num_speculative_tokens == 2 and old.speculative_method == "ngram_gpu"
+    assert "speculative_method='ngram' -> 'ngram_gpu'" in at_release(w, "0.28.0").description
+    assert at_release(w, "0.33.0").config.speculative_method == "ngram"
+    sync = _with(w, async_scheduling=False)
+    assert at_release(sync, "0.28.0").config.speculative_method == "ngram"  # sync: nothing refused
     plain_async = _with(generate("budget", 0, 0), async_scheduling=True)
     assert at_release(plain_async, "0.28.0").config.async_scheduling  # no drafter: nothing refused
 
