@@ -50,6 +50,11 @@ class Engine(Protocol):
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         """Sync spec decode only: the drafter's proposals after a step. Engines without spec decode may omit it."""
 
+    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
+        """Structured output: a request's grammar finished compiling (`compiled`) or failed, before the next
+        schedule(); vLLM's compile future becoming done. An id that is no longer live is ignored. Engines
+        without structured output may omit it (`workload.Grammar`)."""
+
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
 
@@ -161,7 +166,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         return
     drafter = Drafter(workload) if workload.config.num_speculative_tokens > 0 else None
     for step in range(workload.max_steps):
-        added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
+        added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
         output = engine.schedule()
         model_output = fake_model(workload, output, engine.summary())
         mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
@@ -181,6 +186,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             finished,
             draft_token_ids=drafts,
             aborted_mid_step=mid_step,
+            grammars=grammars,
         )
         yield record
         if drained_after(record, workload):
@@ -189,13 +195,17 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
 
 def _arrivals_and_aborts(
     engine: Engine, workload: Workload, step: int
-) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, FinishedRequest]]:
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, FinishedRequest], dict[str, bool]]:
+    """The inputs before a step's schedule(): arrivals, aborts, then the grammars whose compile finished."""
     added = workload.arrivals_at(step)
     for request in added:
         engine.add_request(request)
     finished: dict[str, FinishedRequest] = {}
     aborted = _abort(engine, workload.aborts_at(step), finished)
-    return tuple(r.request_id for r in added), aborted, finished
+    grammars = dict(workload.grammars_at(step))
+    for rid, compiled in grammars.items():
+        engine.grammar_compiled(rid, compiled)
+    return tuple(r.request_id for r in added), aborted, finished, grammars
 
 
 def _abort(engine: Engine, request_ids: list[str], finished: dict[str, FinishedRequest]) -> tuple[str, ...]:
@@ -221,7 +231,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     unreported: set[str] = set()
     carried: list[str] = []  # mid-step aborts of a step that absorbed no output: the input queue's copy, next step
     for step in range(workload.max_steps):
-        added, aborted, finished = _arrivals_and_aborts(engine, workload, step)
+        added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
         aborted += _abort(engine, carried, finished)
         carried = []
         unreported |= set(finished)
@@ -246,6 +256,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
                     finished,
                     updated_step=None,
                     in_flight=batch_queue_steps,
+                    grammars=grammars,
                 )
                 continue
         mid_step: tuple[str, ...] = ()
@@ -270,6 +281,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             scheduled=scheduled,
             in_flight=tuple(s for s, _, _ in reversed(batch_queue)),
             aborted_mid_step=mid_step,
+            grammars=grammars,
         )
         yield record
         if not batch_queue and not unreported and not carried and drained_after(record, workload):

@@ -19,9 +19,10 @@ class RequestStatus(enum.IntEnum):
     """vLLM's statuses, in vLLM's order (`vllm/v1/request.py:RequestStatus (373-386)`).
 
     The order matters: vLLM defines `is_finished(s)` as `s > PREEMPTED`.
-    The statuses that only optional subsystems produce (grammar, remote KV,
-    streaming) are kept so that traces of a real vLLM can be read, although
-    the reference never enters them.
+    A request with a grammar (structured output) starts in
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR; the statuses of remote KV and
+    streaming input are kept so that traces of a real vLLM can be read,
+    although the reference never enters them.
     """
 
     WAITING = enum.auto()
@@ -44,6 +45,12 @@ class RequestStatus(enum.IntEnum):
 
 FINISHED_STATUSES = frozenset(s for s in RequestStatus if s.is_finished)
 
+# A structured-output request's grammar as the scheduler finds it (vllm/v1/structured_output/request.py:
+# StructuredOutputRequest.grammar): None while the compile runs, the grammar once it compiled, the exception
+# if it failed. The engine loop finishes a compile at the step the workload says (`workload.Grammar`).
+GRAMMAR_COMPILING, GRAMMAR_COMPILED, GRAMMAR_FAILED = "compiling", "compiled", "failed"
+GRAMMAR_STATES = (GRAMMAR_COMPILING, GRAMMAR_COMPILED, GRAMMAR_FAILED)
+
 
 @dataclass(frozen=True)
 class Request:
@@ -62,6 +69,9 @@ class Request:
     stop_token_ids: tuple[int, ...] = ()
     priority: int = 0
     arrival_time: float = 0.0
+    # SamplingParams.structured_outputs is set: the request waits for its grammar to compile before it can be
+    # scheduled (vllm/v1/request.py:Request.__init__ puts it in WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR).
+    structured_output: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The request's fields, as workloads, traces, states and live captures all write them."""
@@ -75,6 +85,7 @@ class Request:
             "stop_token_ids": list(self.stop_token_ids),
             "priority": self.priority,
             "arrival_time": self.arrival_time,
+            **({"structured_output": True} if self.structured_output else {}),
         }
 
     @classmethod
@@ -90,6 +101,7 @@ class Request:
             stop_token_ids=tuple(d.get("stop_token_ids", ())),
             priority=d.get("priority", 0),
             arrival_time=float(d.get("arrival_time", default_arrival_time)),
+            structured_output=bool(d.get("structured_output", False)),
         )
 
     @functools.cached_property

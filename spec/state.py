@@ -112,6 +112,7 @@ class RequestState(RequestProperties):
     stop_reason: int | str | None = None
     block_ids: tuple[int, ...] = ()  # the request's block table, in position order
     num_cached_blocks: int = 0  # prefix caching: leading blocks already registered (num_cached_block)
+    grammar: str | None = None  # structured output: "compiling", "compiled" or "failed" (spec.request)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def request_state_to_json(r: RequestState) -> dict[str, Any]:
         "stop_reason": r.stop_reason,
         "block_ids": list(r.block_ids),
         "num_cached_blocks": r.num_cached_blocks,
+        **({"grammar": r.grammar} if r.grammar is not None else {}),
     }
 
 

@@ -33,6 +33,7 @@ _STEP = frozenset(
         "scheduled",
         "in_flight",
         "aborted_mid_step",
+        "grammars",
     }
 )
 _STEP_REQUIRED = frozenset({"step", "added", "aborted", "output", "model_output", "state", "finished"})
@@ -50,10 +51,16 @@ _OUTPUT_REQUIRED = _OUTPUT - {"scheduled_spec_decode_tokens"}
 _NEW_REQ = frozenset({"req_id", "num_computed_tokens", "block_ids", "resumed"})
 _CACHED_REQ = frozenset({"req_id", "num_computed_tokens", "new_block_ids"})
 _STATE = frozenset({"running", "waiting", "num_free_blocks", "requests"})
-_SUMMARY = frozenset({"status", "num_computed_tokens", "num_tokens"})
+_SUMMARY = frozenset({"status", "num_computed_tokens", "num_tokens", "grammar"})
+_SUMMARY_REQUIRED = frozenset({"status", "num_computed_tokens", "num_tokens"})
+_GRAMMARS = ("compiling", "compiled", "failed")  # a tuple: `in` must not hash an unhashable value
 _FINISHED = frozenset({"status", "output_token_ids"})
 # The schema's status pattern is ^[A-Z_]+$; the status names are a subset of what it admits.
 _STATUSES = frozenset(n for n in RequestStatus.__members__ if re.fullmatch(r"[A-Z_]+", n))
+
+
+def _bools(m: Any) -> bool:
+    return type(m) is dict and all(type(k) is str and type(v) is bool for k, v in m.items())
 
 
 def _int(x: Any) -> bool:
@@ -123,11 +130,12 @@ def plainly_valid_state(s: Any) -> bool:
         return False
     requests = s["requests"]
     return type(requests) is dict and all(
-        _keys(r, _SUMMARY, _SUMMARY)
+        _keys(r, _SUMMARY, _SUMMARY_REQUIRED)
         and type(r["status"]) is str
         and r["status"] in _STATUSES
         and _int(r["num_computed_tokens"])
         and _int(r["num_tokens"])
+        and r.get("grammar", "compiled") in _GRAMMARS
         for r in requests.values()
     )
 
@@ -165,4 +173,5 @@ def plainly_valid(d: Any) -> bool:
         and type(d.get("scheduled", True)) is bool
         and _nats(d.get("in_flight", []))
         and _ids(d.get("aborted_mid_step", []))
+        and _bools(d.get("grammars", {}))
     )

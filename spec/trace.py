@@ -32,17 +32,23 @@ class RequestSummary:
     status: RequestStatus
     num_computed_tokens: int
     num_tokens: int
+    # Structured output only (None without a grammar): "compiling", "compiled" or "failed", as the
+    # scheduler would find `request.structured_output_request.grammar` (spec.request.GRAMMAR_STATES).
+    grammar: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "status": self.status.name,
             "num_computed_tokens": self.num_computed_tokens,
             "num_tokens": self.num_tokens,
         }
+        if self.grammar is not None:
+            d["grammar"] = self.grammar
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RequestSummary:
-        return cls(RequestStatus[d["status"]], d["num_computed_tokens"], d["num_tokens"])
+        return cls(RequestStatus[d["status"]], d["num_computed_tokens"], d["num_tokens"], d.get("grammar"))
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ class StateSummary:
             waiting=state.waiting,
             num_free_blocks=state.num_free_blocks,
             requests={
-                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in state.requests.items()
+                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens, r.grammar)
+                for rid, r in state.requests.items()
             },
         )
 
@@ -111,6 +118,9 @@ class StepRecord:
     # Aborted after the model ran and before update_from_output() (`workload.Abort.mid_step`); their
     # finished entries are in `finished`, beside those of `aborted`.
     aborted_mid_step: tuple[str, ...] = ()
+    # Structured output: the grammars whose compilation finished before this step's schedule(), by request,
+    # True if it compiled and False if it failed (`workload.Grammar`). Applied after the arrivals and aborts.
+    grammars: Mapping[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.updated_step == -1:
@@ -137,6 +147,8 @@ class StepRecord:
             d["in_flight"] = list(self.in_flight)
         if self.aborted_mid_step:
             d["aborted_mid_step"] = list(self.aborted_mid_step)
+        if self.grammars:
+            d["grammars"] = dict(self.grammars)
         return d
 
     @classmethod
@@ -157,6 +169,7 @@ class StepRecord:
             scheduled=d.get("scheduled", True),
             in_flight=tuple(d.get("in_flight", ())),
             aborted_mid_step=tuple(d.get("aborted_mid_step", ())),
+            grammars=dict(d.get("grammars", {})),
         )
 
 
@@ -208,6 +221,7 @@ def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) 
         "added": s.added,
         "aborted": s.aborted,
         "aborted_mid_step": s.aborted_mid_step,
+        "grammars": tuple(s.grammars),
         "output.num_scheduled_tokens": tuple(s.output.num_scheduled_tokens),
         "output.scheduled_new_reqs": tuple(r.req_id for r in s.output.scheduled_new_reqs),
         "output.scheduled_cached_reqs": tuple(r.req_id for r in s.output.scheduled_cached_reqs),

@@ -20,6 +20,7 @@ campaign families draw only workloads this rule accepts
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,12 +37,37 @@ DEFAULT_MAX_STEPS = 10_000
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """Structured output: when a request's grammar finishes compiling, and whether it fails.
+
+    vLLM compiles a grammar in a thread pool while the engine steps (vllm/v1/structured_output/__init__.py:
+    StructuredOutputManager.grammar_init), and the scheduler looks at the compile's future at each schedule()
+    that reaches the request. The workload fixes the step before whose schedule() the future is done, so every
+    engine sees the same world: `ready_step` (at or after the arrival), and `fails` for a grammar that does not
+    compile (the scheduler then finishes the request with FINISHED_ERROR in the step's update).
+    """
+
+    ready_step: int
+    fails: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ready_step": self.ready_step, "fails": self.fails}
+
+
+@dataclass(frozen=True)
 class WorkloadRequest:
     request: Request
     arrival_step: int = 0
     output_token_ids: tuple[int, ...] = ()  # planted samples, in order
     # Speculative decoding: (num_drafts, num_accepted) per proposal, in order (spec/engine.py).
     spec_proposals: tuple[tuple[int, int], ...] = ()
+    grammar: Grammar | None = None  # structured output: `request.structured_output` is set exactly when this is
+
+    def __post_init__(self) -> None:
+        if (self.grammar is not None) != self.request.structured_output:
+            object.__setattr__(
+                self, "request", dataclasses.replace(self.request, structured_output=self.grammar is not None)
+            )
 
     @property
     def request_id(self) -> str:
@@ -75,6 +101,7 @@ class Workload:
     _arrivals: dict[int, tuple[Request, ...]] = field(init=False, repr=False, compare=False)
     _aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _mid_step_aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _grammars: dict[int, tuple[tuple[str, bool], ...]] = field(init=False, repr=False, compare=False)
     last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival or abort
 
     def __post_init__(self) -> None:
@@ -90,7 +117,12 @@ class Workload:
         object.__setattr__(self, "_arrivals", {k: tuple(v) for k, v in arrivals.items()})
         object.__setattr__(self, "_aborts", {k: tuple(v) for k, v in aborts.items()})
         object.__setattr__(self, "_mid_step_aborts", {k: tuple(v) for k, v in mid_step.items()})
-        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts, *mid_step), default=0))
+        grammars: dict[int, list[tuple[str, bool]]] = {}
+        for r in self.requests:
+            if r.grammar is not None:
+                grammars.setdefault(r.grammar.ready_step, []).append((r.request_id, not r.grammar.fails))
+        object.__setattr__(self, "_grammars", {k: tuple(v) for k, v in grammars.items()})
+        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts, *mid_step, *grammars), default=0))
 
     def request(self, request_id: str) -> WorkloadRequest:
         return self._by_id[request_id]
@@ -119,6 +151,10 @@ class Workload:
     def mid_step_aborts_at(self, step: int) -> list[str]:
         """The aborts applied after `step`'s model ran, before its update (`Abort.mid_step`)."""
         return list(self._mid_step_aborts.get(step, ()))
+
+    def grammars_at(self, step: int) -> list[tuple[str, bool]]:
+        """The grammars whose compile finishes before `step`'s schedule(): (request id, compiled), in workload order."""
+        return list(self._grammars.get(step, ()))
 
     def replace(self, **changes: Any) -> Workload:
         fields = {
@@ -218,6 +254,7 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
         "arrival_time": q.arrival_time,
         "output_token_ids": list(r.output_token_ids),
         **({"spec_proposals": [list(p) for p in r.spec_proposals]} if r.spec_proposals else {}),
+        **({"grammar": r.grammar.to_json()} if r.grammar is not None else {}),
     }
 
 
@@ -228,6 +265,7 @@ def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
         d.get("arrival_step", 0),
         tuple(d.get("output_token_ids", ())),
         tuple((p[0], p[1]) for p in d.get("spec_proposals", ())),
+        Grammar(d["grammar"]["ready_step"], d["grammar"].get("fails", False)) if "grammar" in d else None,
     )
 
 
@@ -256,6 +294,12 @@ def _check(w: Workload) -> None:
             raise SpecError(f"{here}.min_tokens", q.min_tokens, f"must be in [0, max_tokens={q.max_tokens}]")
         if r.arrival_step < 0:
             raise SpecError(f"{here}.arrival_step", r.arrival_step, "must be >= 0")
+        if r.grammar is not None and r.grammar.ready_step < r.arrival_step:
+            raise SpecError(
+                f"{here}.grammar.ready_step",
+                r.grammar.ready_step,
+                f"must be >= arrival_step ({r.arrival_step}): the compile starts when the request arrives",
+            )
         k = w.config.num_speculative_tokens
         for j, (num_drafts, num_accepted) in enumerate(r.spec_proposals):
             if k == 0:
@@ -334,6 +378,12 @@ def check_runnable(w: Workload, where: str = "workload") -> None:
             )
         if r.request_id in aborted:
             continue
+        if r.grammar is not None and r.grammar.ready_step >= w.max_steps:
+            raise SpecError(
+                f"{here}.grammar.ready_step",
+                r.grammar.ready_step,
+                f"is at or past max_steps ({w.max_steps}), so the request waits for its grammar to the end",
+            )
         num_prompt_tokens = r.request.num_prompt_tokens
         num_blocks = -(-num_prompt_tokens // c.block_size)
         if num_blocks > c.num_usable_blocks:

