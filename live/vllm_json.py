@@ -25,6 +25,7 @@ Design notes
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 
@@ -76,15 +77,62 @@ def scheduler_output(so: Any, scheduler: Any) -> dict[str, Any]:
 
 def summary(scheduler: Any) -> dict[str, Any]:
     """`StateSummary.to_json` of the scheduler's state now: the queues in order, free blocks, each live request."""
-    return {
+    waiting, num_skipped = waiting_order(scheduler)
+    d: dict[str, Any] = {
         "running": [r.request_id for r in scheduler.running],
-        "waiting": [r.request_id for r in scheduler.waiting],  # a priority queue iterates in pop order
+        "waiting": waiting,
         "num_free_blocks": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
-        "requests": {
-            rid: {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
-            for rid, r in scheduler.requests.items()
-        },
+        "requests": {rid: _request_summary(r) for rid, r in scheduler.requests.items()},
     }
+    if num_skipped:
+        d["num_skipped_waiting"] = num_skipped
+    return d
+
+
+def _request_summary(r: Any) -> dict[str, Any]:
+    d = {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
+    grammar = grammar_state(r)
+    if grammar is not None:
+        d["grammar"] = grammar
+    return d
+
+
+def grammar_state(r: Any) -> str | None:
+    """Where a request's grammar stands, as the scheduler would find it: None (no structured output),
+    "compiling" (no grammar yet, or its compile future not done), "failed" (an exception), "compiled".
+    Reads a future without consuming it (vllm/v1/structured_output/request.py:StructuredOutputRequest)."""
+    so = getattr(r, "structured_output_request", None)
+    if so is None:
+        return None
+    g = getattr(so, "_grammar", None)
+    if g is None:
+        return "compiling"
+    if hasattr(g, "done") and hasattr(g, "exception"):  # a concurrent.futures.Future
+        if not g.done():
+            return "compiling"
+        return "failed" if g.exception() is not None else "compiled"
+    return "failed" if isinstance(g, Exception) else "compiled"
+
+
+def waiting_order(scheduler: Any) -> tuple[list[str], int]:
+    """The waiting requests in the order the waiting pass walks them, and how many lead from a second queue.
+
+    0.31.0 on: `kv_holding_waiting` (requests holding KV blocks), then `waiting`. 0.28.0-0.30.0: under FCFS
+    `skipped_waiting` first, then `waiting` (`_select_waiting_queue_for_scheduling`), and the count of the
+    first is the spec's `num_skipped_waiting`; under PRIORITY the pass takes the smaller head, one heap's order.
+    A priority queue iterates in pop order.
+    """
+    first = getattr(scheduler, "kv_holding_waiting", None)
+    if first is None:
+        first = getattr(scheduler, "skipped_waiting", None)
+    rest = list(scheduler.waiting)
+    if first is None or not len(first):
+        return [r.request_id for r in rest], 0
+    head = list(first)
+    if type(first).__name__.startswith("Priority"):
+        return [r.request_id for r in heapq.merge(head, rest)], 0
+    counted = len(head) if hasattr(scheduler, "skipped_waiting") else 0
+    return [r.request_id for r in head + rest], counted
 
 
 def sampled(so: Any, runner_output: Any) -> dict[str, list[int]]:

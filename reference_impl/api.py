@@ -48,7 +48,12 @@ def thaw(state: SchedulerState, scheduler_class: type[Scheduler] = Scheduler) ->
         config=state.config,
         requests=requests,
         running=[requests[rid] for rid in state.running],
-        waiting=create_request_queue(state.config.policy, (requests[rid] for rid in state.waiting)),
+        waiting=create_request_queue(
+            state.config.policy,
+            (requests[rid] for rid in state.waiting),
+            state.config.vllm_version,
+            state.num_skipped_waiting,
+        ),
         block_pool=BlockPool(
             state.free_block_queue,
             state.config.enable_prefix_caching,
@@ -57,6 +62,7 @@ def thaw(state: SchedulerState, scheduler_class: type[Scheduler] = Scheduler) ->
         ),
         finished_req_ids=set(state.finished_req_ids),
         current_step=state.current_step,
+        grammar_compile_error_reqs=set(state.grammar_compile_error_reqs),
     )
 
 
@@ -73,6 +79,8 @@ def freeze(scheduler: Scheduler) -> SchedulerState:
         # Without caching a block has one holder, so its ref count is derived, not stored.
         block_ref_cnt=dict(sorted(pool.ref_cnt.items())) if pool.enable_caching else None,
         cached_block_hash_to_block={h: tuple(bs) for h, bs in pool.cached_block_hash_to_block.items()},
+        grammar_compile_error_reqs=frozenset(scheduler.grammar_compile_error_reqs),
+        num_skipped_waiting=getattr(scheduler.waiting, "num_skipped", 0),
     )
 
 

@@ -50,14 +50,19 @@ class ReferenceEngine:
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         self.scheduler.update_draft_token_ids(draft_token_ids)
 
+    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
+        self.scheduler.grammar_compiled(request_id, compiled)
+
     def summary(self) -> StateSummary:
         s = self.scheduler
         return StateSummary(
             running=tuple(r.request_id for r in s.running),
             waiting=tuple(r.request_id for r in s.waiting),
             num_free_blocks=s.block_pool.get_num_free_blocks(),
+            num_skipped_waiting=getattr(s.waiting, "num_skipped", 0),
             requests={
-                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()
+                rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens, r.grammar)
+                for rid, r in s.requests.items()
             },
         )
 

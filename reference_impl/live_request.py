@@ -10,7 +10,7 @@ crossings between the two worlds.
 from __future__ import annotations
 
 from ..spec.block_hash import block_hashes
-from ..spec.request import FINISHED_STATUSES, Request, RequestStatus
+from ..spec.request import FINISHED_STATUSES, GRAMMAR_COMPILING, Request, RequestStatus
 from ..spec.state import RequestProperties, RequestState
 
 
@@ -36,6 +36,7 @@ class LiveRequest(RequestProperties):
         "block_ids",
         "num_cached_blocks",
         "block_size",
+        "grammar",
         "_block_hashes",
     )
 
@@ -55,7 +56,14 @@ class LiveRequest(RequestProperties):
         self.max_tokens = request.max_tokens
         self.priority = request.priority
         self.arrival_time = request.arrival_time
-        self.status = RequestStatus.WAITING
+        # vllm/v1/request.py:Request.__init__: a request with a grammar waits for it to compile.
+        self.status = (
+            RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+            if request.structured_output
+            else (RequestStatus.WAITING)
+        )
+        # Where vLLM's `structured_output_request.grammar` stands (spec.request.GRAMMAR_STATES); None without one.
+        self.grammar: str | None = GRAMMAR_COMPILING if request.structured_output else None
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
         self.spec_token_ids: list[int] = []
@@ -107,6 +115,7 @@ class LiveRequest(RequestProperties):
         r.stop_reason = s.stop_reason
         r.block_ids = list(s.block_ids)
         r.num_cached_blocks = s.num_cached_blocks
+        r.grammar = s.grammar
         return r
 
     def freeze(self) -> RequestState:
@@ -125,4 +134,5 @@ class LiveRequest(RequestProperties):
             stop_reason=self.stop_reason,
             block_ids=tuple(self.block_ids),
             num_cached_blocks=self.num_cached_blocks,
+            grammar=self.grammar,
         )

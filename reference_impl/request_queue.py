@@ -13,7 +13,9 @@ import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+from ..spec.request import BLOCKED_STATUSES
 from ..spec.rules import heap_key
+from ..spec.versions import DEFAULT_RELEASE, holds
 from .live_request import LiveRequest
 
 
@@ -83,8 +85,65 @@ class PriorityRequestQueue:
         return len(self._q)
 
 
-RequestQueue = FCFSRequestQueue | PriorityRequestQueue
+class SkippedFirstQueue:
+    """vLLM 0.28.0-0.30.0's two FCFS queues, seen as the one queue the waiting pass walks (`one-waiting-queue`).
+
+    A request that arrives blocked (waiting for its grammar) joins `skipped_waiting`
+    (vllm/v1/core/sched/scheduler.py:Scheduler._enqueue_waiting_request), and the pass's skipped requests are
+    prepended there; FCFS serves that queue first (`_select_waiting_queue_for_scheduling`). A preempted request
+    is prepended to `waiting`, so it lands behind them. Iteration is the pass's order: skipped, then waiting.
+    Under PRIORITY the pass takes the smaller of the two heads, which is one heap's order, so there the two
+    queues are one `PriorityRequestQueue`.
+    """
+
+    def __init__(self, requests: Iterable[LiveRequest] = (), num_skipped: int = 0) -> None:
+        everything = list(requests)
+        self.skipped: deque[LiveRequest] = deque(everything[:num_skipped])
+        self.waiting: deque[LiveRequest] = deque(everything[num_skipped:])
+
+    def add_request(self, request: LiveRequest) -> None:
+        (self.skipped if request.status in BLOCKED_STATUSES else self.waiting).append(request)
+
+    def _head_queue(self) -> deque[LiveRequest]:
+        return self.skipped or self.waiting
+
+    def pop_request(self) -> LiveRequest:
+        return self._head_queue().popleft()
+
+    def peek_request(self) -> LiveRequest:
+        return self._head_queue()[0]
+
+    def prepend_request(self, request: LiveRequest) -> None:
+        self.waiting.appendleft(request)  # a preemption: the front of `waiting`, behind the skipped queue
+
+    def prepend_requests(self, requests: Iterable[LiveRequest]) -> None:
+        self.skipped.extendleft(requests)  # the pass's skipped requests, ahead of older skipped ones
+
+    def remove_requests(self, requests: Iterable[LiveRequest]) -> None:
+        gone = {r.request_id for r in requests}
+        self.skipped = deque(r for r in self.skipped if r.request_id not in gone)
+        self.waiting = deque(r for r in self.waiting if r.request_id not in gone)
+
+    @property
+    def num_skipped(self) -> int:
+        return len(self.skipped)
+
+    def __iter__(self) -> Iterator[LiveRequest]:
+        yield from self.skipped
+        yield from self.waiting
+
+    def __len__(self) -> int:
+        return len(self.skipped) + len(self.waiting)
 
 
-def create_request_queue(policy: str, requests: Iterable[LiveRequest] = ()) -> RequestQueue:
-    return PriorityRequestQueue(requests) if policy == "priority" else FCFSRequestQueue(requests)
+RequestQueue = FCFSRequestQueue | PriorityRequestQueue | SkippedFirstQueue
+
+
+def create_request_queue(
+    policy: str, requests: Iterable[LiveRequest] = (), release: str = DEFAULT_RELEASE, num_skipped: int = 0
+) -> RequestQueue:
+    if policy == "priority":
+        return PriorityRequestQueue(requests)
+    if not holds("one-waiting-queue", release):
+        return SkippedFirstQueue(requests, num_skipped)
+    return FCFSRequestQueue(requests)

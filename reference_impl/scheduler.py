@@ -33,7 +33,7 @@ from collections import deque
 
 from ..spec.config import SchedulerConfig
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
-from ..spec.request import Request, RequestStatus
+from ..spec.request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, Request, RequestStatus
 from ..spec.rules import preempted_counters, victim_key
 from . import rules
 from .block_pool import BlockPool
@@ -58,6 +58,7 @@ class Scheduler(SchedulerUpdates):
         block_pool: BlockPool,
         finished_req_ids: set[str],
         current_step: int,
+        grammar_compile_error_reqs: set[str] | None = None,
     ) -> None:
         self.config = config
         self.requests = requests
@@ -68,14 +69,24 @@ class Scheduler(SchedulerUpdates):
         block_pool.to_front = self.freed_block_to_front  # where a released block goes is this scheduler's call
         self.finished_req_ids = finished_req_ids
         self.current_step = current_step
+        # Requests whose grammar failed to compile, found by schedule(), finished by the next update.
+        self.grammar_compile_error_reqs: set[str] = grammar_compile_error_reqs or set()
         self.max_model_len = config.max_model_len
         self.num_spec_tokens = config.num_speculative_tokens
 
     def add_request(self, request: Request) -> None:
-        """vllm/v1/core/sched/scheduler.py:Scheduler.add_request: a new request joins the back of the waiting queue."""
+        """vllm/v1/core/sched/scheduler.py:Scheduler.add_request: a new request joins the back of the waiting queue
+        (before 0.31.0 one waiting for its grammar joins the skipped queue: `request_queue.SkippedFirstQueue`)."""
         live = LiveRequest(request, self.config.block_size)
         self.waiting.add_request(live)
         self.requests[request.request_id] = live
+
+    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
+        """The grammar's compile future is done (vllm/v1/structured_output/request.py:
+        StructuredOutputRequest._check_grammar_completion): the next pass that reaches the request sees it."""
+        request = self.requests.get(request_id)
+        if request is not None and request.grammar == GRAMMAR_COMPILING:
+            request.grammar = GRAMMAR_COMPILED if compiled else GRAMMAR_FAILED
 
     def schedule(self) -> SchedulerOutput:
         config = self.config
@@ -187,6 +198,9 @@ class Scheduler(SchedulerUpdates):
                 if len(self.running) >= config.max_num_active_reqs:
                     break
                 request = self.waiting.peek_request()
+                if not self._handle_blocked_waiting_request(request):
+                    step_skipped_waiting.appendleft(self.waiting.pop_request())
+                    continue
                 if request.num_stale_output_tokens and not request.drop_stale_output:
                     # A preempted request waits until its pre-preemption output has drained.
                     step_skipped_waiting.appendleft(self.waiting.pop_request())
@@ -318,6 +332,22 @@ class Scheduler(SchedulerUpdates):
         (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050))."""
         allowed: bool = rules.waiting_pass_allowed(num_preempted)
         return allowed
+
+    def _handle_blocked_waiting_request(self, request: LiveRequest) -> bool:
+        """Whether the pass may go on with `request`, else it is skipped this step
+        (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request; before 0.32.0
+        `_try_promote_blocked_waiting_request`). A grammar still compiling is skipped; one that failed is skipped
+        and noted, and the step's update finishes the request with FINISHED_ERROR; a compiled one is promoted
+        to WAITING and the pass goes on with it at once."""
+        if request.status != RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
+            return True
+        if request.grammar == GRAMMAR_COMPILING:
+            return False
+        if request.grammar == GRAMMAR_FAILED:
+            self.grammar_compile_error_reqs.add(request.request_id)
+            return False
+        request.status = RequestStatus.WAITING
+        return True
 
     def freed_block_to_front(self, block: int) -> bool:
         """Whether a block whose last holder released it is reused first (the front of the free queue) rather

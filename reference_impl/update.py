@@ -30,6 +30,7 @@ class SchedulerUpdates:
     waiting: RequestQueue
     kv_cache_manager: KVCacheManager
     finished_req_ids: set[str]
+    grammar_compile_error_reqs: set[str]
     max_model_len: int
     num_spec_tokens: int
     config: SchedulerConfig
@@ -97,6 +98,11 @@ class SchedulerUpdates:
             self.running = [r for r in self.running if r.request_id not in stopped_running_reqs]
         if stopped_preempted_reqs:
             self.waiting.remove_requests(r for r in list(self.waiting) if r.request_id in stopped_preempted_reqs)
+
+        # Grammars that failed to compile, found by the last schedule(): those requests end here, with no output.
+        error_req_ids, self.grammar_compile_error_reqs = self.grammar_compile_error_reqs, set()
+        for request in self.finish_requests(sorted(error_req_ids), RequestStatus.FINISHED_ERROR):
+            finished[request.request_id] = FinishedRequest(request.status, tuple(request.output_token_ids))
         return finished
 
     def _update_request_with_output(

@@ -44,6 +44,15 @@ class RequestStatus(enum.IntEnum):
 
 
 FINISHED_STATUSES = frozenset(s for s in RequestStatus if s.is_finished)
+# vllm/v1/core/sched/scheduler.py:Scheduler._is_blocked_waiting_status: waiting, but not schedulable until an
+# outside event (a grammar compiled, remote KV received, more streamed input).
+BLOCKED_STATUSES = frozenset(
+    {
+        RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR,
+        RequestStatus.WAITING_FOR_REMOTE_KVS,
+        RequestStatus.WAITING_FOR_STREAMING_REQ,
+    }
+)
 
 # A structured-output request's grammar as the scheduler finds it (vllm/v1/structured_output/request.py:
 # StructuredOutputRequest.grammar): None while the compile runs, the grammar once it compiled, the exception

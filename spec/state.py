@@ -132,6 +132,12 @@ class SchedulerState:
     # cache: block hash -> the block ids cached under it, first-inserted first.
     block_ref_cnt: Mapping[int, int] | None = None
     cached_block_hash_to_block: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # Structured output: the requests whose failed grammar the last schedule() found; the next
+    # update_from_output() finishes them (vLLM's `grammar_compile_error_reqs`).
+    grammar_compile_error_reqs: frozenset[str] = frozenset()
+    # 0.28.0-0.30.0 under FCFS: the leading `waiting` requests that sit in vLLM's second queue,
+    # `skipped_waiting` (spec.versions `one-waiting-queue`). 0 elsewhere.
+    num_skipped_waiting: int = 0
 
     @classmethod
     def initial(cls, config: SchedulerConfig) -> SchedulerState:
@@ -197,6 +203,10 @@ def state_to_json(s: SchedulerState) -> dict[str, Any]:
         "block_ref_cnt": None if s.block_ref_cnt is None else [[b, n] for b, n in s.block_ref_cnt.items()],
         # Hashes go below 2^62: JSON integers, exact in Python (not in JavaScript doubles).
         "cached_block_hash_to_block": [[h, list(bs)] for h, bs in s.cached_block_hash_to_block.items()],
+        **(
+            {"grammar_compile_error_reqs": sorted(s.grammar_compile_error_reqs)} if s.grammar_compile_error_reqs else {}
+        ),
+        **({"num_skipped_waiting": s.num_skipped_waiting} if s.num_skipped_waiting else {}),
     }
 
 
@@ -224,6 +234,8 @@ def state_from_json(d: dict[str, Any], where: str = "state") -> SchedulerState:
             current_step=d["current_step"],
             block_ref_cnt=None if d.get("block_ref_cnt") is None else {b: n for b, n in d["block_ref_cnt"]},
             cached_block_hash_to_block={h: tuple(bs) for h, bs in d.get("cached_block_hash_to_block", [])},
+            grammar_compile_error_reqs=frozenset(d.get("grammar_compile_error_reqs", ())),
+            num_skipped_waiting=d.get("num_skipped_waiting", 0),
         )
     except SpecError:
         raise

@@ -50,7 +50,8 @@ _OUTPUT = frozenset(
 _OUTPUT_REQUIRED = _OUTPUT - {"scheduled_spec_decode_tokens"}
 _NEW_REQ = frozenset({"req_id", "num_computed_tokens", "block_ids", "resumed"})
 _CACHED_REQ = frozenset({"req_id", "num_computed_tokens", "new_block_ids"})
-_STATE = frozenset({"running", "waiting", "num_free_blocks", "requests"})
+_STATE = frozenset({"running", "waiting", "num_free_blocks", "requests", "num_skipped_waiting"})
+_STATE_REQUIRED = frozenset({"running", "waiting", "num_free_blocks", "requests"})
 _SUMMARY = frozenset({"status", "num_computed_tokens", "num_tokens", "grammar"})
 _SUMMARY_REQUIRED = frozenset({"status", "num_computed_tokens", "num_tokens"})
 _GRAMMARS = ("compiling", "compiled", "failed")  # a tuple: `in` must not hash an unhashable value
@@ -126,7 +127,13 @@ def plainly_valid_output(o: Any) -> bool:
 
 
 def plainly_valid_state(s: Any) -> bool:
-    if not (_keys(s, _STATE, _STATE) and _ids(s["running"]) and _ids(s["waiting"]) and _nat(s["num_free_blocks"])):
+    if not (
+        _keys(s, _STATE, _STATE_REQUIRED)
+        and _ids(s["running"])
+        and _ids(s["waiting"])
+        and _nat(s["num_free_blocks"])
+        and _nat(s.get("num_skipped_waiting", 0))
+    ):
         return False
     requests = s["requests"]
     return type(requests) is dict and all(

@@ -57,6 +57,9 @@ class StateSummary:
     waiting: tuple[str, ...] = ()
     num_free_blocks: int = 0
     requests: Mapping[str, RequestSummary] = field(default_factory=dict)
+    # 0.28.0-0.30.0 under FCFS: how many of `waiting`'s leading requests sit in vLLM's `skipped_waiting`
+    # queue (spec.versions `one-waiting-queue`); a preempted request goes behind them. 0 elsewhere.
+    num_skipped_waiting: int = 0
 
     @classmethod
     def of(cls, state: SchedulerState) -> StateSummary:
@@ -64,6 +67,7 @@ class StateSummary:
             running=state.running,
             waiting=state.waiting,
             num_free_blocks=state.num_free_blocks,
+            num_skipped_waiting=state.num_skipped_waiting,
             requests={
                 rid: RequestSummary(r.status, r.num_computed_tokens, r.num_tokens, r.grammar)
                 for rid, r in state.requests.items()
@@ -71,12 +75,15 @@ class StateSummary:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "running": list(self.running),
             "waiting": list(self.waiting),
             "num_free_blocks": self.num_free_blocks,
             "requests": {k: v.to_json() for k, v in self.requests.items()},
         }
+        if self.num_skipped_waiting:
+            d["num_skipped_waiting"] = self.num_skipped_waiting
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StateSummary:
@@ -85,6 +92,7 @@ class StateSummary:
             tuple(d["waiting"]),
             d["num_free_blocks"],
             {k: RequestSummary.from_json(v) for k, v in d["requests"].items()},
+            d.get("num_skipped_waiting", 0),
         )
 
 

@@ -102,6 +102,17 @@ VARIANTS: tuple[Variant, ...] = (
         "version-spec-caching",
     ),
     Variant(
+        "one-waiting-queue",
+        "0.31.0",
+        "a request that arrives blocked (waiting for its grammar) and a request the waiting pass skips wait in a "
+        "second queue, skipped_waiting, which FCFS serves first; a preempted request goes to the front of the "
+        "waiting queue, behind them",
+        "both join the one waiting queue: an arrival at its back, a skipped request at its front, ahead of a "
+        "preempted one",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._enqueue_waiting_request",
+        "version-grammar-queue",
+    ),
+    Variant(
         "async-with-ngram-spec-decode",
         "0.33.0",
         "async scheduling with the CPU ngram drafter is refused (VllmConfig.__post_init__); ngram_gpu is accepted",

@@ -57,6 +57,9 @@ EVENTS: dict[str, str] = {
     "stop_token": "a request finished on a stop token",
     "stop_max_tokens": "a request finished on max_tokens",
     "stop_max_model_len": "a request finished on max_model_len",
+    "grammar_wait": "structured output: a request waiting for its grammar was passed over while one behind it was "
+    "admitted",
+    "grammar_error": "structured output: a grammar that failed to compile finished its request with FINISHED_ERROR",
 }
 
 

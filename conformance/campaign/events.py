@@ -19,6 +19,9 @@ claims an event only where the records prove it:
   `stop_max_model_len`, and aborts by the status the request had:
   `abort_running`, `abort_waiting`, `abort_preempted`, `abort_finished`
   (an abort that found the request already finished);
+* structured output: `grammar_wait` (a request waiting for its grammar
+  passed over while a request behind it was admitted) and `grammar_error`
+  (a failed grammar finished its request);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -41,6 +44,7 @@ from .running_pass import BlockTables, PassLog, Running, check_against, replay_r
 ABORTS = {
     RequestStatus.RUNNING: "abort_running",
     RequestStatus.WAITING: "abort_waiting",
+    RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR: "abort_waiting",
     RequestStatus.PREEMPTED: "abort_preempted",
 }
 
@@ -88,8 +92,11 @@ class EventTracker:
         seen["eviction"] += self._cache(view, rec, trusted=log.explained and not log.refunded)
         self.tables.drop(rec.finished)
         seen.update(self._threshold(view, rec))
+        seen["grammar_wait"] += self._grammar_waits(view)
         for rid, f in rec.finished.items():
-            if f.status != RequestStatus.FINISHED_ABORTED:  # counted by the status it had (`_aborts`)
+            if f.status == RequestStatus.FINISHED_ERROR:
+                seen["grammar_error"] += 1
+            elif f.status != RequestStatus.FINISHED_ABORTED:  # counted by the status it had (`_aborts`)
                 seen[stop_kind(self.requests[rid], f.status, f.output_token_ids, self.config.max_model_len)] += 1
         self._livelock(rec)
         self.last = rec.state
@@ -108,6 +115,13 @@ class EventTracker:
             elif self.workload.request(rid).arrival_step <= rec.step:
                 seen["abort_finished"] += 1
         return seen
+
+    @staticmethod
+    def _grammar_waits(view: StepView) -> int:
+        """Requests waiting for a grammar still compiling, with an admission behind them in the queue."""
+        admitted = [r.pre_wait_pos for r in view.rows if r.admitted and r.pre_waiting]
+        last = max(admitted, default=-1)
+        return sum(1 for r in view.rows if r.pre_blocked and not r.pre_grammar_failed and 0 <= r.pre_wait_pos < last)
 
     def _running_pass(self, view: StepView, rec: StepRecord) -> PassLog:
         rows = sorted((r for r in view.rows if r.pre_running), key=lambda r: r.pre_run_pos)

@@ -215,6 +215,11 @@ class VllmEngine:
         self._summary = None
         self._call("draft", self.step_timeout_s, draft_token_ids={rid: list(t) for rid, t in draft_token_ids.items()})
 
+    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
+        """Structured output: the request's grammar is set, as vLLM's compile future would deliver it."""
+        self._summary = None
+        self._call("grammar", self.step_timeout_s, request_id=request_id, compiled=compiled)
+
     def reset_unchecked(self, config: Mapping[str, Any]) -> None:
         """A fresh scheduler from a raw config dict that the spec may refuse: only to pin vLLM's known bugs.
 

@@ -124,18 +124,42 @@ LINES = start_from_env()  # None unless $SCHEDSPEC_VLLM_COVERAGE: before vLLM's 
 
 import vllm  # noqa: E402
 from vllm.config import ModelConfig  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output.backend_types import StructuredOutputGrammar  # noqa: E402
 
 from cpu_scheduler import build_scheduler, load_by_path, stub_model_dir  # noqa: E402
 
 # vLLM's objects as the spec's JSON: one home, shared with the monitored schedulers (`schedspec.live`).
 vllm_json = load_by_path("vllm_json", os.path.join(_HERE, "..", "..", "live", "vllm_json.py"))
 _finished = vllm_json.finished
+
+
+class AcceptAll(StructuredOutputGrammar):
+    """A compiled grammar that accepts every token: the fake model's samples are what the grammar allowed, so the
+    update's `accept_tokens` and the drafts' `validate_tokens` pass everything through."""
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        return True
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        return list(tokens)
+
+    def rollback(self, num_tokens: int) -> None:
+        pass
+
+    def fill_bitmask(self, bitmask, batch_index: int) -> None:  # noqa: ANN001 - a torch.Tensor
+        pass
+
+    def is_terminated(self) -> bool:
+        return False
+
+    def reset(self) -> None:
+        pass
 
 
 class Driver:
@@ -177,6 +201,9 @@ class Driver:
         # which stays None under ignore_eos
         # (vllm/sampling_params.py:SamplingParams.update_from_generation_config (781-782)).
         params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
+        if q.get("structured_output"):
+            # Any grammar: the scheduler only asks whether it compiled; `op_grammar` delivers it.
+            params.structured_outputs = StructuredOutputsParams(json_object=True)
         r = Request(
             request_id=q["request_id"],
             prompt_token_ids=list(q["prompt_token_ids"]),
@@ -188,6 +215,15 @@ class Driver:
         )
         self._sched().add_request(r)
         self.live[r.request_id] = r
+        return {"ok": True}
+
+    def op_grammar(self, request_id: str, compiled: bool) -> dict:
+        """The grammar's compile finished: what vLLM's StructuredOutputManager.grammar_init future delivers, set as
+        `StructuredOutputRequest.grammar` (a grammar that accepts every token, or the compile's exception)."""
+        r = self.live.get(request_id)
+        so = getattr(r, "structured_output_request", None) if r is not None else None
+        if so is not None and getattr(so, "_grammar", None) is None:
+            so.grammar = AcceptAll() if compiled else ValueError("the workload's grammar does not compile")
         return {"ok": True}
 
     def op_abort(self, request_id: str) -> dict:

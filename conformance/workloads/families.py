@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from ...spec.config import SchedulerConfig
 from ...spec.request import Request
 from ...spec.workload import Abort, Workload, WorkloadRequest
+from .deployment import DEPLOYMENT_FAMILIES
 from .draw import Draw, RandomDraw
 from .edges import WithEdges
 from .mixed import MIXED_FAMILIES
@@ -346,6 +347,8 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
     "async": async_scheduling,
     # Every knob at once (swarm testing), one family per policy and scheduling: the coverage map's other cells.
     **MIXED_FAMILIES,
+    # The features deployments turn on, each over the mixed draw (deployment.py).
+    **DEPLOYMENT_FAMILIES,
 }
 
 

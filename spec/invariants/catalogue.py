@@ -97,7 +97,8 @@ def no_starvation_after_prepend(v: StepView) -> Any:
     for r in v.rows:
         if not (maybe(r.preempted) or maybe(r.pre_preempted)):
             continue
-        # A request preempted now is waiting afterwards, ahead of everything not preempted now (FCFS).
+        # A request preempted now is waiting afterwards, ahead of everything not preempted now (FCFS); before
+        # 0.31.0, behind vLLM's second queue, `skipped_waiting`, which the pass walks first (`one-waiting-queue`).
         if v.fcfs:
             rules.append(
                 implies(
@@ -106,7 +107,10 @@ def no_starvation_after_prepend(v: StepView) -> Any:
                         r.post_waiting,
                         all_of(
                             [
-                                implies(and_(q.post_waiting, not_(q.preempted)), r.post_wait_pos < q.post_wait_pos)
+                                implies(
+                                    and_(q.post_waiting, not_(q.preempted), not_(q.post_in_skipped_queue)),
+                                    r.post_wait_pos < q.post_wait_pos,
+                                )
                                 for q in v.rows
                                 if q is not r
                             ]
@@ -321,11 +325,17 @@ def progress_when_idle(v: StepView) -> Any:
     nothing_running = all_of([not_(r.pre_running) for r in v.rows])
     need = [cdiv(min_(r.pre_num_tokens + k, v.max_model_len), v.block_size) for r in v.rows]
     # A preempted head whose output is still in flight (stale) is skipped until it drains
-    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
+    # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)), and one waiting for its grammar until it
+    # compiles (Scheduler._handle_blocked_waiting_request).
     fits = (
         or_(
             *[
-                and_(r.pre_wait_pos == 0, r.pre_num_stale_output_tokens == 0, n <= v.pre_num_free_blocks)
+                and_(
+                    r.pre_wait_pos == 0,
+                    r.pre_num_stale_output_tokens == 0,
+                    not_(r.pre_blocked),
+                    n <= v.pre_num_free_blocks,
+                )
                 for r, n in zip(v.rows, need)
             ]
         )

@@ -132,7 +132,7 @@ def walk_update(
                     f"{rid} ends the step with {r.post_num_tokens} tokens, but the update leaves {tokens[rid]}",
                 )
     for rid, f in sorted(finished.items()):
-        if rid not in seen:
+        if rid not in seen and f.status != RequestStatus.FINISHED_ERROR:  # a failed grammar: grammar-wait-exact
             w.flag(STOP, f"{rid} finishes as {f.status.name} without an update that returned it tokens")
             w.shadow.forget(rid)
 

@@ -36,7 +36,7 @@ from ..rules import (
     waiting_num_new_tokens,
     waiting_pass_allowed,
 )
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRANT, PREFIX_HIT, StepWalk
+from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, PREFIX_HIT, StepWalk
 
 
 def _recorded_hit(w: StepWalk, rid: str, expected: list[int]) -> tuple[int, ...]:
@@ -83,6 +83,13 @@ def walk_waiting_pass(w: StepWalk) -> None:
         if num_running >= c.max_num_active_reqs:
             stop = f"the pass ends before {rid}: {num_running} requests run (max_num_active_seqs)"
             break
+        w.reached.add(rid)
+        if r.pre_blocked:  # vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request
+            if rid in w.new_reqs:
+                w.flag(GRAMMAR, f"{rid} is admitted while its grammar has not compiled")
+            if r.pre_grammar_failed:
+                w.grammar_errors_found.append(rid)
+            continue
         if r.pre_num_stale_output_tokens > 0:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
             if rid in w.new_reqs:
                 w.flag(ADMISSION, f"{rid} is admitted while output from before its preemption is still in flight")
@@ -139,6 +146,8 @@ def walk_waiting_pass(w: StepWalk) -> None:
         num_running += 1
         admitted.add(rid)
     for rid, data in w.new_reqs.items():
+        if rid in w.reached and rows[rid].pre_blocked:
+            continue  # flagged above: an admission past its grammar wait
         if rid not in admitted and rid in rows and rows[rid].pre_waiting:
             w.flag(ADMISSION, f"{rid} is admitted, but {stop or 'the pass never reaches it'}")
             # The shadow follows the engine: its blocks are taken all the same.

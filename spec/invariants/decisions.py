@@ -49,14 +49,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config import SchedulerConfig
-from ..request import Request
+from ..request import Request, RequestStatus
 from ..trace import StepRecord
 from .catalogue import INVARIANTS, Invariant
 from .decide_running import walk_running_pass
 from .decide_update import walk_update
 from .decide_waiting import walk_waiting_pass
 from .pool_shadow import PoolShadow
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRANT, PREFIX_HIT, ROLLBACK, STOP, VICTIMS, WORK, StepWalk
+from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, PREFIX_HIT, ROLLBACK, STOP, VICTIMS, WORK, StepWalk
 from .views import StepView
 
 
@@ -71,14 +71,17 @@ def decide(
     absorbed: StepRecord | None,
     in_flight: Mapping[str, int],
     last_preempted: Mapping[str, int],
+    grammar_errors: set[str] | None = None,
 ) -> dict[str, str]:
     """Walk one step (aborts, schedule(), update) through `shadow`; the first problem of each decision invariant.
 
     `queues` are running and waiting as schedule() found them, `prefill_chunk` is each request's
     `is_prefill_chunk` before it (updated here for the scheduled ones), `absorbed` the record whose output the
     update took, `in_flight` the tokens still in flight after it, `last_preempted` the step of each request's
-    last preemption (this step's included).
+    last preemption (this step's included), `grammar_errors` the failed grammars found by a schedule() and not
+    yet finished by an update (carried between steps: under async an update may come later; updated here).
     """
+    grammar_errors = grammar_errors if grammar_errors is not None else set()
     for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
@@ -95,9 +98,47 @@ def decide(
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
     walk_update(w, absorbed, in_flight, last_preempted)
+    _grammar_waits(w, grammar_errors)
     for rid in rec.finished:
         prefill_chunk.pop(rid, None)
     return w.problems
+
+
+def _grammar_waits(w: StepWalk, grammar_errors: set[str]) -> None:
+    """The grammar wait's two outcomes (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request
+    and Scheduler.update_from_output): a request the pass reached with its grammar compiled leaves
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR, one the pass did not reach keeps it; the failed grammars the pass
+    reached are finished with FINISHED_ERROR by the next update, and nothing else finishes so."""
+    rec = w.rec
+    for rid in sorted(w.reached):
+        r, after = w.rows[rid], rec.state.requests.get(rid)
+        if (
+            after is not None
+            and not r.pre_blocked
+            and after.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+        ):
+            w.flag(GRAMMAR, f"{rid}'s grammar has compiled and the pass reached it, yet it still waits for its grammar")
+    for rid, r in w.rows.items():
+        after = rec.state.requests.get(rid)
+        if r.pre_grammar_wait and r.pre_waiting and rid not in w.reached and after is not None:
+            if after.status != RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
+                w.flag(
+                    GRAMMAR,
+                    f"{rid} leaves its grammar wait ({after.status.name}) in a step whose pass never reached it",
+                )
+    grammar_errors.update(w.grammar_errors_found)
+    errors = {rid: f for rid, f in rec.finished.items() if f.status == RequestStatus.FINISHED_ERROR}
+    if rec.updated_step is None:  # no update in this step: the errors wait for the next one
+        for rid in sorted(errors):
+            w.flag(GRAMMAR, f"{rid} finishes as FINISHED_ERROR in a step with no update")
+        return
+    for rid in sorted(errors):
+        if rid not in grammar_errors:
+            w.flag(GRAMMAR, f"{rid} finishes as FINISHED_ERROR, but no pass found its grammar failed")
+    for rid in sorted(grammar_errors):
+        if rid not in errors and rid in rec.state.requests:
+            w.flag(GRAMMAR, f"the pass found {rid}'s grammar failed, yet the update leaves it live")
+    grammar_errors.clear()
 
 
 def _problem(v: StepView, name: str) -> str:
@@ -142,6 +183,12 @@ def block_choice_exact(v: StepView) -> bool:
     """Monitor-only (reads the free queue rebuilt from the trace). New blocks come off the free queue's front,
     and a hit takes the first block cached under each hash."""
     return not _problem(v, BLOCK_CHOICE)
+
+
+def grammar_wait_exact(v: StepView) -> bool:
+    """Monitor-only. A request waiting for its grammar is passed over until it compiles, leaves the wait when a
+    pass reaches it compiled, and, if the compile failed, is finished with FINISHED_ERROR by the next update."""
+    return not _problem(v, GRAMMAR)
 
 
 def rollback_exact(v: StepView) -> bool:
@@ -230,6 +277,16 @@ DECISIONS: tuple[Invariant, ...] = (
         "vllm/v1/core/sched/scheduler.py:Scheduler._update_after_schedule (1855-1859)",
         ("§5", "§9.A.13", "SPEC", "DECISION"),
         rollback_exact,
+    ),
+    Invariant(
+        GRAMMAR,
+        "A request waiting for its grammar (structured output) is passed over by the waiting pass until its "
+        "grammar has compiled, and leaves the wait when a pass reaches it compiled; if the compile failed, the "
+        "pass notes it and the next update finishes it with FINISHED_ERROR; nothing else finishes so.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request; "
+        "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output",
+        ("GRAMMAR", "DECISION"),
+        grammar_wait_exact,
     ),
 )
 

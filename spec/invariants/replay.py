@@ -54,9 +54,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
-from ..request import RequestStatus
+from ..request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, RequestStatus
 from ..rules import heap_key
 from ..trace import StateSummary, StepRecord, Trace
+from ..versions import holds
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
 from .decisions import decide
 from .pool_shadow import PoolShadow
@@ -96,6 +97,9 @@ class TraceReplay:
         self.counters: dict[str, tuple[int, int, int]] = {}  # (P, in flight, stale) after the last step
         self.records: dict[int, StepRecord] = {}
         self.last_preempted: dict[str, int] = {}
+        # Structured output: the failed grammars a schedule() found that no update has finished yet
+        # (vLLM's `grammar_compile_error_reqs`): under async an update can come a step later.
+        self.grammar_errors: set[str] = set()
         # The decision walk's own state: the pool and cache, and is_prefill_chunk per live request.
         self.shadow = PoolShadow(self.config, self.requests)
         self.prefill_chunk: dict[str, bool] = {}
@@ -109,8 +113,14 @@ class TraceReplay:
                 holders[b] = holders.get(b, 0) + 1
         return holders
 
-    def _arrive(self, waiting: tuple[str, ...], added: tuple[str, ...]) -> tuple[str, ...]:
+    def _arrive(self, waiting: tuple[str, ...], added: tuple[str, ...], num_skipped: int) -> tuple[str, ...]:
         if self.config.policy == "fcfs":
+            if not holds("one-waiting-queue", self.config.vllm_version):
+                # Before 0.31.0 a request that arrives blocked (a grammar to wait for) joins the skipped queue,
+                # which the pass walks first (reference_impl/request_queue.py:SkippedFirstQueue).
+                blocked = tuple(rid for rid in added if self.requests[rid].structured_output)
+                rest = tuple(rid for rid in added if not self.requests[rid].structured_output)
+                return waiting[:num_skipped] + blocked + waiting[num_skipped:] + rest
             return waiting + added
         rq = self.requests
         return tuple(sorted(waiting + added, key=lambda rid: heap_key(rq[rid].priority, rq[rid].arrival_time, rid)))
@@ -127,6 +137,7 @@ class TraceReplay:
             p,
             in_flight,
             stale,
+            r.grammar,
         )
 
     def skip(self, rec: StepRecord) -> None:
@@ -159,10 +170,24 @@ class TraceReplay:
         added = tuple(rid for rid in rec.added if rid not in gone)
         pre = {rid: self._counts(last, rid) for rid in last.requests if rid not in gone}
         for rid in added:
-            pre[rid] = Counts(RequestStatus.WAITING, 0, self.requests[rid].num_prompt_tokens, 0)
+            q = self.requests[rid]
+            status = (
+                RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR if q.structured_output else RequestStatus.WAITING
+            )
+            pre[rid] = Counts(
+                status, 0, q.num_prompt_tokens, 0, grammar=GRAMMAR_COMPILING if q.structured_output else None
+            )
+        for rid, compiled in rec.grammars.items():  # compiles that finished before this schedule()
+            if rid in pre and pre[rid].grammar == GRAMMAR_COMPILING:
+                pre[rid] = dataclasses.replace(pre[rid], grammar=GRAMMAR_COMPILED if compiled else GRAMMAR_FAILED)
+        skipped_before = last.waiting[: last.num_skipped_waiting]
         pre_queues = (
             tuple(r for r in last.running if r not in gone),
-            self._arrive(tuple(r for r in last.waiting if r not in gone), added),
+            self._arrive(
+                tuple(r for r in last.waiting if r not in gone),
+                added,
+                sum(1 for r in skipped_before if r not in gone),
+            ),
         )
         # Aborted requests free their blocks before schedule(); a shared block stays held by the others.
         held_before = len(self._holders())
@@ -194,6 +219,7 @@ class TraceReplay:
             absorbed.model_output if absorbed is not None else None,
             rec.finished,
             self.ranks,
+            rec.state.num_skipped_waiting,
         )
         in_flight: dict[str, int] = {}
         for s in rec.in_flight:
@@ -211,6 +237,7 @@ class TraceReplay:
             absorbed,
             in_flight,
             self.last_preempted,
+            self.grammar_errors,
         )
         view = dataclasses.replace(view, decision_problems=tuple(problems.items()))
         self.last = rec.state

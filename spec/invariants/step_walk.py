@@ -37,6 +37,7 @@ PREFIX_HIT = "prefix-hit-exact"
 BLOCK_CHOICE = "block-choice-exact"
 STOP = "stop-exact"
 ROLLBACK = "rollback-exact"
+GRAMMAR = "grammar-wait-exact"
 
 
 class StepWalk:
@@ -70,6 +71,8 @@ class StepWalk:
         self.scheduled_running: dict[str, int] = {}  # the running pass's grants, in pass order
         self.victims: list[str] = []
         self.prefill_scheduled = False
+        self.reached: set[str] = set()  # the waiting requests the pass got to (skipped ones included)
+        self.grammar_errors_found: list[str] = []  # failed grammars the pass got to, for the update to finish
 
     def flag(self, invariant: str, detail: str) -> None:
         """Keep the first problem of each invariant in this step."""

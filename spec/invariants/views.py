@@ -73,6 +73,13 @@ class Row:
     pre_num_spec_tokens: Int = 0
     pre_num_output_placeholders: Int = 0
     pre_num_stale_output_tokens: Int = 0  # a waiting request with stale output still in flight is skipped
+    # Structured output: waiting for a grammar that has not compiled as schedule() starts, so the pass skips it;
+    # and of those, one whose compile failed (the pass notes it, and the update finishes it with FINISHED_ERROR).
+    pre_grammar_wait: Bool = False  # status WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR before the step
+    pre_blocked: Bool = False
+    pre_grammar_failed: Bool = False
+    # After the step, 0.28.0-0.30.0 under FCFS: in vLLM's `skipped_waiting`, which a preempted request goes behind.
+    post_in_skipped_queue: Bool = False
     # The step's output, for the three features.
     num_scheduled_spec: Int = 0  # len(scheduled_spec_decode_tokens[r]): drafts (or padding) scheduled
     num_hit_tokens: Int = 0  # an admitted request's num_computed_tokens at admission: its prefix-cache hit

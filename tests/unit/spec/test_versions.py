@@ -119,11 +119,17 @@ def test_a_knob_or_combination_a_release_lacks_is_refused_in_one_line():
         SchedulerConfig(
             long_prefill_token_threshold=8, long_prefill_token_threshold_adaptive=True, vllm_version="0.28.0"
         )
-    with pytest.raises(SpecError, match=r"config\.async_scheduling: vLLM 0\.32\.0 refuses async scheduling .*'ngram_gpu'"):
+    with pytest.raises(
+        SpecError, match=r"config\.async_scheduling: vLLM 0\.32\.0 refuses async scheduling .*'ngram_gpu'"
+    ):
         SchedulerConfig(async_scheduling=True, num_speculative_tokens=2, vllm_version="0.32.0")
-    gpu = SchedulerConfig(async_scheduling=True, num_speculative_tokens=2, speculative_method="ngram_gpu", vllm_version="0.28.0")
+    gpu = SchedulerConfig(
+        async_scheduling=True, num_speculative_tokens=2, speculative_method="ngram_gpu", vllm_version="0.28.0"
+    )
     assert gpu.speculative_method == "ngram_gpu"  # the device's ngram is accepted at every release
-    with pytest.raises(SpecError, match=r"config\.speculative_method: must be one of ngram, ngram_gpu .*\(got 'eagle'\)"):
+    with pytest.raises(
+        SpecError, match=r"config\.speculative_method: must be one of ngram, ngram_gpu .*\(got 'eagle'\)"
+    ):
         SchedulerConfig(num_speculative_tokens=2, speculative_method="eagle")
     with pytest.raises(SpecError, match=r"config\.vllm_version: must be one of 0\.28\.0, .*\(got '0\.27\.0'\)"):
         SchedulerConfig.from_dict({"vllm_version": "0.27.0"})

@@ -1,0 +1,64 @@
+"""Families of the features deployments turn on beyond the core scheduler: structured output first.
+
+Each family here puts one deployment feature on top of the `mixed-*` draw
+(`mixed.py`: every knob at once, swarm-tested), so the feature meets
+PRIORITY, async scheduling, spec decode, prefix caching, preemption and
+aborts in the same workloads, and, in the strata where `mixed` turns spec
+decode and prefix caching off, meets the core scheduler alone. A family is
+stratified like the mixed ones: `generate` passes `index % 16`, which picks
+the policy, the scheduling and the mixed stratum, so every mode of the
+coverage map gets the same share.
+
+* `structured-output`: about half the requests carry a grammar
+  (`spec.workload.Grammar`), most ready at arrival or a step or two after,
+  some many steps later, one in five failing to compile. A grammar ready
+  at arrival is admitted in its first step, as in vLLM when the compile is
+  cached; a late one makes the waiting pass skip the request, over and
+  over, with others admitted past it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ...spec.workload import Grammar, Workload
+from .mixed import mixed
+
+if TYPE_CHECKING:
+    from .draw import Draw
+
+
+def with_grammars(d: Draw, workload: Workload) -> Workload:
+    """`workload` with a grammar on about half its requests: ready 0, 1, 2 or 3-12 steps after arrival (capped
+    below `max_steps`, so every grammar finishes its compile), one in five failing."""
+    requests = []
+    for r in workload.requests:
+        if d.bool():
+            delay = d.choice([0, 0, 1, 2, d.int(3, 12)])
+            grammar = Grammar(min(r.arrival_step + delay, workload.max_steps - 1), fails=d.int(0, 4) == 0)
+            r = dataclasses.replace(r, grammar=grammar)
+        requests.append(r)
+    return workload.replace(requests=tuple(requests))
+
+
+class DeploymentFamily:
+    """A deployment feature over the mixed draw. `stratum` (0..15): the policy (bit 3), async (bit 2), and the
+    mixed stratum (bits 0-1: spec decode, prefix caching); Hypothesis calls it with a draw alone and they are
+    drawn."""
+
+    strata = 16
+
+    def __init__(self, name: str, add) -> None:  # noqa: ANN001 - a (Draw, Workload) -> Workload
+        self.add = add
+        self.__name__ = name.replace("-", "_")
+
+    def __call__(self, d: Draw, stratum: int | None = None) -> Workload:
+        s = d.int(0, 15) if stratum is None else stratum
+        base = mixed(d, "priority" if s & 8 else "fcfs", bool(s & 4), s & 3)
+        return self.add(d, base)
+
+
+DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
+    "structured-output": DeploymentFamily("structured-output", with_grammars),
+}
