@@ -62,7 +62,17 @@ def build_state(workloads: Sequence[Workload], device: torch.device) -> BatchSta
         add_order = sorted(range(len(w.requests)), key=lambda i: (w.requests[i].arrival_step, i))
         rank = {slot: r for r, slot in enumerate(add_order)}
         entries += [
-            Entry(b, i, r.request, rank[i], r.arrival_step, r.output_token_ids, r.spec_proposals)
+            Entry(
+                b,
+                i,
+                r.request,
+                rank[i],
+                r.arrival_step,
+                r.output_token_ids,
+                r.spec_proposals,
+                r.grammar.ready_step if r.grammar is not None else -1,
+                r.grammar is not None and r.grammar.fails,
+            )
             for i, r in enumerate(w.requests)
         ]
     load(st, entries)
@@ -148,6 +158,8 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         for b, slots in carried_in.items():  # after the step's own aborts, as the engine loop applies them
             planned.append((b, slots))
         aborted_hits = _apply_aborts(st, _merged(planned), inst)
+        if st.any_grammar:  # compiles that finish before this schedule() (`workload.Grammar`)
+            st.grammars_compiled(st.grammar_step == step, st.grammar_fails)
         # Async: schedule only if there is something to schedule or report (Scheduler.has_requests()).
         has_requests = st.live_mask().any(1) | st.fin_pending.any(1)
         out = schedule(st)
@@ -184,7 +196,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 torch.where(sync.reshape(sync.shape + (1,) * (x.dim() - 2)), x, y)
                 for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old)
             )
-            stopped = update_from_output(st, n, key, nspec, g, ng)
+            stopped = update_from_output(st, n, key, nspec, g, ng, absorb)
             # Per row: (pushed, held (the output stays queued), absorbed, async).
             decisions = list(zip(*torch.stack([push, hold, absorb, is_async]).tolist()))
         drafts = None
@@ -242,6 +254,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 scheduled=scheduled,
                 in_flight=flight,
                 aborted_mid_step=mid_step,
+                grammars=dict(w.grammars_at(step)),
             )
             records[i].append(record)
             if row_async and held:

@@ -185,8 +185,9 @@ class TorchEngine:
         count = int(stopped.sum())
         if count == 0:
             return {}
-        key = torch.where(stopped, sched_key, torch.full_like(sched_key, BIG))[0]
-        order = key.argsort()[:count]  # num_scheduled_tokens order, as vLLM's loop finds them
+        # num_scheduled_tokens order, as vLLM's loop finds them; a failed grammar (never scheduled) after them
+        key = torch.where(stopped, torch.clamp(sched_key, max=BIG - 1), torch.full_like(sched_key, BIG))[0]
+        order = key.argsort(stable=True)[:count]
         statuses = self.st.status[0, order].tolist()
         finished: dict[str, FinishedRequest] = {}
         kept = self.outputs.of(order, self.st.num_out[0, order])
@@ -195,6 +196,15 @@ class TorchEngine:
             self.live.discard(rid)
             finished[rid] = FinishedRequest(STATUS[status], output_token_ids)
         return finished
+
+    @_threads
+    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
+        """Structured output: the request's grammar finished compiling, or failed (`BatchState.grammars_compiled`)."""
+        if request_id not in self.live:
+            return
+        mask = torch.zeros_like(self.st.grammar_error)
+        mask[0, self.slot[request_id]] = True
+        self.st.grammars_compiled(mask, torch.full_like(mask, not compiled))
 
     @_threads
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:

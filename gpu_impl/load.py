@@ -19,7 +19,7 @@ import torch
 from ..spec.request import Request
 from ..spec.rules import heap_key
 from .prefix_cache import prompt_hashes
-from .state import BatchState
+from .state import GRAMMAR_COMPILING, NO_GRAMMAR, BatchState
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Entry:
     arrival_step: int = -1
     planted: tuple[int, ...] = ()
     spec_proposals: tuple[tuple[int, int], ...] = ()
+    grammar_step: int = -1  # structured output (batched runner): the step its grammar's compile finishes at
+    grammar_fails: bool = False
 
 
 def load(st: BatchState, entries: Sequence[Entry]) -> None:
@@ -62,6 +64,10 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     put(st.add_rank, [e.add_rank for e in entries])
     put(st.arrival_step, [e.arrival_step for e in entries])
     put(st.plen, [len(e.planted) for e in entries])
+    put(st.grammar, [GRAMMAR_COMPILING if q.structured_output else NO_GRAMMAR for q in reqs])
+    st.any_grammar = st.any_grammar or any(q.structured_output for q in reqs)
+    put(st.grammar_step, [e.grammar_step for e in entries])
+    put(st.grammar_fails, [e.grammar_fails for e in entries], torch.bool)
     if stops:
         rows = [list(q.stop_token_ids) + [0] * (stops - len(q.stop_token_ids)) for q in reqs]
         st.stop_tok[bd, sd, :stops] = torch.tensor(rows, dtype=torch.int64).to(dev)

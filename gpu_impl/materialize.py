@@ -24,16 +24,23 @@ from dataclasses import dataclass
 
 import torch
 
+from ..spec import request as spec_request
 from ..spec.engine import gc_paused
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import RequestStatus
 from ..spec.trace import RequestSummary, StateSummary
 from .block_pool import expand_counts
-from .state import BIG, BatchState
+from .state import BIG, GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, NO_GRAMMAR, BatchState
 from .step import CACHED, NEW, RESUMED, StepOut
 
 Tensor = torch.Tensor
 STATUS = {int(s): s for s in RequestStatus}
+GRAMMAR = {  # a slot's grammar state, as the summary names it
+    NO_GRAMMAR: None,
+    GRAMMAR_COMPILING: spec_request.GRAMMAR_COMPILING,
+    GRAMMAR_COMPILED: spec_request.GRAMMAR_COMPILED,
+    GRAMMAR_FAILED: spec_request.GRAMMAR_FAILED,
+}
 
 
 def _by_instance(mask: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
@@ -178,9 +185,10 @@ def summaries(
     wkey = st.waiting_key()
     wb, ws = _by_instance(wkey < BIG, wkey)
     lb, ls = _by_instance(st.live_mask(), st.add_rank)
-    live = torch.stack([lb, ls, st.status[lb, ls], st.C[lb, ls], st.num_tokens()[lb, ls]]).tolist()
+    live = torch.stack([lb, ls, st.status[lb, ls], st.C[lb, ls], st.num_tokens()[lb, ls], st.grammar[lb, ls]]).tolist()
     run, wait = torch.stack([rb, rs]).tolist(), torch.stack([wb, ws]).tolist()
     free = st.free.tolist()
+    skipped = st.num_skipped_waiting().tolist() if st.tracks_reach else [0] * B
     rg, wg, lg = _groups(run[0], B), _groups(wait[0], B), _groups(live[0], B)
     result: dict[int, StateSummary] = {}
     for b in range(B) if want is None else want:
@@ -190,7 +198,9 @@ def summaries(
             waiting=tuple(names[s] for s in wait[1][wg[b][0] : wg[b][1]]),
             num_free_blocks=free[b],
             requests={
-                names[live[1][i]]: RequestSummary(STATUS[live[2][i]], live[3][i], live[4][i]) for i in range(*lg[b])
+                names[live[1][i]]: RequestSummary(STATUS[live[2][i]], live[3][i], live[4][i], GRAMMAR[live[5][i]])
+                for i in range(*lg[b])
             },
+            num_skipped_waiting=skipped[b],
         )
     return result

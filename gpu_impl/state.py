@@ -51,12 +51,19 @@ from .rules import num_owed_tokens
 
 EMPTY = 0
 WAITING = int(RequestStatus.WAITING)
+WAITING_FOR_GRAMMAR = int(RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR)
 RUNNING = int(RequestStatus.RUNNING)
 PREEMPTED = int(RequestStatus.PREEMPTED)
 FINISHED_STOPPED = int(RequestStatus.FINISHED_STOPPED)
 FINISHED_LENGTH_CAPPED = int(RequestStatus.FINISHED_LENGTH_CAPPED)
 FINISHED_ABORTED = int(RequestStatus.FINISHED_ABORTED)
+FINISHED_ERROR = int(RequestStatus.FINISHED_ERROR)
 BIG = 1 << 62  # a sort key past every real position
+# Structured output: where a slot's grammar stands (spec.request.GRAMMAR_STATES), 0 without one.
+NO_GRAMMAR, GRAMMAR_COMPILING, GRAMMAR_COMPILED, GRAMMAR_FAILED = 0, 1, 2, 3
+# Before 0.31.0 (FCFS) vLLM's second queue, `skipped_waiting`, is walked first: its `wait_pos` keys lie below
+# every key of `waiting` (whose preemptions count down from -1), counting up from here.
+SKIPPED_QUEUE_BASE = -(1 << 40)
 
 I64, F64, BOOL, I32 = torch.int64, torch.float64, torch.bool, torch.int32
 Tensor = torch.Tensor
@@ -134,6 +141,7 @@ class BatchState:
     active_seqs_and_adaptive_threshold: Tensor  # config-only (0.31.0): the config refuses the knobs before
     priority_self_preemption_continues: Tensor  # PRIORITY self-preemption continues the pass (0.33.0)
     sync_spec_decode_caches_on_update: Tensor  # sync spec decode caches in update_from_output (0.33.0)
+    one_waiting_queue: Tensor  # FCFS: blocked arrivals and skipped requests join `waiting`, no skipped queue (0.31.0)
     async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
@@ -143,6 +151,7 @@ class BatchState:
     run_ctr: Tensor  # [B] the next `run_pos` (an admission appends to running)
     wait_tail: Tensor  # [B] the next `wait_pos` of an arrival (FCFS append, counts up)
     wait_head: Tensor  # [B] the next `wait_pos` of a preempted request (FCFS appendleft, counts down)
+    skip_tail: Tensor  # [B] before 0.31.0 (FCFS): the next `wait_pos` at the back of the skipped queue
 
     # ---- per block [B, num_gpu_blocks] and per instance [B], only when `keyed` (`lru_free_queue.py`) ------
     fkey: Annotated[Tensor, KEYED]  # the free-queue order key; BIG: not queued (held, or the null block)
@@ -185,6 +194,12 @@ class BatchState:
     # tokens are appended.
     h0: Annotated[Tensor, Slot(I64, 0)]
     h1: Annotated[Tensor, Slot(I64, 0)]
+    # Structured output: the grammar's state (NO_GRAMMAR, ...), a failed one a pass reached (the next update
+    # finishes it), and for the batched runner the step its compile finishes at and whether it fails.
+    grammar: Annotated[Tensor, Slot(I64, NO_GRAMMAR)]
+    grammar_error: Annotated[Tensor, Slot(BOOL, False)]
+    grammar_step: Annotated[Tensor, Slot(I64, -1)]
+    grammar_fails: Annotated[Tensor, Slot(BOOL, False)]
 
     # ---- per slot with a trailing dimension [B, R, X] -----------------------------------------------------
     table: Annotated[Tensor, Wide(I32, 0)]  # the block table [B, R, W]: `held` block ids, then padding
@@ -246,6 +261,7 @@ class BatchState:
         self.kmax = max((x.num_speculative_tokens for x in c), default=0)
         self.any_spec = self.kmax > 0
         self.any_async = any(x.async_scheduling for x in c)
+        self.any_grammar = False  # a request with a grammar was loaded (`load.py`): the passes' grammar work runs
         # The keyed free queue replaces the ring for the whole batch when any instance caches.
         self.keyed = any(x.enable_prefix_caching for x in c)
         cmax = max(int(self.cap.max()) if B else 1, 1)
@@ -257,6 +273,7 @@ class BatchState:
         self.run_ctr = torch.zeros(B, dtype=I64, device=dev)
         self.wait_tail = torch.zeros(B, dtype=I64, device=dev)
         self.wait_head = torch.full((B,), -1, dtype=I64, device=dev)
+        self.skip_tail = torch.full((B,), SKIPPED_QUEUE_BASE, dtype=I64, device=dev)
         for name, (dtype, pad) in SLOT_FIELDS.items():
             setattr(self, name, torch.full((B, self.R), pad, dtype=dtype, device=dev))
         if self.keyed:
@@ -353,7 +370,7 @@ class BatchState:
         return self.status == RUNNING
 
     def waiting_mask(self) -> torch.Tensor:
-        return (self.status == WAITING) | (self.status == PREEMPTED)
+        return (self.status == WAITING) | (self.status == PREEMPTED) | (self.status == WAITING_FOR_GRAMMAR)
 
     def live_mask(self) -> torch.Tensor:
         return (self.status >= WAITING) & (self.status <= PREEMPTED)
@@ -369,11 +386,40 @@ class BatchState:
     # ---- arrivals ---------------------------------------------------------------
     def arrive(self, mask: torch.Tensor) -> None:
         """vllm/v1/core/sched/scheduler.py:Scheduler.add_request for the masked slots, in slot order within an instance:
-        status WAITING, appended at the FCFS tail (PRIORITY orders by `prio_rank` instead)."""
-        rank = mask.long().cumsum(1) - 1
-        self.wait_pos = torch.where(mask, self.wait_tail[:, None] + rank, self.wait_pos)
-        self.wait_tail = self.wait_tail + mask.long().sum(1)
-        self.status = torch.where(mask, torch.full_like(self.status, WAITING), self.status)
+        status WAITING, appended at the FCFS tail (PRIORITY orders by `prio_rank` instead); a request with a grammar
+        (`grammar` set by `load`) waits for it, and before 0.31.0 joins the back of the skipped queue instead
+        (vllm/v1/core/sched/scheduler.py:Scheduler._enqueue_waiting_request)."""
+        blocked = mask & (self.grammar != NO_GRAMMAR)
+        skipped = blocked & ~self.one_waiting_queue[:, None]
+        plain = mask & ~skipped
+        rank = plain.long().cumsum(1) - 1
+        self.wait_pos = torch.where(plain, self.wait_tail[:, None] + rank, self.wait_pos)
+        self.wait_tail = self.wait_tail + plain.long().sum(1)
+        rank = skipped.long().cumsum(1) - 1
+        self.wait_pos = torch.where(skipped, self.skip_tail[:, None] + rank, self.wait_pos)
+        self.skip_tail = self.skip_tail + skipped.long().sum(1)
+        status = torch.where(
+            blocked, torch.full_like(self.status, WAITING_FOR_GRAMMAR), torch.full_like(self.status, WAITING)
+        )
+        self.status = torch.where(mask, status, self.status)
+
+    @property
+    def tracks_reach(self) -> bool:
+        """Whether the waiting passes must note which requests they reached (`grammar.after_reach`): with a grammar
+        in the batch, or a release with the skipped queue, where a skipped request moves into it."""
+        return self.any_grammar or "one-waiting-queue" in self.older
+
+    def num_skipped_waiting(self) -> torch.Tensor:
+        """[B] the waiting requests in the skipped queue (before 0.31.0, FCFS): the summary's `num_skipped_waiting`."""
+        fcfs = ~self.prio_policy[:, None]
+        return (self.waiting_mask() & fcfs & (self.wait_pos < SKIPPED_QUEUE_BASE // 2)).long().sum(1)
+
+    def grammars_compiled(self, mask: torch.Tensor, fails: torch.Tensor) -> None:
+        """The masked slots' grammar compiles finished (`fails`: with an exception); a grammar no longer compiling
+        (or a slot without one) is left as it is (vllm/v1/structured_output/request.py:StructuredOutputRequest)."""
+        done = mask & (self.grammar == GRAMMAR_COMPILING)
+        outcome = torch.where(fails, torch.full_like(self.grammar, GRAMMAR_FAILED), GRAMMAR_COMPILED)
+        self.grammar = torch.where(done, outcome, self.grammar)
 
 
 def release_column(variant: str) -> str:

@@ -26,6 +26,11 @@ Aborts (vllm/v1/core/sched/scheduler.py:Scheduler.finish_requests) are applied o
 order given, like the engine loop does: a request not yet added or already
 finished is left alone, and an id named twice is finished once.
 
+Structured output: the failed grammars the last pass reached (`grammar.py`)
+finish as FINISHED_ERROR at the end of the update
+(vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output), with no output
+and no blocks to free.
+
 Spec decode and async scheduling (§5, §6). A step may return several tokens per
 request (accepted drafts + 1): rejected drafts roll C and P back, each
 token is appended and checked in turn (a loop over token positions, at most
@@ -44,17 +49,32 @@ import torch
 from . import rules
 from .block_pool import push_free
 from .prefix_cache import append_token, register
-from .state import BIG, FINISHED_ABORTED, FINISHED_LENGTH_CAPPED, FINISHED_STOPPED, RUNNING, BatchState
+from .state import (
+    BIG,
+    FINISHED_ABORTED,
+    FINISHED_ERROR,
+    FINISHED_LENGTH_CAPPED,
+    FINISHED_STOPPED,
+    RUNNING,
+    BatchState,
+)
 
 Tensor = torch.Tensor
 
 
 def update_from_output(
-    st: BatchState, n_sched: Tensor, sched_key: Tensor, n_spec: Tensor, gen: Tensor, num_gen: Tensor
+    st: BatchState,
+    n_sched: Tensor,
+    sched_key: Tensor,
+    n_spec: Tensor,
+    gen: Tensor,
+    num_gen: Tensor,
+    updating: Tensor | None = None,
 ) -> Tensor:
     """Absorb one step's output: `gen` [B, R, G] sampled tokens, `num_gen` [B, R] how many (0: none).
-    `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts. Returns the
-    mask of requests that stopped."""
+    `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts; `updating` [B] the
+    instances that call update_from_output in this step (default all: an async one that absorbs nothing does
+    not, so its failed grammars wait). Returns the mask of requests that stopped."""
     sched = n_sched > 0
     # An aborted request's output is ignored: aborted while in flight (async), or after the model ran and
     # before this update (EngineCore's aborts queue, `Abort.mid_step`), synchronous steps too.
@@ -112,6 +132,14 @@ def update_from_output(
         order = torch.where(stopped, sched_key, torch.full_like(sched_key, BIG)).sort(dim=1).indices
         push_free(st, order, stopped.gather(1, order))
         st.fin_pending = st.fin_pending | stopped
+    if st.any_grammar:  # the failed grammars the last pass reached: finished here, holding no blocks
+        errors = st.grammar_error & st.live_mask()
+        if updating is not None:
+            errors = errors & updating[:, None]
+        st.grammar_error = st.grammar_error & ~errors
+        st.status = torch.where(errors, FINISHED_ERROR, st.status)
+        st.fin_pending = st.fin_pending | errors
+        stopped = stopped | errors
     return stopped
 
 

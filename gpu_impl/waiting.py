@@ -3,9 +3,10 @@
 vLLM: vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616).
 It runs only in instances that preempted nothing in this step (§9.A.6).
 vLLM pops the waiting queue in order and stops at the first request that
-cannot be admitted. The one skip rule in scope is stale async output
-(LoRA, grammars, connectors and streaming are inert here); a skipped
-request takes nothing and keeps its place. So what is admitted is a prefix
+cannot be admitted. Two skip rules are in scope: stale async output, and
+a grammar that has not compiled (`grammar.py`; LoRA, connectors and
+streaming are inert here); a skipped request takes nothing and keeps its
+place. So what is admitted is a prefix
 of the queue minus the skipped, and without a prefix cache every condition
 of request i depends only on what the requests before it took (with
 caching it does not: `waiting_cached.py`):
@@ -41,7 +42,8 @@ import torch
 
 from . import rules
 from .block_pool import pop_alloc
-from .state import BIG, RUNNING, WAITING, BatchState
+from .grammar import after_reach, blocked
+from .state import BIG, PREEMPTED, RUNNING, BatchState
 
 Tensor = torch.Tensor
 
@@ -83,6 +85,8 @@ def waiting_pass(
     idx = st.cols()
     zeros = torch.zeros_like(T)
     skip = (st.stale.gather(1, order) > 0) & valid if st.any_async else torch.zeros_like(valid)
+    if st.any_grammar:
+        skip = skip | (blocked(st, order) & valid)
     take = valid & ~skip
     k = st.k[:, None]
     room = st.padding_needs_room_to_sample[:, None]
@@ -122,10 +126,14 @@ def waiting_pass(
             )
         )
     )
-    admitted = (idx < rules.first_index(~ok, idx, R)[:, None]) & take  # the longest prefix where all hold
+    first = rules.first_index(~ok, idx, R)[:, None]
+    admitted = (idx < first) & take  # the longest prefix where all hold
     count = admitted.long().sum(1)
     grant = torch.where(admitted, n, zeros)
-    resumed = admitted & (st.status.gather(1, order) != WAITING)
+    resumed = admitted & (st.status.gather(1, order) == PREEMPTED)
+    if st.tracks_reach:  # the pass got to a request unless the budget or max_num_active_seqs ended it first
+        active = num_running[:, None] + ahead < st.max_active[:, None]
+        after_reach(st, order, valid & allowed[:, None] & (idx <= first) & (left > 0) & active, skip)
 
     pop_alloc(st, order, torch.where(admitted, slots, zeros))
     in_slots = torch.zeros_like(admitted).scatter(1, order, admitted)

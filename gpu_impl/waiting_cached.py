@@ -33,9 +33,10 @@ import torch
 
 from . import rules
 from .block_pool import pop_alloc
+from .grammar import after_reach, blocked
 from .lru_free_queue import touch
 from .prefix_cache import lookup, register
-from .state import BIG, RUNNING, WAITING, BatchState
+from .state import BIG, PREEMPTED, RUNNING, BatchState
 from .waiting import WaitingPass
 
 Tensor = torch.Tensor
@@ -71,9 +72,14 @@ def cached_waiting_pass(
         here = valid[:, j] & alive
         if not bool(here.any()):
             break
+        ended = here & ((nrun >= st.max_active) | (bud <= 0))  # before the skip rules look at the request
         skip = here & (st.stale[rows, s] > 0)
+        if st.any_grammar:
+            skip = skip | (here & blocked(st, s))
+        if st.tracks_reach:
+            after_reach(st, s[:, None], (here & ~ended)[:, None], skip[:, None])
         cand = here & ~skip
-        brk = cand & ((nrun >= st.max_active) | (bud <= 0))
+        brk = cand & ended
         T = st.num_tokens()[rows, s]
         limit = torch.minimum(rules.max_prefix_hit_blocks(T, bs), st.nhash[rows, s])
         limit = torch.where(st.caching, limit, torch.zeros_like(limit))
@@ -107,7 +113,7 @@ def cached_waiting_pass(
         st.ncached[rows, s] = torch.where(adm, h, st.ncached[rows, s])
         pop_alloc(st, s[:, None], torch.where(adm, new, torch.zeros_like(new))[:, None])
         register(st, s[:, None], torch.minimum(torch.minimum(hit, L) + n, T)[:, None], adm[:, None])
-        resumed[:, j] = adm & (st.status[rows, s] != WAITING)
+        resumed[:, j] = adm & (st.status[rows, s] == PREEMPTED)
         st.status[rows, s] = torch.where(adm, RUNNING, st.status[rows, s])
         st.run_pos[rows, s] = torch.where(adm, st.run_ctr, st.run_pos[rows, s])
         st.run_ctr = st.run_ctr + adm.long()
