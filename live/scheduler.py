@@ -78,6 +78,8 @@ class MonitoredSchedulerMixin:
             live.on_add(request)
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
+        if self.__dict__.get("_live_in_update"):  # the update's own (failed grammars): its record reports them
+            return super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
         self._live_before("A")
         finished = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
         if (live := self._session()) is not None:
@@ -117,7 +119,11 @@ class MonitoredSchedulerMixin:
         self._live_before("U")
         live = self._session()
         sampled = live.sampled(scheduler_output, model_runner_output) if live is not None else None
-        out = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        self.__dict__["_live_in_update"] = True
+        try:
+            out = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        finally:
+            self.__dict__["_live_in_update"] = False
         if live is not None:
             live.on_update(scheduler_output, sampled)
         return out

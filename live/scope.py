@@ -4,7 +4,7 @@ Design notes
 ------------
 * The monitors judge vLLM against the spec's rules; where a deployment uses
   a feature outside them (LoRA, KV connectors, multimodal encoder budgets,
-  structured output, pooling, pipeline or context parallelism, a drafter with
+  pooling, pipeline or context parallelism, a drafter with
   lookahead or draft slots, a hybrid KV cache, queue limits, an unmodelled
   release), vLLM's decisions legitimately differ from the spec's, and a
   monitor that fired there would be a false alarm. So a scheduler that sees
@@ -16,7 +16,8 @@ Design notes
   `monitors_off` in the header lists them all.
 * What the spec does model is not out of scope: chunked prefill on or off,
   FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
-  decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots), async scheduling with PP = 1
+  decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots),
+  structured output's grammar wait, async scheduling with PP = 1
   (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a
@@ -117,8 +118,6 @@ def request_features(request: Any) -> list[str]:
         found.append("lora (a request with a LoRA adapter)")
     if g(request, "pooling_params", None) is not None:
         found.append("pooling (a pooling request)")
-    if g(request, "structured_output_request", None) is not None:
-        found.append("structured output (a request with a grammar)")
     if g(request, "mm_features", None):
         found.append("multimodal (a request with multimodal inputs)")
     if g(request, "kv_transfer_params", None):

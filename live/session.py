@@ -37,7 +37,7 @@ from ..spec.config import SchedulerConfig
 from ..spec.errors import SpecError
 from ..spec.invariants.monitor import Violation
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
-from ..spec.request import Request, RequestStatus
+from ..spec.request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
 from ..spec.versions import DEFAULT_RELEASE
 from . import scope, vllm_json, vllm_seed
@@ -90,6 +90,9 @@ class LiveSession:
         self.tokens = self.hasher.many if self.hasher is not None else identity
         self.out_of_scope: list[str] = []
         self.live: dict[str, Any] = {}  # vLLM requests added and not yet seen finished: their final state is read
+        # Structured output: each live request's grammar as the scheduler last found it (the summary reports this,
+        # not the compile future, which finishes on its own time: `vllm_json.grammar_events`).
+        self.grammar_seen: dict[str, str] = {}
         release = self._release()
         self.config_json = vllm_json.config(
             scheduler.vllm_config, scheduler.kv_cache_config.num_blocks, scheduler.block_size, async_scheduling, release
@@ -242,6 +245,8 @@ class LiveSession:
             if request.request_id in self.live:
                 self.scope_out("streaming input (a request id added again)")
             d = vllm_json.request(request)
+            if d.get("structured_output"):  # it waits for its grammar; the scheduler will find it compiling
+                self.grammar_seen[request.request_id] = GRAMMAR_COMPILING
             self.live[request.request_id] = request
             self.seen.add(request.request_id)
             if self.assembler is not None and self.monitor is not None:
@@ -294,6 +299,7 @@ class LiveSession:
             self.awaiting += so.total_num_scheduled_tokens > 0
             if self.assembler is None and self.capture is None:
                 return
+            grammars = self._grammars_found()
             d = vllm_json.scheduler_output(so, self.sched) if self.capture is not None else None
             if self.assembler is not None:
                 self.assembler.schedule(
@@ -302,6 +308,7 @@ class LiveSession:
                         d if d is not None else vllm_json.scheduler_output(so, self.sched)
                     ),
                     lambda: _light_output(so),
+                    grammars,
                 )
             if d is not None and self.capture is not None:
                 spec = d["scheduled_spec_decode_tokens"]
@@ -310,7 +317,9 @@ class LiveSession:
                 self._steps_of[id(so)] = step
                 if len(self._steps_of) > 8:  # outputs that scheduled nothing may never be absorbed
                     del self._steps_of[next(iter(self._steps_of))]
-                self._write({"kind": "schedule", "step": step, "output": d})
+                self._write(
+                    {"kind": "schedule", "step": step, "output": d, **({"grammars": grammars} if grammars else {})}
+                )
                 self.capture.flush()
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
@@ -430,11 +439,23 @@ class LiveSession:
         if self.monitor is not None:
             self.monitor.step(record, schedule_call)
 
+    def _grammars_found(self) -> dict[str, bool]:
+        """The grammars the schedule() just returned found done (`vllm_json.grammar_events`), now seen."""
+        compiling = {
+            rid: self.live[rid] for rid, g in self.grammar_seen.items() if g == GRAMMAR_COMPILING and rid in self.live
+        }
+        found = vllm_json.grammar_events(self.sched, compiling) if compiling else {}
+        for rid, compiled in found.items():
+            self.grammar_seen[rid] = GRAMMAR_COMPILED if compiled else GRAMMAR_FAILED
+        for rid in [rid for rid in self.grammar_seen if rid not in self.live]:
+            del self.grammar_seen[rid]
+        return found
+
     def _summary(self, step: int) -> StateSummary:
         """The state as record `step` closes; and the pool, when the next record is judged after skipped ones."""
         if self.monitor is not None and self.monitor.wants_seed(step + 1):
             self.monitor.seed(step + 1, vllm_seed.replay_seed(self.sched, self.monitor.hashes_of))
-        return StateSummary.from_json(vllm_json.summary(self.sched))
+        return StateSummary.from_json(vllm_json.summary(self.sched, self.grammar_seen))
 
     def _finished_json(self, f: FinishedRequest) -> dict[str, Any]:
         return {"status": f.status.name, "output_token_ids": self.tokens(f.output_token_ids)}

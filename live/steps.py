@@ -58,6 +58,7 @@ class _Open:
     updated: bool = False
     updated_step: int | None = None
     drafts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    grammars: dict[str, bool] = field(default_factory=dict)  # compiles its schedule() found done
     state: StateSummary | None = None
     in_flight: tuple[int, ...] = ()
     last: str = ""  # the last event: "A", "S", "U" or "D"
@@ -121,9 +122,14 @@ class StepAssembler:
         rec.finished.update(finished)
 
     def schedule(
-        self, key: Any, output: Callable[[], SchedulerOutput], light: Callable[[], SchedulerOutput] | None = None
+        self,
+        key: Any,
+        output: Callable[[], SchedulerOutput],
+        light: Callable[[], SchedulerOutput] | None = None,
+        grammars: Mapping[str, bool] | None = None,
     ) -> None:
         rec = self._open("S")
+        rec.grammars.update(grammars or {})
         rec.output = output() if light is None or self.full(rec.step) else light()
         rec.scheduled = True
         rec.schedule_call = self.schedule_calls
@@ -193,5 +199,6 @@ class StepAssembler:
                 scheduled=rec.scheduled if self.async_scheduling else True,
                 in_flight=rec.in_flight,
                 aborted_mid_step=tuple(rec.aborted_mid_step),
+                grammars=dict(rec.grammars),
             )
             self.emit(record, rec.schedule_call)

@@ -26,6 +26,7 @@ Design notes
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -75,23 +76,27 @@ def scheduler_output(so: Any, scheduler: Any) -> dict[str, Any]:
     }
 
 
-def summary(scheduler: Any) -> dict[str, Any]:
-    """`StateSummary.to_json` of the scheduler's state now: the queues in order, free blocks, each live request."""
+def summary(scheduler: Any, grammar_seen: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`StateSummary.to_json` of the scheduler's state now: the queues in order, free blocks, each live request.
+
+    `grammar_seen`: each grammar as the scheduler last found it, for a live engine whose compile futures finish
+    on their own time (a future done since the last schedule() is news to the scheduler only at the next one);
+    without it, the grammar as it stands (the driver sets them itself)."""
     waiting, num_skipped = waiting_order(scheduler)
     d: dict[str, Any] = {
         "running": [r.request_id for r in scheduler.running],
         "waiting": waiting,
         "num_free_blocks": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
-        "requests": {rid: _request_summary(r) for rid, r in scheduler.requests.items()},
+        "requests": {rid: _request_summary(r, grammar_seen) for rid, r in scheduler.requests.items()},
     }
     if num_skipped:
         d["num_skipped_waiting"] = num_skipped
     return d
 
 
-def _request_summary(r: Any) -> dict[str, Any]:
+def _request_summary(r: Any, grammar_seen: Mapping[str, str] | None) -> dict[str, Any]:
     d = {"status": r.status.name, "num_computed_tokens": r.num_computed_tokens, "num_tokens": r.num_tokens}
-    grammar = grammar_state(r)
+    grammar = grammar_state(r) if grammar_seen is None else grammar_seen.get(r.request_id)
     if grammar is not None:
         d["grammar"] = grammar
     return d
@@ -145,6 +150,22 @@ def sampled(so: Any, runner_output: Any) -> dict[str, list[int]]:
     return out
 
 
+def grammar_events(scheduler: Any, compiling: Mapping[str, Any]) -> dict[str, bool]:
+    """Just after a schedule(): the grammars it found done, of the `compiling` requests (id -> vLLM Request) the
+    scheduler last saw compiling. A request promoted out of WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR found its grammar
+    compiled; one in `grammar_compile_error_reqs` found it failed
+    (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request). A future that finished while the
+    pass was not looking is news only when a pass finds it, as it is to the scheduler."""
+    errors = getattr(scheduler, "grammar_compile_error_reqs", None) or ()
+    found: dict[str, bool] = {}
+    for rid, r in compiling.items():
+        if rid in errors:
+            found[rid] = False
+        elif r.status.name in ("WAITING", "RUNNING"):  # promoted, and perhaps admitted at once
+            found[rid] = True
+    return found
+
+
 def request(r: Any) -> dict[str, Any]:
     """The spec `Request`'s JSON (as in a workload's request) of a vLLM `Request` just added.
 
@@ -163,6 +184,7 @@ def request(r: Any) -> dict[str, Any]:
         "stop_token_ids": sorted(getattr(p, "stop_token_ids", None) or ()) if p is not None else [],
         "priority": r.priority,
         "arrival_time": r.arrival_time,
+        **({"structured_output": True} if getattr(r, "structured_output_request", None) is not None else {}),
     }
 
 

@@ -259,6 +259,12 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
 
 
 def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
+    if d.get("structured_output") and "grammar" not in d:
+        raise SpecError(
+            f"workload.requests[{index}].structured_output",
+            True,
+            'needs a grammar: {"ready_step": N} says when it compiles',
+        )
     request = Request.from_json(d, default_arrival_time=index)
     return WorkloadRequest(
         request,

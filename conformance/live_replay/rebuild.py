@@ -13,7 +13,7 @@ from ...spec.errors import SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary, StepRecord
-from ...spec.workload import DEFAULT_FILLER_TOKEN_ID, Abort, Workload, WorkloadRequest
+from ...spec.workload import DEFAULT_FILLER_TOKEN_ID, Abort, Grammar, Workload, WorkloadRequest
 from .capture import Line, Session
 
 
@@ -238,6 +238,12 @@ def rebuild(s: Session) -> tuple[Workload, list[StepRecord], set[int], list[str]
     return workload, captured, known, notes
 
 
+def _grammar(found: tuple[int, bool] | None, num_steps: int) -> Grammar:
+    if found is None:
+        return Grammar(num_steps)
+    return Grammar(found[0], fails=not found[1])
+
+
 def _request(line: Line, index: int) -> Request:
     return Request.from_json(line.data["request"], default_arrival_time=index)
 
@@ -272,12 +278,21 @@ def _workload(
     planted: Mapping[str, Mapping[int, int]],
     proposals: Mapping[str, list[tuple[int, int]]],
 ) -> Workload:
+    # Structured output: a grammar is ready at the step whose schedule() found it done (the capture's
+    # `grammars`); one never found done stays compiling past the replay's last step.
+    found = {
+        rid: (i, compiled)
+        for i, st in enumerate(loop)
+        if st.schedule is not None
+        for rid, compiled in st.schedule.data.get("grammars", {}).items()
+    }
     reqs = tuple(
         WorkloadRequest(
             q,
             step,
             tuple(planted[rid].get(p, DEFAULT_FILLER_TOKEN_ID) for p in range(max(planted[rid], default=-1) + 1)),
             tuple(proposals[rid]),
+            _grammar(found.get(rid), len(loop)) if q.structured_output else None,
         )
         for rid, (q, step, _) in requests.items()
     )
@@ -340,6 +355,7 @@ def _record(
         else {k: tuple(v) for k, v in st.drafts.data["draft_token_ids"].items()},
         scheduled=st.schedule is not None,
         aborted_mid_step=tuple(rid for line in st.mid_step_aborts for rid in line.data["request_ids"]),
+        grammars=dict(st.schedule.data.get("grammars", {})) if st.schedule is not None else {},
     )
 
 
