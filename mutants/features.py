@@ -50,6 +50,7 @@ for block_hash in request.block_hashes[:max_hit_blocks]:
 """
 
 CACHING, SPEC, ASYNC = ("prefix-caching",), ("spec-decode",), ("async",)
+GRAMMARS = ("structured-output",)
 
 FEATURE_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -219,5 +220,26 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         "pass",
         ("waiting-holds-nothing", "computed-behind-known-tokens", "grant-exact"),
         ASYNC,
+    ),
+    # Structured output's grammar wait (deployment feature 1 of issue #36).
+    Mutant(
+        "grammar-not-awaited",
+        "classic",
+        "a request whose grammar is still compiling is promoted and admitted as if it had compiled",
+        "reference_impl.scheduler:Scheduler._handle_blocked_waiting_request",
+        "if request.grammar == GRAMMAR_COMPILING:\n    return False",
+        "pass",
+        ("grammar-wait-exact",),
+        GRAMMARS,
+    ),
+    Mutant(
+        "grammar-error-dropped",
+        "classic",
+        "the update forgets the failed grammars the pass found: the request waits for its grammar for good",
+        "reference_impl.update:SchedulerUpdates.update_from_output",
+        "error_req_ids, self.grammar_compile_error_reqs = (self.grammar_compile_error_reqs, set())",
+        "error_req_ids, self.grammar_compile_error_reqs = (set(), set())",
+        ("grammar-wait-exact",),
+        GRAMMARS,
     ),
 )

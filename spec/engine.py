@@ -58,6 +58,10 @@ class Engine(Protocol):
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
 
+# The protocol's optional methods that declare a deployment feature: an engine without one declares the feature
+# outside its scope, and a campaign leaves that feature's workloads out (`conformance/engines/declared_scope.py`).
+FEATURE_METHODS: dict[str, str] = {"grammar_compiled": "structured output"}
+
 Args = ParamSpec("Args")
 Result = TypeVar("Result")
 

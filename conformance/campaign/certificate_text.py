@@ -41,6 +41,10 @@ def markdown(cert: dict[str, Any]) -> str:
         f"- levels checked: {', '.join(cert['levels_checked'])}",
         f"- campaign: seed {cert['campaign']['seed']}, {cert['campaign']['workloads']} workloads, shard {cert['campaign']['shard']}"
         + (" (empty: this shard holds no workload of the campaign)" if cert["campaign"].get("empty_shard") else ""),
+        *(
+            f"- not in this campaign: family `{f}`, outside the engine's declared scope ({why})"
+            for f, why in cert["campaign"].get("families_out_of_scope", {}).items()
+        ),
         f"- {cert['workloads_run']} workloads, {cert['steps_compared']} steps compared in {cert['elapsed_s']} s "
         f"({cert['steps_per_second']} steps/s)",
         _time_line(cert.get("time_shares")),

@@ -39,16 +39,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ...spec.engine import FEATURE_METHODS
 from ...spec.errors import SpecError
 from ...spec.invariants import MONITORED
 from ...spec.jsonio import write_bytes_atomic, write_json_atomic
 from ...spec.versions import DEFAULT_RELEASE
+from ..engines.declared_scope import missing_features
 from ..engines.engine_spec import REFERENCE, EngineSpec
 from ..engines.registry import engine_factory, engine_version
 from ..engines.vllm_source import vllm_source_info
 from ..harness.compare import LEVELS
 from ..harness.workers import run_all
-from ..workloads.families import FAMILIES
+from ..workloads.families import FAMILIES, family_needs
 from .behaviour_coverage import BEHAVIOURS
 from .cell_coverage import summary as coverage_map_summary
 from .certificate_text import junit, markdown
@@ -126,10 +128,14 @@ def plan(
     shard: Shard,
     out_dir: str,
     options: Options = Options(),
+    requested: bool = False,
 ) -> list[Task]:
+    """The campaign's tasks. `requested`: the user named `families`; otherwise they are every family, and those
+    whose feature an engine declares outside its scope are left out (`declared_scope.py`)."""
     for f in families:
         if f not in FAMILIES:
             raise SpecError("--family", f, f"must be one of {', '.join(FAMILIES)}")
+    families = in_scope(engine, against, families, requested, options)
     if level not in LEVELS:
         raise SpecError("--level", level, f"must be one of {', '.join(LEVELS)}")
     if workloads < 1:
@@ -164,6 +170,35 @@ def plan(
         )
         for k in range(i, workloads, n)
     ]
+
+
+def in_scope(
+    engine: EngineSpec, against: EngineSpec, families: list[str], requested: bool, options: Options
+) -> list[str]:
+    """`families` less those needing a feature an engine declares outside its scope; a requested one is refused."""
+    needed = {f: family_needs(f) for f in families if family_needs(f)}
+    if not needed:
+        return families
+    out: set[str] = set()
+    for spec in (engine, against):
+        missing = missing_features(spec, options.isolate)
+        for f, method in needed.items():
+            if method in missing and requested:
+                raise SpecError(
+                    "--family",
+                    f,
+                    f"is outside the declared scope of engine {spec.name!r}: it has no {method}() "
+                    f"({missing[method]}; docs/engines.md)",
+                )
+            if method in missing:
+                out.add(f)
+    return [f for f in families if f not in out]
+
+
+def scope_reason(family: str, engine: EngineSpec, against: EngineSpec) -> str:
+    method = family_needs(family)
+    names = [s.name for s in (engine, against) if method in missing_features(s)]
+    return f"engine {' and '.join(map(repr, names))} has no {method}(): {FEATURE_METHODS.get(method or '', '?')}"
 
 
 def _lost(task: Task) -> WorkloadResult:
@@ -229,6 +264,7 @@ def certificate(
     allow_divergence: bool = False,
     head: Task | None = None,
     families: list[str] | None = None,
+    out_of_scope: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The certificate of a run. `head` stands for the campaign when this shard drew no workload."""
     t0 = tasks[0] if tasks else head
@@ -285,6 +321,8 @@ def certificate(
             "families": sorted({t.family for t in tasks}, key=list(FAMILIES).index),
             # what was asked for, so that `schedspec merge` can tell shards of one campaign and order their workloads
             "families_requested": list(families or [t0.family]),
+            # left out of the default families: a feature an engine declares outside its scope (declared_scope.py)
+            "families_out_of_scope": out_of_scope or {},
             "empty_shard": not tasks,  # a CI matrix with more shards than workloads: this one holds none
         },
         "vllm_source": vllm_source_info(source) if source is not None else None,
@@ -401,7 +439,9 @@ def certify(
     tasks: list[Task] | None = None,
     allow_divergence: bool = False,
 ) -> tuple[dict[str, Any], list[WorkloadResult]]:
-    families = families or list(FAMILIES)
+    asked = families or list(FAMILIES)
+    families = in_scope(engine, against, asked, False, options)  # what `plan` drew from (a cached answer)
+    out_of_scope = {f: scope_reason(f, engine, against) for f in asked if f not in families}
     tasks = tasks or plan(engine, against, level, families, workloads, seed, shard, out_dir, options)
     os.makedirs(out_dir, exist_ok=True)
     head = tasks[0] if tasks else Task(families[0], 0, seed, engine, against, level, out_dir, False)
@@ -409,5 +449,7 @@ def certify(
         ensure_engines_built(head.engine, head.against, _stderr)  # not counted in steps/s
     t0 = time.perf_counter()
     results = run(tasks, options, on_done) if tasks else []
-    cert = certificate(tasks, results, shard, workloads, time.perf_counter() - t0, allow_divergence, head, families)
+    cert = certificate(
+        tasks, results, shard, workloads, time.perf_counter() - t0, allow_divergence, head, families, out_of_scope
+    )
     return cert, results

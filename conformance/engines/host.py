@@ -16,7 +16,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ...spec.engine import EngineFactory
+from ...spec.engine import FEATURE_METHODS, EngineFactory
 from ...spec.errors import InfrastructureError
 from .engine_spec import EngineSpec, parse_engine
 from .exits import EngineExited, engine_may_not_exit, exit_cause
@@ -52,7 +52,8 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                 assert factory is not None  # the parent's first message is always "hello" (isolated._Host)
                 with engine_may_not_exit():
                     engine = check_engine(factory(message[1]), f"the factory {spec.name!r}")
-                outbox.send(("ok", str(getattr(engine, "name", spec.name))))
+                optional = [m for m in FEATURE_METHODS if callable(getattr(engine, m, None))]
+                outbox.send(("ok", (str(getattr(engine, "name", spec.name)), optional)))
             elif op == "drop":
                 close = getattr(engine, "close", None)
                 engine = None
@@ -65,6 +66,13 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                 if fn is None and method == "update_draft_token_ids":
                     outbox.send(("ok", None))  # optional in the protocol
                     continue
+                if fn is None and method in FEATURE_METHODS:
+                    raise InfrastructureError(
+                        f"engine {spec.name!r} {method}",
+                        None,
+                        f"has no {method}(): {FEATURE_METHODS[method]} is outside its declared scope",
+                        kind="start",
+                    )
                 assert fn is not None  # check_engine found every method of the protocol; only that one is optional
                 with engine_may_not_exit():
                     answer = fn(*args)

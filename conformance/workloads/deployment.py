@@ -49,8 +49,8 @@ class DeploymentFamily:
 
     strata = 16
 
-    def __init__(self, name: str, add) -> None:  # noqa: ANN001 - a (Draw, Workload) -> Workload
-        self.add = add
+    def __init__(self, name: str, add, needs: str) -> None:  # noqa: ANN001 - a (Draw, Workload) -> Workload
+        self.add, self.needs = add, needs  # `needs`: the engine method the feature reaches it by
         self.__name__ = name.replace("-", "_")
 
     def __call__(self, d: Draw, stratum: int | None = None) -> Workload:
@@ -60,5 +60,5 @@ class DeploymentFamily:
 
 
 DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
-    "structured-output": DeploymentFamily("structured-output", with_grammars),
+    "structured-output": DeploymentFamily("structured-output", with_grammars, "grammar_compiled"),
 }

@@ -352,6 +352,11 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
 }
 
 
+def family_needs(family: str) -> str | None:
+    """The optional engine method (`spec.engine.FEATURE_METHODS`) the family's workloads call, if any."""
+    return getattr(FAMILIES[family], "needs", None)
+
+
 def generate(family: str, seed: int, index: int) -> Workload:
     """The `index`-th workload of `family` in the campaign seeded by `seed`: the same on every machine."""
     draw, make = RandomDraw(random.Random(f"{family}/{seed}/{index}")), FAMILIES[family]

@@ -52,6 +52,7 @@ def cmd_certify(args: argparse.Namespace, console: Console) -> int:
         shard,
         out.dir,
         options,
+        requested=bool(args.family),
     )
     out.prepare(cert_mod.OUTPUT_NAMES, cert_mod.OUTPUT_PATTERNS)
     progress = CampaignProgress(console, len(tasks), f"{engine} vs {against}")
