@@ -198,11 +198,11 @@ class Scheduler(SchedulerUpdates):
                 if len(self.running) >= config.max_num_active_reqs:
                     break
                 request = self.waiting.peek_request()
-                if not self._handle_blocked_waiting_request(request):
-                    step_skipped_waiting.appendleft(self.waiting.pop_request())
-                    continue
-                if request.num_stale_output_tokens and not request.drop_stale_output:
-                    # A preempted request waits until its pre-preemption output has drained.
+                # Skipped this step: a request waiting for its grammar to compile, and a preempted one whose
+                # output from before the preemption is still in flight (it waits until that has drained).
+                if not self._handle_blocked_waiting_request(request) or (
+                    request.num_stale_output_tokens and not request.drop_stale_output
+                ):
                     step_skipped_waiting.appendleft(self.waiting.pop_request())
                     continue
 

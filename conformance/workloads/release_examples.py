@@ -13,7 +13,7 @@ import dataclasses
 
 from ...spec.config import SchedulerConfig
 from ...spec.request import Request
-from ...spec.workload import Workload, WorkloadRequest
+from ...spec.workload import Grammar, Workload, WorkloadRequest
 
 EOS = 2
 
@@ -126,6 +126,25 @@ def spec_caching() -> Workload:
     return Workload(config, reqs, name="version-spec-caching", description=_first_line(spec_caching.__doc__))
 
 
+def grammar_queue() -> Workload:
+    """A grammar request arriving behind plain ones (FCFS): from 0.31.0 it waits its turn, before it goes first.
+
+    `a`, `b` and then `g` (its grammar compiled at once) arrive at step 0;
+    the budget (8) fits one prompt a step. From 0.31.0 the one waiting queue
+    serves `a`, `b`, then `g` (8 tokens at step 0 to `a`); before, `g` joins
+    the skipped queue, which the pass walks first, and is admitted at step 0.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=8, max_num_seqs=4, max_model_len=64, block_size=4, num_gpu_blocks=40
+    )
+    reqs = (
+        WorkloadRequest(Request("a", tuple(range(10, 18)), max_tokens=2, ignore_eos=True)),
+        WorkloadRequest(Request("b", tuple(range(20, 28)), max_tokens=1, ignore_eos=True)),
+        WorkloadRequest(Request("g", tuple(range(30, 38)), max_tokens=1, ignore_eos=True), grammar=Grammar(0)),
+    )
+    return Workload(config, reqs, name="version-grammar-queue", description=_first_line(grammar_queue.__doc__))
+
+
 VERSION_WORKLOADS = {
     "version-min-tokens": min_tokens,
     "version-padding-room": padding_room,
@@ -133,4 +152,5 @@ VERSION_WORKLOADS = {
     "version-lone-threshold": lone_threshold,
     "version-self-preemption": self_preemption,
     "version-spec-caching": spec_caching,
+    "version-grammar-queue": grammar_queue,
 }

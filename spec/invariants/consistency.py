@@ -216,7 +216,8 @@ def _counters(
         rid = r.request_id
         if not r.pre_live or rid in rec.aborted_mid_step:  # aborted before the update: `_aborted_outputs` judges it
             continue
-        status = before.requests[rid].status if rid in before.requests else RequestStatus.WAITING
+        arrived = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR if r.pre_grammar_wait else RequestStatus.WAITING
+        status = before.requests[rid].status if rid in before.requests else arrived
         c, how = r.pre_num_computed_tokens, f"{r.pre_num_computed_tokens} before"
         if r.preempted:
             status, c, how = RequestStatus.PREEMPTED, 0, "0 on preemption"
@@ -238,9 +239,13 @@ def _counters(
                 rejected = len(drafts) - max(len(returned) - 1, 0)
                 c, how = c - rejected, f"{how} - {rejected} rejected"
         if rid in rec.finished:
-            # It stopped on one of the returned tokens: the ones after it were trimmed.
+            # It stopped on one of the returned tokens: the ones after it were trimmed. A failed grammar ends a
+            # request with what it had (grammar-wait-exact judges when).
             outputs, had = len(rec.finished[rid].output_token_ids), r.pre_num_tokens - r.num_prompt_tokens
-            if not had < outputs <= had + len(returned):
+            if rec.finished[rid].status == RequestStatus.FINISHED_ERROR:
+                if outputs != had:
+                    yield f"{where}.finished[{rid}].output_token_ids has {outputs} tokens, expected its {had}"
+            elif not had < outputs <= had + len(returned):
                 yield (
                     f"{where}.finished[{rid}].output_token_ids has {outputs} tokens, expected {had} before "
                     f"+ 1..{len(returned)} returned"
@@ -249,7 +254,13 @@ def _counters(
         if not r.post_live:
             continue
         got, t = rec.state.requests[rid], r.pre_num_tokens + len(returned)
-        if got.status != status:
+        # A grammar found compiled promotes its request to WAITING (whether the pass got to it: grammar-wait-exact).
+        promoted = (
+            status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+            and got.status == RequestStatus.WAITING
+            and not r.pre_blocked
+        )
+        if got.status != status and not promoted:
             yield f"{where}.state.requests[{rid}].status is {got.status.name}, expected {status.name}"
         if got.num_computed_tokens != c:
             yield (

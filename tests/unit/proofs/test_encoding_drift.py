@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedspec.conformance.workloads.families import FAMILIES, at_release, generate
+from schedspec.conformance.workloads.deployment import DEPLOYMENT_FAMILIES
 from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
 from schedspec.conformance.workloads.release_examples import VERSION_WORKLOADS
 from schedspec.conformance.workloads.strategies import workloads
@@ -24,7 +25,11 @@ from schedspec.spec.engine import fake_model
 from schedspec.spec.versions import RELEASES
 
 MAX_LIVE = 10
-CORE = [f for f in FAMILIES if f not in ("prefix-caching", "spec-decode", "async", *MIXED_FAMILIES)]
+CORE = [
+    f
+    for f in FAMILIES
+    if f not in ("prefix-caching", "spec-decode", "async", *MIXED_FAMILIES, *DEPLOYMENT_FAMILIES)
+]
 
 
 def core_scope(config) -> bool:

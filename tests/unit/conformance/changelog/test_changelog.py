@@ -35,7 +35,7 @@ class CapsChunksAt10(Scheduler):
 
 
 def test_the_candidates_are_the_rule_variants_between_the_releases():
-    assert variants_between("0.30.0", "0.31.0") == ["lone-request-threshold-off"]
+    assert variants_between("0.30.0", "0.31.0") == ["lone-request-threshold-off", "one-waiting-queue"]
     assert variants_between("0.28.0", "0.33.0") == [v.name for v in VARIANTS if not v.config_only]
     assert variants_between("0.33.0", "0.33.0") == []
 
