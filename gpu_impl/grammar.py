@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from . import rules
 from .state import GRAMMAR_COMPILED, GRAMMAR_FAILED, SKIPPED_QUEUE_BASE, WAITING, WAITING_FOR_GRAMMAR, BatchState
 
 Tensor = torch.Tensor
@@ -31,8 +32,9 @@ Tensor = torch.Tensor
 def blocked(st: BatchState, slots: Tensor) -> Tensor:
     """Whether each slot (any shape of slot indices, row by row) waits for a grammar that has not compiled."""
     rows = torch.arange(st.B, device=st.device).view(-1, *([1] * (slots.dim() - 1)))
-    waiting = st.status[rows, slots] == WAITING_FOR_GRAMMAR
-    return waiting & (st.grammar[rows, slots] != GRAMMAR_COMPILED)
+    return rules.waits_for_grammar(
+        st.status[rows, slots] == WAITING_FOR_GRAMMAR, st.grammar[rows, slots] == GRAMMAR_COMPILED
+    )
 
 
 def after_reach(st: BatchState, slots: Tensor, reached: Tensor, skipped: Tensor) -> None:

@@ -180,3 +180,9 @@ def caches_on_update(had_output_placeholders: Tensor, k: Tensor, sync_spec_decod
     request's processed full blocks (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2407-2415)):
     with output in flight (async), or with spec decode from 0.33.0."""
     return had_output_placeholders | (sync_spec_decode_caches_on_update & (k > 0))
+
+
+def waits_for_grammar(waiting_for_grammar: Tensor, grammar_compiled: Tensor) -> Tensor:
+    """Tensor twin of `reference_impl.rules.waits_for_grammar`: the waiting pass passes over a request waiting for
+    a grammar that has not compiled (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request)."""
+    return waiting_for_grammar & ~grammar_compiled

@@ -33,6 +33,7 @@ from ..spec.rules import (
     stop_kind,
     waiting_num_new_tokens,
     waiting_pass_allowed,
+    waits_for_grammar,
 )
 
 __all__ = [
@@ -57,4 +58,5 @@ __all__ = [
     "stop_kind",
     "waiting_num_new_tokens",
     "waiting_pass_allowed",
+    "waits_for_grammar",
 ]

@@ -339,15 +339,14 @@ class Scheduler(SchedulerUpdates):
         `_try_promote_blocked_waiting_request`). A grammar still compiling is skipped; one that failed is skipped
         and noted, and the step's update finishes the request with FINISHED_ERROR; a compiled one is promoted
         to WAITING and the pass goes on with it at once."""
-        if request.status != RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
+        waiting_for_grammar = request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+        if not rules.waits_for_grammar(waiting_for_grammar, request.grammar == GRAMMAR_COMPILED):
+            if waiting_for_grammar:
+                request.status = RequestStatus.WAITING  # compiled: promoted, and tested for admission now
             return True
-        if request.grammar == GRAMMAR_COMPILING:
-            return False
         if request.grammar == GRAMMAR_FAILED:
             self.grammar_compile_error_reqs.add(request.request_id)
-            return False
-        request.status = RequestStatus.WAITING
-        return True
+        return False
 
     def freed_block_to_front(self, block: int) -> bool:
         """Whether a block whose last holder released it is reused first (the front of the free queue) rather

@@ -363,3 +363,14 @@ def caches_on_update(had_output_placeholders: Any, num_speculative_tokens: Int, 
     if not holds("sync-spec-decode-caches-on-update", release):
         return had_output_placeholders
     return or_(had_output_placeholders, num_speculative_tokens > 0)
+
+
+# ---- Deployment features (issue #36): structured output. ----
+
+
+def waits_for_grammar(waiting_for_grammar: Any, grammar_compiled: Any) -> Any:
+    """Whether the waiting pass passes a request over for its grammar: it waits for one
+    (WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR) that has not compiled, still compiling or failed
+    (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request). A compiled one is promoted to
+    WAITING at the pass's turn and tested for admission like any other."""
+    return and_(waiting_for_grammar, not_(grammar_compiled))

@@ -40,7 +40,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for r in reports:
             keywords = getattr(r, "keywords", {})
             if getattr(r, "when", None) and "slow" not in keywords and "slow_ok" not in keywords:
-                seconds[r.nodeid] = seconds.get(r.nodeid, 0.0) + r.duration  # setup + call + teardown
+                seconds[r.nodeid] = seconds.get(r.nodeid, 0.0) + getattr(r, "duration", 0.0)  # setup + call + teardown
     over = [(s, nodeid) for nodeid, s in seconds.items() if s > OVER_S]
     if over:
         terminalreporter.section(f"default-tier tests over {OVER_S:.0f} s without slow_ok (see tests/README.md)")

@@ -16,6 +16,7 @@ from ..block_hash import block_hashes
 from ..config import SchedulerConfig
 from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import GRAMMAR_COMPILED, GRAMMAR_FAILED, Request, RequestStatus
+from ..rules import waits_for_grammar
 from ..state import RequestState, SchedulerState
 from ..trace import FinishedRequest
 from ..versions import holds
@@ -122,8 +123,9 @@ def make_view(
                 pre_num_output_placeholders=s0.num_output_placeholders,
                 pre_num_stale_output_tokens=s0.num_stale_output_tokens,
                 pre_grammar_wait=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR,
-                pre_blocked=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
-                and s0.grammar != GRAMMAR_COMPILED,
+                pre_blocked=waits_for_grammar(
+                    s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR, s0.grammar == GRAMMAR_COMPILED
+                ),
                 pre_grammar_failed=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
                 and s0.grammar == GRAMMAR_FAILED,
                 post_in_skipped_queue=0 <= post_wait.get(rid, -1) < post_num_skipped_waiting,

@@ -225,6 +225,14 @@ def test_caches_on_update_twin():
     assert got == [bool(rules.caches_on_update(had[i], k[i], rel[i])) for i in range(CASES)]
 
 
+def test_waits_for_grammar_twin():
+    rng = random.Random(18)
+    waits = [rng.random() < 0.5 for _ in range(CASES)]
+    compiled = [rng.random() < 0.5 for _ in range(CASES)]
+    got = twin.waits_for_grammar(t(waits), t(compiled)).tolist()
+    assert got == [bool(rules.waits_for_grammar(waits[i], compiled[i])) for i in range(CASES)]
+
+
 def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():
     rng = random.Random(12)
     n, C, T, P = ints(rng, 1, 8), ints(rng, 0, 20), ints(rng, 1, 24), ints(rng, 0, 3)
