@@ -181,7 +181,7 @@ def in_scope(
         return families
     out: set[str] = set()
     for spec in (engine, against):
-        missing = missing_features(spec, options.isolate)
+        missing = missing_features(spec)
         for f, method in needed.items():
             if method in missing and requested:
                 raise SpecError(

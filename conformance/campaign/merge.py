@@ -156,6 +156,7 @@ def merged_certificate(certs: list[dict[str, Any]], out_dir: str) -> dict[str, A
             "shard": "0/1",
             "families": families_run,
             "families_requested": head["campaign"]["families_requested"],
+            "families_out_of_scope": head["campaign"].get("families_out_of_scope", {}),
             "empty_shard": not families_run,
         },
         "vllm_source": head["vllm_source"],

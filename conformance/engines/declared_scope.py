@@ -6,38 +6,39 @@ An engine without it declares the feature outside its scope, and that is a
 statement, not a failure: a campaign that was not asked for the feature
 leaves its families out and says so in the certificate, and one that was
 asked for them (`--family structured-output`) is refused in one line before
-anything runs (`certify.plan`). Our engines and the real vLLM model every
-feature; an engine given as `module:callable` is asked once, by building one
-engine the way the campaign will (in its own process unless `--in-process`).
+anything runs (`certify.plan`).
+
+The declaration is read from the engine's class, never by building an
+engine: a factory may exit, hang or count its calls (the demo engines do),
+and asking it would change the run it is asked for. The class is the
+factory itself, or the class its return annotation names
+(`def make(config) -> MyEngine`). A factory with neither declares the core
+protocol only. Our engines and the real vLLM model every feature.
 """
 
 from __future__ import annotations
 
-from ...spec.config import SchedulerConfig
+import typing
+
 from ...spec.engine import FEATURE_METHODS
 from .engine_spec import EngineSpec
-from .registry import engine_factory
+from .registry import in_process_factory
 
 
-def supports(engine: object, method: str) -> bool:
-    """Whether a built engine has one of the protocol's optional methods (a wrapper answers for its engine)."""
-    ask = getattr(engine, "supports", None)
-    return bool(ask(method)) if callable(ask) else callable(getattr(engine, method, None))
+def engine_class(factory: object) -> type | None:
+    """The class a factory builds: itself, or its return annotation; None if it does not say."""
+    if isinstance(factory, type):
+        return factory
+    try:
+        built = typing.get_type_hints(factory).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve declares nothing
+        return None
+    return built if isinstance(built, type) else None
 
 
-_ASKED: dict[EngineSpec, dict[str, str]] = {}  # an engine is asked once per process
-
-
-def missing_features(spec: EngineSpec, isolate: bool | None = None) -> dict[str, str]:
+def missing_features(spec: EngineSpec) -> dict[str, str]:
     """The feature methods the engine lacks, each with the feature it would carry; {} for our engines and vLLM."""
     if spec.builtin:
         return {}
-    if spec not in _ASKED:
-        engine = engine_factory(spec, isolate=isolate)(SchedulerConfig())
-        try:
-            _ASKED[spec] = {m: feature for m, feature in FEATURE_METHODS.items() if not supports(engine, m)}
-        finally:
-            close = getattr(engine, "close", None)
-            if callable(close):
-                close()
-    return dict(_ASKED[spec])
+    cls = engine_class(in_process_factory(spec))
+    return {m: f for m, f in FEATURE_METHODS.items() if cls is None or not callable(getattr(cls, m, None))}

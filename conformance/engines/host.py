@@ -52,8 +52,7 @@ def serve(inbox: Connection, outbox: Connection, spec: EngineSpec) -> None:
                 assert factory is not None  # the parent's first message is always "hello" (isolated._Host)
                 with engine_may_not_exit():
                     engine = check_engine(factory(message[1]), f"the factory {spec.name!r}")
-                optional = [m for m in FEATURE_METHODS if callable(getattr(engine, m, None))]
-                outbox.send(("ok", (str(getattr(engine, "name", spec.name)), optional)))
+                outbox.send(("ok", str(getattr(engine, "name", spec.name))))
             elif op == "drop":
                 close = getattr(engine, "close", None)
                 engine = None

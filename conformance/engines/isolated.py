@@ -149,9 +149,8 @@ class _Host:
 class IsolatedEngine:
     """The harness's handle on an engine that lives in the host process."""
 
-    def __init__(self, factory: IsolatedFactory, host: _Host, name: str, optional: tuple[str, ...] = ()) -> None:
+    def __init__(self, factory: IsolatedFactory, host: _Host, name: str) -> None:
         self._factory, self.name = factory, name
-        self._optional = optional  # the protocol's optional methods the engine has (`spec.engine.FEATURE_METHODS`)
         self._host: _Host | None = host  # None once closed
 
     def _call(self, op: str, *args: Any) -> Any:
@@ -186,9 +185,6 @@ class IsolatedEngine:
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
         self._call("grammar_compiled", request_id, compiled)
 
-    def supports(self, method: str) -> bool:
-        return method in self._optional
-
     def close(self) -> None:
         host, self._host = self._host, None
         if host is not None:
@@ -213,11 +209,11 @@ class IsolatedFactory:
         if host is None or not host.alive:
             host = _Host(self.spec, self.start_timeout_s)
         try:
-            name, optional = host.exchange(("make", config), self.start_timeout_s, "factory", "start")
+            name = host.exchange(("make", config), self.start_timeout_s, "factory", "start")
         except EngineRaised as e:  # the factory itself raised: a start-up error, never a divergence
             self.give_back(host)
             raise InfrastructureError("factory", None, f"raised {e}", kind="start") from None
-        return IsolatedEngine(self, host, name, tuple(optional))
+        return IsolatedEngine(self, host, name)
 
     def give_back(self, host: _Host) -> None:
         if host.alive and self._idle is None and os.getpid() == self._pid:

@@ -150,10 +150,6 @@ class Snapshotting:
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
         self._engine.grammar_compiled(request_id, compiled)
 
-    def supports(self, method: str) -> bool:
-        """Whether the engine has this optional method of the protocol (`spec.engine.FEATURE_METHODS`)."""
-        return callable(getattr(self._engine, method, None))
-
     def close(self) -> None:
         close = getattr(self._engine, "close", None)
         if close is not None:

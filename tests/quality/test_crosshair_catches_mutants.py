@@ -100,6 +100,9 @@ DECISION_ONLY = {
     "length-cap-one-early",
     "async-skip-breaks",
     "rollback-one-too-many",
+    # Structured output: decision-only too, and no contract draws a grammar (docs/architecture.md's scope table).
+    "grammar-not-awaited",
+    "grammar-error-dropped",
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

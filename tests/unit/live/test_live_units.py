@@ -177,7 +177,9 @@ def test_scope_per_request_and_release():
     plain = SimpleNamespace(prompt_token_ids=[1], mm_features=[])
     assert scope.request_features(plain) == []
     grammar = SimpleNamespace(prompt_token_ids=[1], structured_output_request=object())
-    assert "structured output" in scope.request_features(grammar)[0]
+    assert scope.request_features(grammar) == []  # structured output is judged (docs/live.md)
+    lora = SimpleNamespace(prompt_token_ids=[1], lora_request=object())
+    assert "lora" in scope.request_features(lora)[0]
     assert scope.release_feature("0.33.0") is None and "0.34.0" in scope.release_feature("0.34.0")
 
 
