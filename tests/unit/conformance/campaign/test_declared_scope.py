@@ -1,0 +1,43 @@
+"""An engine declares the deployment features it models by their optional methods (`declared_scope.py`): a default
+campaign leaves the others out and says so; one that asks for them is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+from schedspec.cli import main
+from schedspec.conformance.engines.declared_scope import engine_class, missing_features
+from schedspec.conformance.engines.engine_spec import parse_engine
+from schedspec.reference_impl import ReferenceEngine
+
+
+def test_the_class_is_read_from_the_factory_or_its_return_annotation():
+    def make(config) -> ReferenceEngine:
+        return ReferenceEngine(config)
+
+    def unannotated(config):
+        return ReferenceEngine(config)
+
+    assert engine_class(ReferenceEngine) is ReferenceEngine and engine_class(make) is ReferenceEngine
+    assert engine_class(unannotated) is None  # says nothing: the core protocol only
+    assert missing_features(parse_engine("torch")) == {} and missing_features(parse_engine("reference")) == {}
+
+
+def test_an_engine_without_grammar_compiled_declares_it_out_of_scope(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "core_only.py").write_text(
+        "from schedspec.reference_impl import ReferenceEngine\n"
+        "class CoreOnly(ReferenceEngine):\n"
+        "    grammar_compiled = None  # not callable: structured output declared out of scope\n"
+    )
+    out = tmp_path / "cert"
+    argv = ["certify", "--engine", "core_only:CoreOnly", "--in-process", "--workloads", "17", "--out", str(out)]
+    assert main([*argv[:6], "--family", "structured-output", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside the declared scope" in err[0] and "grammar_compiled" in err[0], err
+    assert main(argv) == 0
+    campaign = json.loads((out / "certificate.json").read_text())["campaign"]
+    assert "structured-output" not in campaign["families"] and list(campaign["families_out_of_scope"]) == [
+        "structured-output"
+    ]
+    assert "outside the engine's declared scope" in (out / "certificate.md").read_text()
