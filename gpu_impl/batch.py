@@ -116,7 +116,7 @@ def run_batch(
     dev = pick_device(device)
     groups: dict[bool, list[int]] = defaultdict(list)
     for i, w in enumerate(workloads):
-        groups[w.config.enable_prefix_caching].append(i)
+        groups[w.config.enable_prefix_caching or w.config.max_loras is not None].append(i)
     traces: dict[int, Trace] = {}
     with cpu_threads(dev):
         for members in groups.values():

@@ -27,7 +27,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 import torch
 
 from ..spec.config import SchedulerConfig
-from ..spec.engine import gc_paused
+from ..spec.engine import DECLARED_FEATURES, gc_paused
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
@@ -67,6 +67,7 @@ def _widen(t: torch.Tensor, R: int, fill: int) -> torch.Tensor:
 
 class TorchEngine:
     name = ENGINE_NAME
+    features = frozenset(DECLARED_FEATURES)
 
     def __init__(self, config: SchedulerConfig, device: str | torch.device | None = None) -> None:
         self.config = config

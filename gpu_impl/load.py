@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..spec.block_hash import chain_seed
 from ..spec.request import Request
 from ..spec.rules import heap_key
 from .prefix_cache import prompt_hashes
@@ -65,6 +66,7 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     put(st.arrival_step, [e.arrival_step for e in entries])
     put(st.plen, [len(e.planted) for e in entries])
     put(st.grammar, [GRAMMAR_COMPILING if q.structured_output else NO_GRAMMAR for q in reqs])
+    put(st.lora, [q.lora_int_id for q in reqs])
     st.any_grammar = st.any_grammar or any(q.structured_output for q in reqs)
     put(st.grammar_step, [e.grammar_step for e in entries])
     put(st.grammar_fails, [e.grammar_fails for e in entries], torch.bool)
@@ -106,7 +108,8 @@ def _load_hashes(st: BatchState, entries: Sequence[Entry]) -> None:
     ).to(dev)
     lengths = torch.tensor([e.request.num_prompt_tokens for e in mine], dtype=torch.int64).to(dev)
     sizes = torch.tensor([bs[e.instance] for e in mine], dtype=torch.int64).to(dev)
-    hashes, h0, h1 = prompt_hashes(tokens, lengths, sizes, width)
+    seeds = torch.tensor([chain_seed(e.request.lora_int_id) for e in mine], dtype=torch.int64).to(dev)
+    hashes, h0, h1 = prompt_hashes(tokens, lengths, sizes, width, seeds)
     b = torch.tensor([e.instance for e in mine], dtype=torch.int64).to(dev)
     s = torch.tensor([e.slot for e in mine], dtype=torch.int64).to(dev)
     st.bhash[b, s, :width] = hashes

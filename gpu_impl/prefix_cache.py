@@ -44,9 +44,12 @@ def _powers(base: int, n: int, device: torch.device) -> Tensor:
     return torch.tensor(out, dtype=torch.int64, device=device)
 
 
-def prompt_hashes(tokens: Tensor, lengths: Tensor, bs: Tensor, width: int) -> tuple[Tensor, Tensor, Tensor]:
+def prompt_hashes(
+    tokens: Tensor, lengths: Tensor, bs: Tensor, width: int, seeds: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """For prompts [N, X] (padded) of `lengths` [N] and block sizes `bs` [N]: the hashes of their full blocks
-    [N, width] (-1 past the last), and the running residues (h0, h1) [N] at the end of each prompt."""
+    [N, width] (-1 past the last), and the running residues (h0, h1) [N] at the end of each prompt. `seeds` [N]:
+    each chain's start (`spec.block_hash.chain_seed`, a LoRA adapter's), which adds `seed * B^m` to H(m)."""
     N, X = tokens.shape
     dev = tokens.device
     pos = torch.arange(max(X, 1), device=dev)[:X]
@@ -60,9 +63,14 @@ def prompt_hashes(tokens: Tensor, lengths: Tensor, bs: Tensor, width: int) -> tu
         a = torch.where(pos[None, :] < lengths[:, None], tok * inv[:X][None, :] % MODULUS, torch.zeros_like(tok))
         s = torch.cat([torch.zeros((N, 1), dtype=torch.int64, device=dev), a.cumsum(1) % MODULUS], 1)  # S(m)
 
+        seed = (
+            ((seeds >> (SHIFT * i)) & MODULUS) if seeds is not None else torch.zeros(N, dtype=torch.int64, device=dev)
+        )
+
         def H(m: Tensor) -> Tensor:
             mm = m.clamp(max=X)
-            return torch.where(m > 0, s.gather(1, mm) * up[(mm - 1).clamp(min=0)] % MODULUS, torch.zeros_like(mm))  # noqa: B023 - called in this iteration only
+            h = torch.where(m > 0, s.gather(1, mm) * up[(mm - 1).clamp(min=0)] % MODULUS, torch.zeros_like(mm))  # noqa: B023 - called in this iteration only
+            return (h + seed[:, None] * up[mm] % MODULUS) % MODULUS  # noqa: B023
 
         hashes = hashes | (H(m_blocks.clamp(max=X)) << (SHIFT * i))
         ends.append(H(lengths[:, None]).squeeze(1))

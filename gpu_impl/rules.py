@@ -186,3 +186,12 @@ def waits_for_grammar(waiting_for_grammar: Tensor, grammar_compiled: Tensor) -> 
     """Tensor twin of `reference_impl.rules.waits_for_grammar`: the waiting pass passes over a request waiting for
     a grammar that has not compiled (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request)."""
     return waiting_for_grammar & ~grammar_compiled
+
+
+def lora_limit_skips(
+    lora_int_id: Tensor, adapter_running: Tensor, num_adapters_running: Tensor, max_loras: Tensor
+) -> Tensor:
+    """Tensor twin of `reference_impl.rules.lora_limit_skips` (`max_loras` 0: no LoRA config): a request whose adapter
+    no running request uses waits while max_loras adapters run (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
+    (1091-1101))."""
+    return (max_loras > 0) & (lora_int_id > 0) & (num_adapters_running == max_loras) & ~adapter_running

@@ -128,6 +128,7 @@ class BatchState:
     k: Tensor  # num_speculative_tokens
     async_: Tensor  # bool: async_scheduling
     caching: Tensor  # bool: enable_prefix_caching
+    max_loras: Tensor  # LoRAConfig.max_loras, 0 without LoRA
 
     # ---- per instance [B], bool: the release (`vllm_version`, spec/versions.py), one column per variant --
     # True where the instance's release has the variant's newer behaviour (`holds(name, vllm_version)`),
@@ -142,6 +143,7 @@ class BatchState:
     priority_self_preemption_continues: Tensor  # PRIORITY self-preemption continues the pass (0.33.0)
     sync_spec_decode_caches_on_update: Tensor  # sync spec decode caches in update_from_output (0.33.0)
     one_waiting_queue: Tensor  # FCFS: blocked arrivals and skipped requests join `waiting`, no skipped queue (0.31.0)
+    loras_counted_over_all_running: Tensor  # every running request's adapter counts against max_loras (0.33.0)
     async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
@@ -196,6 +198,7 @@ class BatchState:
     h1: Annotated[Tensor, Slot(I64, 0)]
     # Structured output: the grammar's state (NO_GRAMMAR, ...), a failed one a pass reached (the next update
     # finishes it), and for the batched runner the step its compile finishes at and whether it fails.
+    lora: Annotated[Tensor, Slot(I64, 0)]  # LoRA: the adapter's lora_int_id, 0 without one
     grammar: Annotated[Tensor, Slot(I64, NO_GRAMMAR)]
     grammar_error: Annotated[Tensor, Slot(BOOL, False)]
     grammar_step: Annotated[Tensor, Slot(I64, -1)]
@@ -254,6 +257,8 @@ class BatchState:
         self.k = col(x.num_speculative_tokens for x in c)
         self.async_ = col((x.async_scheduling for x in c), BOOL)
         self.caching = col((x.enable_prefix_caching for x in c), BOOL)
+        self.max_loras = col(x.max_loras or 0 for x in c)  # 0: no LoRA config
+        self.any_lora = any(x.max_loras is not None for x in c)
         for v in VARIANTS:  # once per batch: a step reads the columns, never the version strings
             sides = [holds(v.name, x.vllm_version) for x in c]
             setattr(self, release_column(v.name), col(sides, BOOL))
@@ -262,8 +267,9 @@ class BatchState:
         self.any_spec = self.kmax > 0
         self.any_async = any(x.async_scheduling for x in c)
         self.any_grammar = False  # a request with a grammar was loaded (`load.py`): the passes' grammar work runs
-        # The keyed free queue replaces the ring for the whole batch when any instance caches.
-        self.keyed = any(x.enable_prefix_caching for x in c)
+        # The keyed free queue replaces the ring for the whole batch when any instance caches, or uses LoRA: then
+        # the waiting pass walks the queue one position at a time (`waiting_cached.py`), as the adapter limit needs.
+        self.keyed = any(x.enable_prefix_caching or x.max_loras is not None for x in c)
         cmax = max(int(self.cap.max()) if B else 1, 1)
         # The free queue starts as [1, 2, ..., num_gpu_blocks - 1]
         # (vllm/v1/core/block_pool.py:BlockPool.__init__ (191)).

@@ -100,6 +100,7 @@ def schedule(st: BatchState) -> StepOut:
             waiting,
             prefill_scheduled,
             running_granted.any(1),
+            running_granted,
         )
         n_sched = n_sched.scatter_add(1, wp.order, wp.grant)
         sched_key = torch.minimum(sched_key, big.scatter(1, wp.order, torch.where(wp.admitted, st.R + rp.idx, big)))

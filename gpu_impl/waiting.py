@@ -67,6 +67,7 @@ def waiting_pass(
     waiting: Tensor,
     prefill_scheduled: Tensor,
     any_running_scheduled: Tensor,
+    running_scheduled: Tensor,
 ) -> WaitingPass:
     """`waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
     the RUNNING pass preempted nothing, so the queue is still exactly that.
@@ -75,7 +76,8 @@ def waiting_pass(
     on what the requests before it took, with two twists from async scheduling and spec decode: a
     request whose pre-preemption output is in flight is skipped (`continue`: it takes nothing and keeps
     its place, since skipped requests return to the head in order), and a one-token admission may be
-    padded to 1 + k, which breaks the pass if 1 + k exceeds the budget left."""
+    padded to 1 + k, which breaks the pass if 1 + k exceeds the budget left. `running_scheduled` is read only
+    by the walking pass (LoRA puts a batch there: `waiting_cached.py`)."""
     R = st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices

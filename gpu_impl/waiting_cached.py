@@ -36,10 +36,23 @@ from .block_pool import pop_alloc
 from .grammar import after_reach, blocked
 from .lru_free_queue import touch
 from .prefix_cache import lookup, register
+from .rules import lora_limit_skips
 from .state import BIG, PREEMPTED, RUNNING, BatchState
 from .waiting import WaitingPass
 
 Tensor = torch.Tensor
+
+
+def lora_slots(st: BatchState, running_scheduled: Tensor) -> Tensor:
+    """[B, A] which adapters (by lora_int_id, A past the largest) the RUNNING requests hold (before 0.33.0 only those
+    the running pass scheduled, `running_scheduled`): vLLM's `scheduled_loras` after the running pass
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1038-1047))."""
+    A = int(st.lora.max()) + 1 if st.lora.numel() else 1
+    held = torch.zeros((st.B, A), dtype=torch.bool, device=st.device)
+    counted = st.loras_counted_over_all_running[:, None] | running_scheduled
+    rb, rs = (st.running_mask() & counted & (st.lora > 0)).nonzero(as_tuple=True)
+    held[rb, st.lora[rb, rs]] = True
+    return held
 
 
 def cached_waiting_pass(
@@ -51,7 +64,9 @@ def cached_waiting_pass(
     waiting: Tensor,
     prefill_scheduled: Tensor,
     any_running_scheduled: Tensor,
+    running_scheduled: Tensor,
 ) -> WaitingPass:
+    """The waiting pass one queue position per round; `running_scheduled` [B, R]: the running pass granted it."""
     B, R = st.B, st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices
@@ -67,6 +82,9 @@ def cached_waiting_pass(
     rows = torch.arange(B, device=dev)
     L, bs, k, thr = st.L, st.bs, st.k, threshold
     after_hit, room = st.padding_after_prefix_hit, st.padding_needs_room_to_sample  # the release's padding
+    adapters = (
+        lora_slots(st, running_scheduled) if st.any_lora else None
+    )  # [B, A]: the adapters running, as admissions add them
     for j in range(depth):
         s = order[:, j]
         here = valid[:, j] & alive
@@ -76,6 +94,9 @@ def cached_waiting_pass(
         skip = here & (st.stale[rows, s] > 0)
         if st.any_grammar:
             skip = skip | (here & blocked(st, s))
+        if adapters is not None:  # after the grammar and stale checks, as vLLM asks them
+            lid = st.lora[rows, s]
+            skip = skip | (here & lora_limit_skips(lid, adapters[rows, lid], adapters[:, 1:].sum(1), st.max_loras))
         if st.tracks_reach:
             after_reach(st, s[:, None], (here & ~ended)[:, None], skip[:, None])
         cand = here & ~skip
@@ -118,6 +139,9 @@ def cached_waiting_pass(
         st.run_pos[rows, s] = torch.where(adm, st.run_ctr, st.run_pos[rows, s])
         st.run_ctr = st.run_ctr + adm.long()
         st.C[rows, s] = torch.where(adm, hit, st.C[rows, s])  # the hit becomes computed
+        if adapters is not None:
+            lid = st.lora[rows, s]
+            adapters[rows, lid] = adapters[rows, lid] | (adm & (lid > 0))
         grant[:, j] = torch.where(adm, n, 0)
         admitted[:, j] = adm
         padded[:, j] = adm & pad

@@ -3,7 +3,7 @@
 Design notes
 ------------
 * The monitors judge vLLM against the spec's rules; where a deployment uses
-  a feature outside them (LoRA, KV connectors, multimodal encoder budgets,
+  a feature outside them (KV connectors, multimodal encoder budgets,
   pooling, pipeline or context parallelism, a drafter with
   lookahead or draft slots, a hybrid KV cache, queue limits, an unmodelled
   release), vLLM's decisions legitimately differ from the spec's, and a
@@ -11,13 +11,13 @@ Design notes
   one logs ONE line naming it and switches the monitors off; the capture goes
   on (it is still a faithful record, marked `out_of_scope` in its header).
 * All monitors, not some: the decision invariants read the whole pass (a
-  LoRA slot limit skips a request, which moves every later grant, victim and
-  block), so no monitor can be said to be untouched by any of these features.
+  encoder budget cuts a chunk short, which moves every later grant, victim
+  and block), so no monitor can be said to be untouched by any of these features.
   `monitors_off` in the header lists them all.
 * What the spec does model is not out of scope: chunked prefill on or off,
   FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
   decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots),
-  structured output's grammar wait, async scheduling with PP = 1
+  structured output's grammar wait, LoRA's `max_loras`, async scheduling with PP = 1
   (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a
@@ -38,8 +38,6 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
     g = getattr
     model, parallel = g(vllm_config, "model_config", None), g(vllm_config, "parallel_config", None)
     sched, spec = g(vllm_config, "scheduler_config", None), g(vllm_config, "speculative_config", None)
-    if g(vllm_config, "lora_config", None) is not None:
-        found.append("lora (lora_config)")
     if g(vllm_config, "kv_transfer_config", None) is not None:
         found.append("kv-connector (kv_transfer_config)")
     if g(vllm_config, "ec_transfer_config", None) is not None:
@@ -114,8 +112,6 @@ def request_features(request: Any) -> list[str]:
     """The unmodelled features one vLLM `Request` uses."""
     found: list[str] = []
     g = getattr
-    if g(request, "lora_request", None) is not None:
-        found.append("lora (a request with a LoRA adapter)")
     if g(request, "pooling_params", None) is not None:
         found.append("pooling (a pooling request)")
     if g(request, "mm_features", None):

@@ -185,6 +185,7 @@ def request(r: Any) -> dict[str, Any]:
         "priority": r.priority,
         "arrival_time": r.arrival_time,
         **({"structured_output": True} if getattr(r, "structured_output_request", None) is not None else {}),
+        **({"lora_int_id": r.lora_request.lora_int_id} if getattr(r, "lora_request", None) is not None else {}),
     }
 
 
@@ -215,5 +216,6 @@ def config(
         "num_speculative_tokens": int(spec.num_speculative_tokens) if spec is not None else 0,
         "speculative_method": spec.method if spec is not None else "ngram",
         "async_scheduling": async_scheduling,
+        "max_loras": vllm_config.lora_config.max_loras if getattr(vllm_config, "lora_config", None) else None,
         "vllm_version": release,
     }

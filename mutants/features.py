@@ -233,6 +233,16 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         GRAMMARS,
     ),
     Mutant(
+        "lora-limit-ignored",
+        "classic",
+        "the waiting pass admits a request whatever max_loras says",
+        "spec.rules:lora_limit_skips",
+        "return and_(lora_int_id > 0, num_adapters_running == max_loras, not_(adapter_running))",
+        "return False",
+        ("lora-limit-exact",),
+        ("lora",),
+    ),
+    Mutant(
         "grammar-error-dropped",
         "classic",
         "the update forgets the failed grammars the pass found: the request waits for its grammar for good",

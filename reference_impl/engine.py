@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig
-from ..spec.engine import gc_paused
+from ..spec.engine import DECLARED_FEATURES, gc_paused
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import SchedulerState
@@ -25,6 +25,7 @@ ENGINE_NAME = "reference"
 
 class ReferenceEngine:
     name = ENGINE_NAME
+    features = frozenset(DECLARED_FEATURES)  # and every FEATURE_METHODS method: it models every deployment feature
     scheduler_class: type[Scheduler] = Scheduler  # a derived engine's own (`derived_engine`)
 
     def __init__(self, config: SchedulerConfig) -> None:

@@ -9,7 +9,7 @@ crossings between the two worlds.
 
 from __future__ import annotations
 
-from ..spec.block_hash import block_hashes
+from ..spec.block_hash import block_hashes, chain_seed
 from ..spec.request import FINISHED_STATUSES, GRAMMAR_COMPILING, Request, RequestStatus
 from ..spec.state import RequestProperties, RequestState
 
@@ -92,7 +92,8 @@ class LiveRequest(RequestProperties):
         append), so the known hashes stay a prefix and are extended, not redone.
         """
         if (len(self._block_hashes) + 1) * self.block_size <= self.num_tokens:
-            self._block_hashes = block_hashes(self.all_token_ids, self.block_size, self._block_hashes)
+            seed = chain_seed(self.request.lora_int_id)
+            self._block_hashes = block_hashes(self.all_token_ids, self.block_size, self._block_hashes, seed)
         return self._block_hashes
 
     def is_finished(self) -> bool:

@@ -188,6 +188,16 @@ class Scheduler(SchedulerUpdates):
                     )
                 request.spec_token_ids = []
 
+        # The adapters that hold LoRA slots: every running request's, scheduled in this step or not (before 0.33.0
+        # only the scheduled ones') (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1038-1047)).
+        scheduled_loras: set[int] = set()
+        if config.max_loras is not None:
+            holders = self.running if rules.lora_counts_every_running(config.vllm_version) else scheduled_running_reqs
+            scheduled_loras = {r.request.lora_int_id for r in holders if r.request.lora_int_id > 0}
+            # Before 0.33.0 async scheduling can break it, and vLLM's own assertion kills the engine: the reference
+            # fails alike (docs/features.md, "vLLM behaviour the spec declares a bug").
+            assert len(scheduled_loras) <= config.max_loras
+
         # ---- Next, schedule the WAITING requests, unless this step preempted. ----
         # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616)
         if self.admission_allowed(len(preempted_reqs)):
@@ -198,10 +208,18 @@ class Scheduler(SchedulerUpdates):
                 if len(self.running) >= config.max_num_active_reqs:
                     break
                 request = self.waiting.peek_request()
-                # Skipped this step: a request waiting for its grammar to compile, and a preempted one whose
-                # output from before the preemption is still in flight (it waits until that has drained).
-                if not self._handle_blocked_waiting_request(request) or (
-                    request.num_stale_output_tokens and not request.drop_stale_output
+                # Skipped this step, in vLLM's order: a request waiting for its grammar to compile, a preempted
+                # one whose output from before the preemption is still in flight (it waits until that has
+                # drained), and one whose adapter would exceed max_loras.
+                if (
+                    not self._handle_blocked_waiting_request(request)
+                    or (request.num_stale_output_tokens and not request.drop_stale_output)
+                    or rules.lora_limit_skips(
+                        request.request.lora_int_id,
+                        request.request.lora_int_id in scheduled_loras,
+                        len(scheduled_loras),
+                        config.max_loras,
+                    )
                 ):
                     step_skipped_waiting.appendleft(self.waiting.pop_request())
                     continue
@@ -258,6 +276,8 @@ class Scheduler(SchedulerUpdates):
 
                 request = self.waiting.pop_request()
                 self.running.append(request)
+                if config.max_loras is not None and request.request.lora_int_id:
+                    scheduled_loras.add(request.request.lora_int_id)
                 if request.status == RequestStatus.WAITING:
                     scheduled_new_reqs.append(request)
                 elif request.status == RequestStatus.PREEMPTED:

@@ -56,10 +56,26 @@ def hash_block(parent: int, block_token_ids: Sequence[int]) -> int:
     return packed
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, start: tuple[int, ...] = ()) -> tuple[int, ...]:
-    """The hashes of every full block of `token_ids`; `start` is an already-known prefix of them."""
+ADAPTER_MARK = MODULUS - 2  # a token id no vocabulary reaches (2^31 - 3): it starts an adapter's chain
+
+
+def chain_seed(lora_int_id: int = 0) -> int:
+    """The parent of a request's first block: NONE_HASH, or for a LoRA adapter a hash of its own.
+
+    vLLM puts the adapter into every block's extra keys (vllm/v1/core/kv_cache_utils.py:_gen_lora_extra_hash_keys),
+    so requests of different adapters never share a cached block, and those of one adapter do. A chain seeded
+    per adapter separates them alike: every block of the chain differs.
+    """
+    return NONE_HASH if not lora_int_id else hash_block(NONE_HASH, (ADAPTER_MARK, lora_int_id))
+
+
+def block_hashes(
+    token_ids: Sequence[int], block_size: int, start: tuple[int, ...] = (), seed: int = NONE_HASH
+) -> tuple[int, ...]:
+    """The hashes of every full block of `token_ids`; `start` is an already-known prefix of them; `seed` the
+    parent of the first block (`chain_seed`)."""
     hashes = list(start)
-    parent = hashes[-1] if hashes else NONE_HASH
+    parent = hashes[-1] if hashes else seed
     for b in range(len(hashes), len(token_ids) // block_size):
         parent = hash_block(parent, token_ids[b * block_size : (b + 1) * block_size])
         hashes.append(parent)

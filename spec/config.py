@@ -53,6 +53,9 @@ class SchedulerConfig:
     # which decides whether a release lets them under async scheduling (_validate_release).
     speculative_method: SpeculativeMethod = "ngram"
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
+    # LoRA (LoRAConfig.max_loras): at most this many adapters among the running requests; None: no LoRA config,
+    # and no request may name an adapter (vLLM refuses one).
+    max_loras: int | None = None
     # The release whose semantics apply (spec/versions.py): one switch for the reference and the monitors.
     vllm_version: str = DEFAULT_RELEASE
 
@@ -129,6 +132,9 @@ def _validate(c: SchedulerConfig) -> None:
         v = getattr(c, name)
         need(name, v is None or _is_int(v), "must be an integer or null")
         need(name, v is None or v >= 1, "must be >= 1")  # Z11: no negative budget slips through
+    v = c.max_loras
+    need("max_loras", v is None or _is_int(v), "must be an integer or null")
+    need("max_loras", v is None or v >= 1, "must be >= 1 (vllm/config/lora.py:LoRAConfig)")
     v = c.long_prefill_token_threshold
     need("long_prefill_token_threshold", _is_int(v), "must be an integer")
     need("long_prefill_token_threshold", v >= 0, "must be >= 0")

@@ -61,6 +61,9 @@ EngineFactory = Callable[[SchedulerConfig], Engine]
 # The protocol's optional methods that declare a deployment feature: an engine without one declares the feature
 # outside its scope, and a campaign leaves that feature's workloads out (`conformance/engines/declared_scope.py`).
 FEATURE_METHODS: dict[str, str] = {"grammar_compiled": "structured output"}
+# The deployment features that reach an engine through the config and the requests alone (LoRA: `max_loras`,
+# `Request.lora_int_id`): an engine declares it models one by naming it in a class attribute `features`.
+DECLARED_FEATURES: dict[str, str] = {"lora": "LoRA (config.max_loras, Request.lora_int_id)"}
 
 Args = ParamSpec("Args")
 Result = TypeVar("Result")

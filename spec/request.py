@@ -81,6 +81,9 @@ class Request:
     # SamplingParams.structured_outputs is set: the request waits for its grammar to compile before it can be
     # scheduled (vllm/v1/request.py:Request.__init__ puts it in WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR).
     structured_output: bool = False
+    # LoRA: the adapter's `LoRARequest.lora_int_id` (>= 1), 0 without one. Its blocks are cached apart from other
+    # adapters' (vllm/v1/core/kv_cache_utils.py:_gen_lora_extra_hash_keys), and an adapter counts against max_loras.
+    lora_int_id: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The request's fields, as workloads, traces, states and live captures all write them."""
@@ -95,6 +98,7 @@ class Request:
             "priority": self.priority,
             "arrival_time": self.arrival_time,
             **({"structured_output": True} if self.structured_output else {}),
+            **({"lora_int_id": self.lora_int_id} if self.lora_int_id else {}),
         }
 
     @classmethod
@@ -111,6 +115,7 @@ class Request:
             priority=d.get("priority", 0),
             arrival_time=float(d.get("arrival_time", default_arrival_time)),
             structured_output=bool(d.get("structured_output", False)),
+            lora_int_id=d.get("lora_int_id", 0),
         )
 
     @functools.cached_property

@@ -374,3 +374,22 @@ def waits_for_grammar(waiting_for_grammar: Any, grammar_compiled: Any) -> Any:
     (vllm/v1/core/sched/scheduler.py:Scheduler._handle_blocked_waiting_request). A compiled one is promoted to
     WAITING at the pass's turn and tested for admission like any other."""
     return and_(waiting_for_grammar, not_(grammar_compiled))
+
+
+# ---- Deployment features (issue #36): LoRA. ----
+
+
+def lora_counts_every_running(release: str = DEFAULT_RELEASE) -> bool:
+    """Whether the adapters counted against max_loras are every running request's (0.33.0), or only those of the
+    running requests this step scheduled (before): vllm/v1/core/sched/scheduler.py:Scheduler.schedule
+    (1038-1047), `loras-counted-over-all-running`."""
+    return holds("loras-counted-over-all-running", release)
+
+
+def lora_limit_skips(lora_int_id: Int, adapter_running: Any, num_adapters_running: Int, max_loras: int | None) -> Any:
+    """Whether the waiting pass passes over a request for LoRA's `max_loras`: it names an adapter no running request
+    uses (running after this step's running pass, or admitted before it in this pass) while `max_loras` adapters
+    already run (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1091-1101)). Without a LoRA config, never."""
+    if max_loras is None:
+        return False
+    return and_(lora_int_id > 0, num_adapters_running == max_loras, not_(adapter_running))

@@ -113,6 +113,15 @@ VARIANTS: tuple[Variant, ...] = (
         "version-grammar-queue",
     ),
     Variant(
+        "loras-counted-over-all-running",
+        "0.33.0",
+        "the adapters that count against max_loras are those of the running requests scheduled in this step",
+        "they are those of every running request, scheduled in this step or not (one the async skip rule or the "
+        "length bound passed over still holds its adapter)",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule",
+        "version-lora-count",
+    ),
+    Variant(
         "async-with-ngram-spec-decode",
         "0.33.0",
         "async scheduling with the CPU ngram drafter is refused (VllmConfig.__post_init__); ngram_gpu is accepted",

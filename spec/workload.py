@@ -252,6 +252,7 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
         "stop_token_ids": list(q.stop_token_ids),
         "priority": q.priority,
         "arrival_time": q.arrival_time,
+        **({"lora_int_id": q.lora_int_id} if q.lora_int_id else {}),
         "output_token_ids": list(r.output_token_ids),
         **({"spec_proposals": [list(p) for p in r.spec_proposals]} if r.spec_proposals else {}),
         **({"grammar": r.grammar.to_json()} if r.grammar is not None else {}),
@@ -300,6 +301,10 @@ def _check(w: Workload) -> None:
             raise SpecError(f"{here}.min_tokens", q.min_tokens, f"must be in [0, max_tokens={q.max_tokens}]")
         if r.arrival_step < 0:
             raise SpecError(f"{here}.arrival_step", r.arrival_step, "must be >= 0")
+        if q.lora_int_id and w.config.max_loras is None:
+            raise SpecError(
+                f"{here}.lora_int_id", q.lora_int_id, "needs config.max_loras: vLLM refuses a LoRA request without LoRA"
+            )
         if r.grammar is not None and r.grammar.ready_step < r.arrival_step:
             raise SpecError(
                 f"{here}.grammar.ready_step",

@@ -60,6 +60,7 @@ EVENTS: dict[str, str] = {
     "grammar_wait": "structured output: a request waiting for its grammar was passed over while one behind it was "
     "admitted",
     "grammar_error": "structured output: a grammar that failed to compile finished its request with FINISHED_ERROR",
+    "lora_skip": "LoRA: a request whose adapter would exceed max_loras was passed over while one behind it was admitted",
 }
 
 

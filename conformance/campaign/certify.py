@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ...spec.engine import FEATURE_METHODS
+from ...spec.engine import DECLARED_FEATURES, FEATURE_METHODS
 from ...spec.errors import SpecError
 from ...spec.invariants import MONITORED
 from ...spec.jsonio import write_bytes_atomic, write_json_atomic
@@ -184,11 +184,11 @@ def in_scope(
         missing = missing_features(spec)
         for f, method in needed.items():
             if method in missing and requested:
+                how = f"it has no {method}()" if method in FEATURE_METHODS else f"its features do not name {method!r}"
                 raise SpecError(
                     "--family",
                     f,
-                    f"is outside the declared scope of engine {spec.name!r}: it has no {method}() "
-                    f"({missing[method]}; docs/engines.md)",
+                    f"is outside the declared scope of engine {spec.name!r}: {how} ({missing[method]}; docs/engines.md)",
                 )
             if method in missing:
                 out.add(f)
@@ -198,7 +198,9 @@ def in_scope(
 def scope_reason(family: str, engine: EngineSpec, against: EngineSpec) -> str:
     method = family_needs(family)
     names = [s.name for s in (engine, against) if method in missing_features(s)]
-    return f"engine {' and '.join(map(repr, names))} has no {method}(): {FEATURE_METHODS.get(method or '', '?')}"
+    if method in FEATURE_METHODS:
+        return f"engine {' and '.join(map(repr, names))} has no {method}(): {FEATURE_METHODS[method]}"
+    return f"engine {' and '.join(map(repr, names))} does not name {method!r} in its features: {DECLARED_FEATURES.get(method or '', '?')}"
 
 
 def _lost(task: Task) -> WorkloadResult:

@@ -21,7 +21,9 @@ claims an event only where the records prove it:
   (an abort that found the request already finished);
 * structured output: `grammar_wait` (a request waiting for its grammar
   passed over while a request behind it was admitted) and `grammar_error`
-  (a failed grammar finished its request);
+  (a failed grammar finished its request); LoRA: `lora_skip` (a request
+  whose adapter would exceed `max_loras` passed over while one behind it
+  was admitted);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -93,6 +95,7 @@ class EventTracker:
         self.tables.drop(rec.finished)
         seen.update(self._threshold(view, rec))
         seen["grammar_wait"] += self._grammar_waits(view)
+        seen["lora_skip"] += self._lora_skips(view)
         for rid, f in rec.finished.items():
             if f.status == RequestStatus.FINISHED_ERROR:
                 seen["grammar_error"] += 1
@@ -122,6 +125,29 @@ class EventTracker:
         admitted = [r.pre_wait_pos for r in view.rows if r.admitted and r.pre_waiting]
         last = max(admitted, default=-1)
         return sum(1 for r in view.rows if r.pre_blocked and not r.pre_grammar_failed and 0 <= r.pre_wait_pos < last)
+
+    def _lora_skips(self, view: StepView) -> int:
+        """Requests passed over for max_loras: waiting, not admitted, their adapter not among the running ones when
+        max_loras of them run as schedule() ends, and an admission behind them (nothing else held them back)."""
+        limit = self.config.max_loras
+        if limit is None:
+            return 0
+        lora = {r.request_id: self.requests[r.request_id].lora_int_id for r in view.rows}
+        running = {lora[r.request_id] for r in view.rows if (r.pre_running and not r.preempted) or r.admitted}
+        running.discard(0)
+        last = max((r.pre_wait_pos for r in view.rows if r.admitted and r.pre_waiting), default=-1)
+        return sum(
+            1
+            for r in view.rows
+            if r.pre_waiting
+            and not r.admitted
+            and 0 <= r.pre_wait_pos < last
+            and lora[r.request_id] > 0
+            and lora[r.request_id] not in running
+            and len(running) == limit
+            and not r.pre_blocked
+            and r.pre_num_stale_output_tokens == 0
+        )
 
     def _running_pass(self, view: StepView, rec: StepRecord) -> PassLog:
         rows = sorted((r for r in view.rows if r.pre_running), key=lambda r: r.pre_run_pos)

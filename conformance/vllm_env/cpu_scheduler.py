@@ -69,6 +69,7 @@ import vllm
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
+    LoRAConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
@@ -234,6 +235,8 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         "device_config": DeviceConfig(device="cpu"),
         "speculative_config": speculative_config,
     }
+    if c.get("max_loras") is not None:  # LoRA: the scheduler reads max_loras alone; the rank is the smallest
+        configs["lora_config"] = LoRAConfig(max_loras=c["max_loras"], max_lora_rank=8)
     runner_v2 = "1"
     try:
         vllm_config = VllmConfig(**configs)

@@ -124,6 +124,7 @@ LINES = start_from_env()  # None unless $SCHEDSPEC_VLLM_COVERAGE: before vLLM's 
 
 import vllm  # noqa: E402
 from vllm.config import ModelConfig  # noqa: E402
+from vllm.lora.request import LoRARequest  # noqa: E402
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
@@ -204,6 +205,7 @@ class Driver:
         if q.get("structured_output"):
             # Any grammar: the scheduler only asks whether it compiled; `op_grammar` delivers it.
             params.structured_outputs = StructuredOutputsParams(json_object=True)
+        lora = q.get("lora_int_id", 0)
         r = Request(
             request_id=q["request_id"],
             prompt_token_ids=list(q["prompt_token_ids"]),
@@ -211,6 +213,8 @@ class Driver:
             pooling_params=None,
             arrival_time=q["arrival_time"],
             priority=q["priority"],
+            # An adapter by its id; its name and path enter the block hashes (one adapter, one chain).
+            lora_request=LoRARequest(f"adapter-{lora}", lora, f"/adapters/{lora}") if lora else None,
             block_hasher=get_request_block_hasher(self.block_size, sha256),
         )
         self._sched().add_request(r)

@@ -9,6 +9,10 @@ stratified like the mixed ones: `generate` passes `index % 16`, which picks
 the policy, the scheduling and the mixed stratum, so every mode of the
 coverage map gets the same share.
 
+* `lora`: `max_loras` 1 to 3 and up to five adapters over about two
+  requests in three, so the limit passes requests over while others are
+  admitted behind them, and prompts of one adapter share cached blocks
+  that another adapter's identical prompts cannot hit.
 * `structured-output`: about half the requests carry a grammar
   (`spec.workload.Grammar`), most ready at arrival or a step or two after,
   some many steps later, one in five failing to compile. A grammar ready
@@ -42,6 +46,19 @@ def with_grammars(d: Draw, workload: Workload) -> Workload:
     return workload.replace(requests=tuple(requests))
 
 
+def with_adapters(d: Draw, workload: Workload) -> Workload:
+    """`workload` with LoRA: `max_loras` 1 to 3, and about two requests in three naming one of `max_loras + 2`
+    adapters, so the limit bites and the same adapter's prompts share cached blocks."""
+    max_loras = d.int(1, 3)
+    requests = []
+    for r in workload.requests:
+        if d.int(0, 2) > 0:
+            r = dataclasses.replace(r, request=dataclasses.replace(r.request, lora_int_id=d.int(1, max_loras + 2)))
+        requests.append(r)
+    config = dataclasses.replace(workload.config, max_loras=max_loras)
+    return workload.replace(config=config, requests=tuple(requests))
+
+
 class DeploymentFamily:
     """A deployment feature over the mixed draw. `stratum` (0..15): the policy (bit 3), async (bit 2), and the
     mixed stratum (bits 0-1: spec decode, prefix caching); Hypothesis calls it with a draw alone and they are
@@ -61,4 +78,5 @@ class DeploymentFamily:
 
 DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
     "structured-output": DeploymentFamily("structured-output", with_grammars, "grammar_compiled"),
+    "lora": DeploymentFamily("lora", with_adapters, "lora"),
 }

@@ -387,7 +387,12 @@ def at_release(workload: Workload, version: str) -> Workload:
       older releases do;
     * async scheduling with the CPU ngram drafter is refused before 0.33.0 (vllm/config/vllm.py:
       VllmConfig.__post_init__), which accepts the device's `ngram_gpu`: the drafter becomes `ngram_gpu`,
-      which drafts alike and needs no slots either, so async spec decode is certified at every release.
+      which drafts alike and needs no slots either, so async spec decode is certified at every release;
+    * LoRA under async scheduling before 0.33.0: those releases count only the scheduled running requests'
+      adapters, so a request the async skip rule passes over lends its slot for a step, and when both adapters'
+      requests are scheduled again vLLM fails its own `len(scheduled_loras) <= max_loras` assertion (the engine
+      dies; `docs/features.md`, bugs the spec declares). Async is turned off, as for a crash the spec cannot
+      certify around.
 
     Raises `SpecError` for a `version` outside `spec.versions.RELEASES`.
     """
@@ -410,6 +415,8 @@ def at_release(workload: Workload, version: str) -> Workload:
         and c.speculative_method == "ngram"
     ):
         changes["speculative_method"] = "ngram_gpu"
+    if not holds("loras-counted-over-all-running", version) and c.max_loras is not None and c.async_scheduling:
+        changes["async_scheduling"] = False
     if c.vllm_version == version and not changes:
         return workload
     config = dataclasses.replace(c, vllm_version=version, **changes)  # type: ignore[arg-type]

@@ -145,6 +145,25 @@ def grammar_queue() -> Workload:
     return Workload(config, reqs, name="version-grammar-queue", description=_first_line(grammar_queue.__doc__))
 
 
+def lora_count() -> Workload:
+    """Async LoRA, max_loras 1: `a`'s output is in flight at step 1; before 0.33.0 its adapter frees the slot, and `b` is admitted.
+
+    `a` (adapter 2, one output token) is admitted at step 0 and sampled
+    there; at step 1 the async skip rule passes it over (its last token is
+    in flight). From 0.33.0 every running request's adapter counts, so `b`
+    (adapter 1) waits a step; before, only the scheduled ones' count, and `b`
+    is admitted at step 1.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=64, max_model_len=64, block_size=4, num_gpu_blocks=40, max_loras=1, async_scheduling=True
+    )
+    reqs = (
+        WorkloadRequest(Request("a", tuple(range(10, 14)), max_tokens=1, ignore_eos=True, lora_int_id=2)),
+        WorkloadRequest(Request("b", tuple(range(20, 24)), max_tokens=1, ignore_eos=True, lora_int_id=1)),
+    )
+    return Workload(config, reqs, name="version-lora-count", description=_first_line(lora_count.__doc__))
+
+
 VERSION_WORKLOADS = {
     "version-min-tokens": min_tokens,
     "version-padding-room": padding_room,
@@ -153,4 +172,5 @@ VERSION_WORKLOADS = {
     "version-self-preemption": self_preemption,
     "version-spec-caching": spec_caching,
     "version-grammar-queue": grammar_queue,
+    "version-lora-count": lora_count,
 }

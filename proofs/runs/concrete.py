@@ -40,7 +40,7 @@ from typing import Any
 import z3
 
 from ...reference_impl import api
-from ...spec.block_hash import block_hashes
+from ...spec.block_hash import block_hashes, chain_seed
 from ...spec.config import SchedulerConfig
 from ...spec.invariants import Invariant
 from ...spec.invariants.build import view_from_states
@@ -155,7 +155,8 @@ def _with_cache(state: SchedulerState, hits: list[int], order: list[str]) -> Sch
         r = state.requests[rid]
         if rid in state.running or h <= 0:
             continue
-        for block_hash in block_hashes(r.request.prompt_token_ids + r.output_token_ids, bs)[:h]:
+        tokens = r.request.prompt_token_ids + r.output_token_ids
+        for block_hash in block_hashes(tokens, bs, seed=chain_seed(r.request.lora_int_id))[:h]:
             if free:
                 tail.insert(0, free.pop())
                 cached[block_hash] = (tail[0],)

@@ -52,7 +52,10 @@ DECISION_ROW_NAMES = [d.name for d in DECISION_ROWS]
 # What the Z3 encoding cannot state, and why: it abstracts block ids and hashes to counts, and the deployment
 # features are outside its scope (docs/proofs.md, docs/architecture.md's scope table).
 _IDS = "about block ids and hashes, which the Z3 encoding abstracts to counts"
-_SCOPE = {"grammar-wait-exact": "about structured output, which is outside the Z3 encoding's scope"}
+_SCOPE = {
+    "grammar-wait-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
+    "lora-limit-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
+}
 UNSTATED = {d.name: _SCOPE.get(d.name, _IDS) for d in DECISIONS if d.name not in DECISION_ROW_NAMES}
 
 

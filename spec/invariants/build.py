@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..block_hash import block_hashes
+from ..block_hash import block_hashes, chain_seed
 from ..config import SchedulerConfig
 from ..output import ModelRunnerOutput, SchedulerOutput
 from ..request import GRAMMAR_COMPILED, GRAMMAR_FAILED, Request, RequestStatus
-from ..rules import waits_for_grammar
+from ..rules import lora_counts_every_running, waits_for_grammar
 from ..state import RequestState, SchedulerState
 from ..trace import FinishedRequest
 from ..versions import holds
@@ -84,6 +84,7 @@ def make_view(
     post_run, post_wait = (_pos(q) for q in post_queues)
     hits = {n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs}
     rows = []
+    lora_full = _lora_full(config, requests, pre_run, out)
     for rid in dict.fromkeys([*pre, *post]):
         q = requests[rid]
         s0 = pre.get(rid, Counts(None, 0, q.num_prompt_tokens, 0))
@@ -129,6 +130,7 @@ def make_view(
                 pre_grammar_failed=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
                 and s0.grammar == GRAMMAR_FAILED,
                 post_in_skipped_queue=0 <= post_wait.get(rid, -1) < post_num_skipped_waiting,
+                lora_waits=lora_full is not None and 0 < q.lora_int_id and q.lora_int_id not in lora_full,
                 num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
                 num_hit_tokens=hits.get(rid, 0),
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
@@ -211,6 +213,20 @@ def sampled_stop(
     return False
 
 
+def _lora_full(
+    config: SchedulerConfig, requests: Mapping[str, Request], pre_run: Mapping[str, int], out: SchedulerOutput
+) -> set[int] | None:
+    """The adapters holding LoRA slots as schedule() ends (the running pass's survivors and the admissions, before
+    any finishes in the update), if all max_loras of them are taken; None otherwise."""
+    if config.max_loras is None:
+        return None
+    every = lora_counts_every_running(config.vllm_version)
+    running = [rid for rid in pre_run if rid not in out.preempted_req_ids] + [n.req_id for n in out.scheduled_new_reqs]
+    holders = [rid for rid in running if every or rid in out.num_scheduled_tokens]
+    adapters = {requests[rid].lora_int_id for rid in holders if requests[rid].lora_int_id > 0}
+    return adapters if len(adapters) >= config.max_loras else None
+
+
 def counts_of(r: RequestState) -> Counts:
     return Counts(
         r.status,
@@ -280,7 +296,7 @@ def cache_problem(s: SchedulerState) -> str:
     bs = s.config.block_size
     for rid, r in s.requests.items():
         tokens = r.request.prompt_token_ids + r.output_token_ids
-        hashes = block_hashes(tokens, bs)
+        hashes = block_hashes(tokens, bs, seed=chain_seed(r.request.lora_int_id))
         if r.num_cached_blocks > min(len(r.block_ids), len(hashes)):
             return f"{rid} has {r.num_cached_blocks} cached blocks but {len(hashes)} full blocks of tokens"
         for i, b in enumerate(r.block_ids):

@@ -120,7 +120,7 @@ def no_starvation_after_prepend(v: StepView) -> Any:
             )
         # Nobody behind a waiting preempted request is admitted before it, unless its output from before the
         # preemption is still in flight (async): then it is skipped until that drains
-        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)).
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)); or its adapter waits for a LoRA slot.
         rules.append(
             all_of(
                 [
@@ -128,6 +128,7 @@ def no_starvation_after_prepend(v: StepView) -> Any:
                         and_(
                             r.pre_preempted,
                             r.pre_num_stale_output_tokens == 0,
+                            not_(r.lora_waits),
                             q.pre_waiting,
                             r.pre_wait_pos < q.pre_wait_pos,
                             q.admitted,

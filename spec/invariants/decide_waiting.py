@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from ..rules import (
     allocation_fits,
+    lora_counts_every_running,
+    lora_limit_skips,
     num_blocks_to_allocate,
     num_tokens_need_slot,
     padded_admission_breaks,
@@ -36,7 +38,7 @@ from ..rules import (
     waiting_num_new_tokens,
     waiting_pass_allowed,
 )
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, PREFIX_HIT, StepWalk
+from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, LORA, PREFIX_HIT, StepWalk
 
 
 def _recorded_hit(w: StepWalk, rid: str, expected: list[int]) -> tuple[int, ...]:
@@ -73,6 +75,10 @@ def walk_waiting_pass(w: StepWalk) -> None:
         return  # admissions in a step that preempted: no-admission-after-preemption's
     num_running = len(w.running)
     any_running_scheduled = bool(w.scheduled_running)
+    # The adapters of the running requests as the running pass left them, or before 0.33.0 of those it scheduled
+    # (vLLM's `scheduled_loras`).
+    holders = w.running if lora_counts_every_running(c.vllm_version) else list(w.scheduled_running)
+    loras = {w.requests[rid].lora_int_id for rid in holders if w.requests[rid].lora_int_id > 0}
     admitted: set[str] = set()
     stop = ""
     for rid in w.waiting:
@@ -93,6 +99,15 @@ def walk_waiting_pass(w: StepWalk) -> None:
         if r.pre_num_stale_output_tokens > 0:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
             if rid in w.new_reqs:
                 w.flag(ADMISSION, f"{rid} is admitted while output from before its preemption is still in flight")
+            continue
+        lora = w.requests[rid].lora_int_id
+        if lora_limit_skips(lora, lora in loras, len(loras), c.max_loras):
+            w.lora_skipped.add(rid)
+            if rid in w.new_reqs:
+                w.flag(
+                    LORA,
+                    f"{rid} is admitted with adapter {lora} while {len(loras)} adapters run (max_loras {c.max_loras})",
+                )
             continue
         T = r.pre_num_tokens
         expected = sh.lookup(rid, T)
@@ -140,14 +155,16 @@ def walk_waiting_pass(w: StepWalk) -> None:
         if r.num_scheduled_spec != drafts:
             w.flag(GRANT, f"{rid} is admitted with {r.num_scheduled_spec} padding drafts, but the rules pad {drafts}")
         w.allocate(rid, hit_blocks)
+        if c.max_loras is not None and lora:
+            loras.add(lora)
         sh.register(rid, min(hit + granted, T))
         w.token_budget -= granted
         w.input_budget -= granted
         num_running += 1
         admitted.add(rid)
     for rid, data in w.new_reqs.items():
-        if rid in w.reached and rows[rid].pre_blocked:
-            continue  # flagged above: an admission past its grammar wait
+        if rid in w.reached and rows[rid].pre_blocked or rid in w.lora_skipped:
+            continue  # flagged above: an admission past its grammar wait, or past max_loras
         if rid not in admitted and rid in rows and rows[rid].pre_waiting:
             w.flag(ADMISSION, f"{rid} is admitted, but {stop or 'the pass never reaches it'}")
             # The shadow follows the engine: its blocks are taken all the same.

@@ -50,13 +50,26 @@ from collections.abc import Mapping
 
 from ..config import SchedulerConfig
 from ..request import Request, RequestStatus
+from ..rules import lora_counts_every_running
 from ..trace import StepRecord
 from .catalogue import INVARIANTS, Invariant
 from .decide_running import walk_running_pass
 from .decide_update import walk_update
 from .decide_waiting import walk_waiting_pass
 from .pool_shadow import PoolShadow
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, PREFIX_HIT, ROLLBACK, STOP, VICTIMS, WORK, StepWalk
+from .step_walk import (
+    ADMISSION,
+    BLOCK_CHOICE,
+    GRAMMAR,
+    GRANT,
+    LORA,
+    PREFIX_HIT,
+    ROLLBACK,
+    STOP,
+    VICTIMS,
+    WORK,
+    StepWalk,
+)
 from .views import StepView
 
 
@@ -99,9 +112,24 @@ def decide(
         prefill_chunk.pop(rid, None)
     walk_update(w, absorbed, in_flight, last_preempted)
     _grammar_waits(w, grammar_errors)
+    _lora_limit(w)
     for rid in rec.finished:
         prefill_chunk.pop(rid, None)
     return w.problems
+
+
+def _lora_limit(w: StepWalk) -> None:
+    """vLLM asserts it before every waiting pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1047)): the
+    running requests hold at most max_loras adapters (before 0.33.0: those this step scheduled)."""
+    limit = w.config.max_loras
+    if limit is None:
+        return
+    running = [rid for rid in w.rec.state.running if rid in w.requests]
+    if not lora_counts_every_running(w.config.vllm_version):
+        running = [rid for rid in running if rid in w.rec.output.num_scheduled_tokens]
+    adapters = sorted({w.requests[rid].lora_int_id for rid in running if w.requests[rid].lora_int_id > 0})
+    if len(adapters) > limit:
+        w.flag(LORA, f"the running requests hold {len(adapters)} adapters {adapters}, max_loras is {limit}")
 
 
 def _grammar_waits(w: StepWalk, grammar_errors: set[str]) -> None:
@@ -189,6 +217,12 @@ def grammar_wait_exact(v: StepView) -> bool:
     """Monitor-only. A request waiting for its grammar is passed over until it compiles, leaves the wait when a
     pass reaches it compiled, and, if the compile failed, is finished with FINISHED_ERROR by the next update."""
     return not _problem(v, GRAMMAR)
+
+
+def lora_limit_exact(v: StepView) -> bool:
+    """Monitor-only. The waiting pass passes over a request whose adapter would make max_loras + 1 among the
+    running ones, and the running requests never hold more than max_loras adapters."""
+    return not _problem(v, LORA)
 
 
 def rollback_exact(v: StepView) -> bool:
@@ -287,6 +321,14 @@ DECISIONS: tuple[Invariant, ...] = (
         "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output",
         ("GRAMMAR", "DECISION"),
         grammar_wait_exact,
+    ),
+    Invariant(
+        LORA,
+        "LoRA: a waiting request whose adapter no running request uses is passed over while max_loras adapters "
+        "run (it keeps its place), and the running requests never hold more than max_loras adapters.",
+        f"{S} (1038-1101, 1564-1565)",
+        ("LORA", "DECISION"),
+        lora_limit_exact,
     ),
 )
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from ..block_hash import block_hashes
+from ..block_hash import block_hashes, chain_seed
 from ..config import SchedulerConfig
 from ..request import Request
 from ..rules import max_prefix_hit_blocks
@@ -111,7 +111,8 @@ class PoolShadow:
         outputs = self.outputs.get(rid, [])
         prompt = self.requests[rid].prompt_token_ids
         if (len(known) + 1) * self.block_size <= len(prompt) + len(outputs):
-            known = block_hashes(prompt + tuple(outputs), self.block_size, known)
+            seed = chain_seed(self.requests[rid].lora_int_id)
+            known = block_hashes(prompt + tuple(outputs), self.block_size, known, seed)
             self._hashes[rid] = known
         return known
 

@@ -38,6 +38,7 @@ BLOCK_CHOICE = "block-choice-exact"
 STOP = "stop-exact"
 ROLLBACK = "rollback-exact"
 GRAMMAR = "grammar-wait-exact"
+LORA = "lora-limit-exact"
 
 
 class StepWalk:
@@ -73,6 +74,7 @@ class StepWalk:
         self.prefill_scheduled = False
         self.reached: set[str] = set()  # the waiting requests the pass got to (skipped ones included)
         self.grammar_errors_found: list[str] = []  # failed grammars the pass got to, for the update to finish
+        self.lora_skipped: set[str] = set()  # passed over for max_loras
 
     def flag(self, invariant: str, detail: str) -> None:
         """Keep the first problem of each invariant in this step."""

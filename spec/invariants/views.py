@@ -78,6 +78,9 @@ class Row:
     pre_grammar_wait: Bool = False  # status WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR before the step
     pre_blocked: Bool = False
     pre_grammar_failed: Bool = False
+    # LoRA: its adapter held no slot while max_loras adapters did, counted after the step (the pass passes it over;
+    # the set the pass saw was already full, and admissions never add to a full set).
+    lora_waits: Bool = False
     # After the step, 0.28.0-0.30.0 under FCFS: in vLLM's `skipped_waiting`, which a preempted request goes behind.
     post_in_skipped_queue: Bool = False
     # The step's output, for the three features.

@@ -103,6 +103,7 @@ DECISION_ONLY = {
     # Structured output: decision-only too, and no contract draws a grammar (docs/architecture.md's scope table).
     "grammar-not-awaited",
     "grammar-error-dropped",
+    "lora-limit-ignored",  # LoRA: no contract draws an adapter either
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

@@ -61,8 +61,34 @@ PINNED = {
 SLOW = {"watermark-ignored", "async-skip-breaks", "victim-index-not-adjusted"}
 
 
+# A decision whose every mistake trips the reference's own copy of vLLM's assertion a step later, so a hunt on
+# the mutated reference finds the assertion first: its planted bug is judged on the records before the crash.
+BEFORE_THE_ASSERTION = {"lora-limit-exact": "lora-limit-ignored"}
+
+
 def test_every_decision_invariant_has_a_planted_bug_in_the_default_tier():
-    assert {inv for name, (inv, _, _) in PINNED.items() if name not in SLOW} == {i.name for i in DECISIONS}
+    pinned = {inv for name, (inv, _, _) in PINNED.items() if name not in SLOW}
+    assert pinned | set(BEFORE_THE_ASSERTION) == {i.name for i in DECISIONS}
+
+
+def test_lora_limit_exact_catches_an_ignored_limit_before_vllm_s_assertion_would():
+    """`lora-limit-ignored` admits a second adapter past max_loras 1; the next schedule() fails vLLM's assertion
+    `len(scheduled_loras) <= max_loras`, which the reference keeps. The records before it already break
+    lora-limit-exact at the admission, and no invariant of the catalogue sees anything."""
+    from schedspec.reference_impl import ReferenceEngine
+    from schedspec.spec.engine import steps
+    from schedspec.spec.trace import Trace
+
+    w = generate("lora", 0, 0)
+    records = []
+    with applied(BY_NAME[BEFORE_THE_ASSERTION["lora-limit-exact"]]):
+        with pytest.raises(AssertionError):
+            for rec in steps(ReferenceEngine(w.config), w):
+                records.append(rec)
+    trace = Trace(w, tuple(records), "lora-limit-ignored", "max_steps")
+    assert [(v.invariant, v.step) for v in check_trace(trace)] == [("lora-limit-exact", 4)]
+    assert check_trace(trace, INVARIANTS) == []
+    assert check_trace(simulate(w), DECISIONS) == []  # the control: the unmutated reference
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in PINNED])

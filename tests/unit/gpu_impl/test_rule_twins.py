@@ -233,6 +233,15 @@ def test_waits_for_grammar_twin():
     assert got == [bool(rules.waits_for_grammar(waits[i], compiled[i])) for i in range(CASES)]
 
 
+def test_lora_limit_skips_twin():
+    rng = random.Random(19)
+    lora, limit = ints(rng, 0, 4), [rng.choice([None, 1, 2, 3]) for _ in range(CASES)]
+    held = [rng.random() < 0.5 for _ in range(CASES)]
+    count = [rng.randint(0, m) if m else 0 for m in limit]
+    got = twin.lora_limit_skips(t(lora), t(held), t(count), t([m or 0 for m in limit])).tolist()
+    assert got == [bool(rules.lora_limit_skips(lora[i], held[i], count[i], limit[i])) for i in range(CASES)]
+
+
 def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():
     rng = random.Random(12)
     n, C, T, P = ints(rng, 1, 8), ints(rng, 0, 20), ints(rng, 1, 24), ints(rng, 0, 3)

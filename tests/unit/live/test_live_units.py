@@ -136,7 +136,6 @@ def test_scope_sees_nothing_in_what_the_spec_models():
 @pytest.mark.parametrize(
     "changes, name",
     [
-        ({"lora_config": object()}, "lora"),
         ({"kv_transfer_config": object()}, "kv-connector"),
         ({"parallel_config": SimpleNamespace(pipeline_parallel_size=2)}, "pipeline-parallel"),
         ({"model_config": SimpleNamespace(is_multimodal_model=True)}, "multimodal"),
@@ -179,7 +178,9 @@ def test_scope_per_request_and_release():
     grammar = SimpleNamespace(prompt_token_ids=[1], structured_output_request=object())
     assert scope.request_features(grammar) == []  # structured output is judged (docs/live.md)
     lora = SimpleNamespace(prompt_token_ids=[1], lora_request=object())
-    assert "lora" in scope.request_features(lora)[0]
+    assert scope.request_features(lora) == []  # LoRA is judged too
+    pooling = SimpleNamespace(prompt_token_ids=[1], pooling_params=object())
+    assert "pooling" in scope.request_features(pooling)[0]
     assert scope.release_feature("0.33.0") is None and "0.34.0" in scope.release_feature("0.34.0")
 
 

@@ -40,12 +40,14 @@ from schedspec.spec.request import Request
 from schedspec.spec.workload import Abort, Grammar, Workload, WorkloadRequest
 
 
-def r(rid, prompt, max_tokens, *, at=0, prio=0, planted=(), eos=None, stop=(), spec=(), tokens=None, grammar=None):
+def r(
+    rid, prompt, max_tokens, *, at=0, prio=0, planted=(), eos=None, stop=(), spec=(), tokens=None, grammar=None, lora=0
+):
     """A request `rN` of `prompt` tokens (all N + 10 unless `tokens`), arriving at step `at`; `grammar` a
     `Grammar` (structured output)."""
     prompt_ids = tuple(tokens) if tokens is not None else (10 + int(rid[1:]),) * prompt
     stops = {"eos_token_id": eos, "stop_token_ids": tuple(stop)}
-    request = Request(rid, prompt_ids, max_tokens, priority=prio, arrival_time=float(at), **stops)
+    request = Request(rid, prompt_ids, max_tokens, priority=prio, arrival_time=float(at), lora_int_id=lora, **stops)
     return WorkloadRequest(request, at, tuple(planted), tuple(spec), grammar)
 
 
@@ -131,6 +133,10 @@ GOLDEN = {
         (w([r("r0", 4, 2, grammar=Grammar(3)), r("r1", 4, 2)]), 1),
         w([r("r0", 4, 2, grammar=Grammar(0)), r("r1", 4, 2)]),
     ),
+    "lora_skip": (  # r1's adapter 2 waits while r0's adapter 1 runs (max_loras 1); r2, behind it, joins adapter 1
+        (w([r("r0", 4, 3, lora=1), r("r1", 4, 2, lora=2), r("r2", 4, 2, lora=1)], max_loras=1), 1),
+        w([r("r0", 4, 3, lora=1), r("r1", 4, 2, lora=2), r("r2", 4, 2, lora=1)], max_loras=2),
+    ),
     "grammar_error": (
         (w([r("r0", 4, 2, grammar=Grammar(1, fails=True)), r("r1", 4, 2)]), 1),
         w([r("r0", 4, 2, grammar=Grammar(1)), r("r1", 4, 2)]),
@@ -181,7 +187,7 @@ def test_the_map_names_every_cell_once_and_every_impossible_rule_has_a_reason():
     assert len(MODES) == 16 and len(set(ALL_CELLS)) == len(EVENTS) * 16
     assert all(i.event in EVENTS and i.reason and i.modes for i in IMPOSSIBLE)
     assert all(any(i.where(m) for m in MODES) for i in IMPOSSIBLE)  # no rule that covers nothing
-    assert len(POSSIBLE_CELLS) == 320 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 64
+    assert len(POSSIBLE_CELLS) == 336 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 64
 
 
 def test_no_impossible_cell_is_reached_on_a_bounded_sample():
@@ -198,11 +204,11 @@ def test_no_impossible_cell_is_reached_on_a_bounded_sample():
 def test_the_summary_lists_what_was_never_reached_and_the_markdown_shows_it():
     reached = Counter({cell("skip", MODES[4]): 3})  # fcfs-async
     s = summary(reached)
-    assert s["cells_reached"] == 1 and s["cells_possible"] == 320 and len(s["never_reached"]) == 319
+    assert s["cells_reached"] == 1 and s["cells_possible"] == 336 and len(s["never_reached"]) == 335
     assert s["counts"][cell("skip", MODES[4])] == 3 and "skip@fcfs-sync" not in s["counts"]
     text = "\n".join(markdown_lines(s))
-    assert "1 of 320 possible cells reached" in text and "| skip | - | - | - | - | 3 |" in text
-    assert "Never reached (319 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
+    assert "1 of 336 possible cells reached" in text and "| skip | - | - | - | - | 3 |" in text
+    assert "Never reached (335 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
     assert "- skip: fcfs-async-caching, fcfs-async-spec, fcfs-async-spec-caching, priority-async," in text
 
 
