@@ -9,8 +9,9 @@ stratified like the mixed ones: `generate` passes `index % 16`, which picks
 the policy, the scheduling and the mixed stratum, so every mode of the
 coverage map gets the same share.
 
-* `lora`: `max_loras` 1 to 3 and up to five adapters over about two
-  requests in three, so the limit passes requests over while others are
+* `lora`: `max_loras` 1 to 3 (mostly 1) and up to five adapters over about
+  five requests in six, and three times in four a burst at one step (an
+  adapter, another, the first again, none), where the limit bites at once; so the limit passes requests over while others are
   admitted behind them, and prompts of one adapter share cached blocks
   that another adapter's identical prompts cannot hit.
 * `structured-output`: about half the requests carry a grammar
@@ -26,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ...spec.workload import Grammar, Workload
+from ...spec.request import Request
+from ...spec.workload import Grammar, Workload, WorkloadRequest
 from .mixed import mixed
 
 if TYPE_CHECKING:
@@ -47,14 +49,21 @@ def with_grammars(d: Draw, workload: Workload) -> Workload:
 
 
 def with_adapters(d: Draw, workload: Workload) -> Workload:
-    """`workload` with LoRA: `max_loras` 1 to 3, and about two requests in three naming one of `max_loras + 2`
-    adapters, so the limit bites and the same adapter's prompts share cached blocks."""
-    max_loras = d.int(1, 3)
+    """`workload` with LoRA: `max_loras` 1 to 3 (mostly 1), and about five requests in six naming one of
+    `max_loras + 2` adapters, so the limit bites and the same adapter's prompts share cached blocks."""
+    max_loras = d.choice([1, 1, 2, 3])
     requests = []
     for r in workload.requests:
-        if d.int(0, 2) > 0:
+        if d.int(0, 5) > 0:
             r = dataclasses.replace(r, request=dataclasses.replace(r.request, lora_int_id=d.int(1, max_loras + 2)))
         requests.append(r)
+    if d.int(0, 3) > 0:  # a burst at one step, in queue order: an adapter, another, the first again, none
+        at = d.int(0, max(r.arrival_step for r in workload.requests))
+        first, second = d.int(1, max_loras + 2), d.int(1, max_loras + 2)
+        for i, lora in enumerate((first, second, first, 0)):
+            prompt = tuple(d.int(10, 15) for _ in range(d.int(1, 4)))
+            burst = Request(f"lora{i}", prompt, d.int(1, 4), priority=0, arrival_time=float(1000 + i), lora_int_id=lora)
+            requests.append(WorkloadRequest(burst, at))
     config = dataclasses.replace(workload.config, max_loras=max_loras)
     return workload.replace(config=config, requests=tuple(requests))
 

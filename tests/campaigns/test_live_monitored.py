@@ -108,13 +108,12 @@ def compare_seed(scheduler, replay):
 SEEN = []
 
 
-class PlantedWithLora(Planted):
-    """The same, with vLLM's config saying LoRA is on: outside the spec, so the monitors must stay quiet."""
+class PlantedWithPrefillCadence(Planted):
+    """The same, with vLLM's config setting the DP prefill cadence (inert without DP, but outside the spec until
+    issue #36 models it), so the monitors must stay quiet."""
 
     def __init__(self, vllm_config, *args, **kwargs):
-        from vllm.config import LoRAConfig
-
-        object.__setattr__(vllm_config, "lora_config", LoRAConfig(max_loras=1, max_lora_rank=8))
+        object.__setattr__(vllm_config.scheduler_config, "prefill_schedule_interval", 4)
         super().__init__(vllm_config, *args, **kwargs)
 '''
 
@@ -272,7 +271,9 @@ def test_replay_finds_the_planted_bug_in_an_unmonitored_capture(monkeypatch, pyt
 def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pythonpath, tmp_path):
     w = planted_workload()
     cap = tmp_path / "cap.jsonl"
-    eng = engine(monkeypatch, pythonpath, "planted_sched.PlantedWithLora", f"mode=raise,capture={cap}", w.config)
+    eng = engine(
+        monkeypatch, pythonpath, "planted_sched.PlantedWithPrefillCadence", f"mode=raise,capture={cap}", w.config
+    )
     try:
         run(eng, w)  # the same bug; nothing raised, because the monitors know they are out of scope
         eng._stderr.seek(0)
@@ -280,9 +281,10 @@ def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pytho
     finally:
         eng.close()
     lines = [line for line in log.splitlines() if "outside what the spec models" in line]
-    assert len(lines) == 1 and "lora (lora_config)" in lines[0], log[-3000:]
+    feature = "scheduler knob prefill_schedule_interval=4"
+    assert len(lines) == 1 and feature in lines[0], log[-3000:]
     header = sessions(cap)[-1][0]
-    assert header["out_of_scope"] == ["lora (lora_config)"] and "no-starvation-after-prepend" in header["monitors_off"]
+    assert header["out_of_scope"] == [feature] and "no-starvation-after-prepend" in header["monitors_off"]
 
 
 def test_the_seed_read_from_vllm_is_the_state_the_full_replay_rebuilt(monkeypatch, pythonpath):
