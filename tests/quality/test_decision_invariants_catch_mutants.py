@@ -79,14 +79,14 @@ def test_lora_limit_exact_catches_an_ignored_limit_before_vllm_s_assertion_would
     from schedspec.spec.engine import steps
     from schedspec.spec.trace import Trace
 
-    w = generate("lora", 0, 0)
+    w = generate("lora", 0, 3)  # the first of the family where the limit alone decides: max_loras 1, a burst at step 0
     records = []
     with applied(BY_NAME[BEFORE_THE_ASSERTION["lora-limit-exact"]]):
         with pytest.raises(AssertionError):
             for rec in steps(ReferenceEngine(w.config), w):
                 records.append(rec)
     trace = Trace(w, tuple(records), "lora-limit-ignored", "max_steps")
-    assert [(v.invariant, v.step) for v in check_trace(trace)] == [("lora-limit-exact", 4)]
+    assert [(v.invariant, v.step) for v in check_trace(trace)] == [("lora-limit-exact", 0)]
     assert check_trace(trace, INVARIANTS) == []
     assert check_trace(simulate(w), DECISIONS) == []  # the control: the unmutated reference
 
