@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import ParamSpec, Protocol, TypeVar
 
 from .config import SchedulerConfig
+from .errors import SpecError
 from .output import ModelRunnerOutput, SchedulerOutput
 from .request import Request, RequestStatus
 from .trace import FinishedRequest, StateSummary, StepRecord, Trace
@@ -50,10 +51,11 @@ class Engine(Protocol):
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         """Sync spec decode only: the drafter's proposals after a step. Engines without spec decode may omit it."""
 
-    def grammar_compiled(self, request_id: str, compiled: bool) -> None:
-        """Structured output: a request's grammar finished compiling (`compiled`) or failed, before the next
-        schedule(); vLLM's compile future becoming done. An id that is no longer live is ignored. Engines
-        without structured output may omit it (`workload.Grammar`)."""
+    # Optional, and so not a member here (a type checker would demand it of every engine):
+    # `grammar_compiled(request_id: str, compiled: bool) -> None`, structured output: a request's grammar
+    # finished compiling (`compiled`) or failed, before the next schedule(); vLLM's compile future becoming
+    # done. An id that is no longer live is ignored. An engine without it declares structured output outside
+    # its scope (`FEATURE_METHODS`, `workload.Grammar`).
 
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
@@ -210,8 +212,17 @@ def _arrivals_and_aborts(
     finished: dict[str, FinishedRequest] = {}
     aborted = _abort(engine, workload.aborts_at(step), finished)
     grammars = dict(workload.grammars_at(step))
-    for rid, compiled in grammars.items():
-        engine.grammar_compiled(rid, compiled)
+    if grammars:
+        compile_done = getattr(engine, "grammar_compiled", None)
+        if not callable(compile_done):
+            raise SpecError(
+                f"engine {engine.name!r}",
+                "grammar_compiled",
+                "is missing: the workload's requests have grammars, and structured output is outside the "
+                "engine's declared scope (docs/engines.md)",
+            )
+        for rid, compiled in grammars.items():
+            compile_done(rid, compiled)
     return tuple(r.request_id for r in added), aborted, finished, grammars
 
 

@@ -148,7 +148,14 @@ class Snapshotting:
             method(draft_token_ids)
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
-        self._engine.grammar_compiled(request_id, compiled)
+        method = getattr(self._engine, "grammar_compiled", None)
+        if not callable(method):
+            raise SpecError(
+                f"engine {self.name!r}",
+                "grammar_compiled",
+                "is missing: structured output is outside the engine's declared scope (docs/engines.md)",
+            )
+        method(request_id, compiled)
 
     def close(self) -> None:
         close = getattr(self._engine, "close", None)

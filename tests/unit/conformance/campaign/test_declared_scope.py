@@ -9,6 +9,9 @@ from schedspec.cli import main
 from schedspec.conformance.engines.declared_scope import engine_class, missing_features
 from schedspec.conformance.engines.engine_spec import parse_engine
 from schedspec.reference_impl import ReferenceEngine
+from schedspec.spec.config import SchedulerConfig
+
+CONFIG = SchedulerConfig(max_num_batched_tokens=64, block_size=4, num_gpu_blocks=16)
 
 
 def test_the_class_is_read_from_the_factory_or_its_return_annotation():
@@ -41,3 +44,20 @@ def test_an_engine_without_grammar_compiled_declares_it_out_of_scope(tmp_path, c
         "structured-output"
     ]
     assert "outside the engine's declared scope" in (out / "certificate.md").read_text()
+
+
+def test_a_grammar_given_to_an_engine_without_the_method_is_one_line_naming_it():
+    """The engine loop itself refuses, so a workload file run on such an engine never ends in an AttributeError."""
+    import pytest
+
+    from schedspec.spec.engine import run
+    from schedspec.spec.errors import SpecError
+    from schedspec.spec.request import Request
+    from schedspec.spec.workload import Grammar, Workload, WorkloadRequest
+
+    class CoreOnly(ReferenceEngine):
+        grammar_compiled = None
+
+    w = Workload(CONFIG, (WorkloadRequest(Request("g", (1, 2, 3), 2), 0, (), (), Grammar(1)),))
+    with pytest.raises(SpecError, match="outside the engine's declared scope .*grammar_compiled"):
+        run(CoreOnly(CONFIG), w)
