@@ -86,6 +86,8 @@ def run_variant(
         result.outcomes, result.tokens = dict(tally.outcomes), tally.tokens
         if not server.alive:
             result.error = f"the server died while serving (exit {server.proc.returncode}): {server.last_line()}"
+        elif (death := server.engine_death()) is not None:  # the API server stays up and fails every request
+            result.error = f"vLLM's engine core died while serving: {death}"
     except InfrastructureError as e:
         result.error = f"{e.where}: {e.why}"
     finally:

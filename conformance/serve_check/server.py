@@ -157,6 +157,16 @@ class Server:
         lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1][-300:] if lines else "(no output)"
 
+    def engine_death(self) -> str | None:
+        """Why vLLM's engine core died under a server that stays up (it then fails every request), or None:
+        the first `RuntimeError`/`...Error:` line after vLLM's "EngineCore encountered a fatal error"."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        at = next((i for i, ln in enumerate(lines) if "EngineCore encountered a fatal error" in ln), None)
+        if at is None:
+            return None
+        cause = next((ln for ln in lines[at:] if "Error: " in ln and "Traceback" not in ln), lines[at])
+        return cause.split("]", 1)[-1].strip()[-300:]
+
     def monitor_reports(self) -> list[str]:
         """The live monitors' reports in the server's log (`mode=log` logs each; `mode=raise` raises the first)."""
         text = self.log.read_text(errors="replace")
