@@ -10,11 +10,13 @@ finished in the update, and no arrival or abort is still to come; or after
 its workload's `max_steps` (a livelock, D1).
 
 Spec decode: after the update the drafter's proposals (the tensor rule of
-`fake_model.propose`) are set as `update_draft_token_ids` would. Async
-instances follow `_async_steps` instead: they schedule only when there is
-something to schedule or report, queue the step in a `BatchQueue`, and
-absorb the oldest queued step when the queue is full or there is nothing
-to overlap; sync and async instances share a batch. Workloads with prefix
+`fake_model.propose`) are set as `update_draft_token_ids` would. Instances
+with a batch queue (async scheduling, pipeline parallel) follow
+`_batch_queue_steps` instead: they schedule only when there is something to
+schedule or report, queue the step in a `BatchQueue` of their own size
+(`max_concurrent_batches`), and absorb the oldest queued step when the
+queue is full or there is nothing to overlap; instances with and without a
+queue share a batch. Workloads with prefix
 caching form a batch of their own (`run_batch`). The output tokens each
 request keeps are collected by the glue from the absorbed tokens.
 
@@ -143,8 +145,9 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
     ends: list[str | None] = [None] * len(workloads)
     inst = list(range(len(workloads)))  # batch row -> workload index
     row_ids = [[r.request_id for r in w.requests] for w in workloads]
-    is_async = st.async_.clone()
-    queue = BatchQueue(st.B, st.R, 1 + st.kmax, dev) if st.any_async else None
+    queued = st.queue_size > 1  # a batch queue: async scheduling or pipeline parallel
+    depth = int(st.queue_size.max()) if st.B else 1
+    queue = BatchQueue(st.B, st.R, 1 + st.kmax, depth, dev) if st.any_queue else None
     in_flight: list[list[int]] = [[] for _ in workloads]  # per workload: queued steps, oldest first
     # Per workload, slot -> output tokens kept so far (glue: read back once per appended token).
     produced: list[dict[int, list[int]]] = [defaultdict(list) for _ in workloads]
@@ -160,9 +163,9 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         aborted_hits = _apply_aborts(st, _merged(planned), inst)
         if st.any_grammar:  # compiles that finish before this schedule() (`workload.Grammar`)
             st.grammars_compiled(st.grammar_step == step, st.grammar_fails)
-        # Async: schedule only if there is something to schedule or report (Scheduler.has_requests()).
+        # A batch queue: schedule only if there is something to schedule or report (Scheduler.has_requests()).
         has_requests = st.live_mask().any(1) | st.fin_pending.any(1)
-        out = schedule(st)
+        out = schedule(st, ~queued | has_requests if st.any_cadence else None)
         ids = [row_ids[i] for i in inst]
         live_rows = [r for r, i in enumerate(inst) if ends[i] is None]
         outs = outputs(st, out, ids, live_rows)  # before the update frees the blocks it lists
@@ -178,11 +181,11 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         else:
             # step_with_batch_queue: queue what was scheduled; absorb the oldest output unless the queue
             # still has room and there is (or was) work to overlap with.
-            push = is_async & has_requests
+            push = queued & has_requests
             queue.push(push, out.n_sched, out.sched_key, out.n_spec, gen, num_gen)
             busy = (out.n_sched.sum(1) > 0) | st.live_mask().any(1)
-            hold = push & (queue.size < 2) & busy
-            absorb = ~is_async | (~hold & (queue.size > 0))
+            hold = push & (queue.size < st.queue_size) & busy
+            absorb = ~queued | (~hold & (queue.size > 0))
             # The aborts queue drains before an update: a row that absorbs nothing passes its mid-step
             # aborts to the next step (the input queue's copy of each abort).
             absorbing = absorb.tolist()
@@ -190,15 +193,15 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             now = [(b, s) for b, s in mid_planned.items() if b in row_of and absorbing[row_of[b]]]
             carried = {b: s for b, s in mid_planned.items() if b in row_of and not absorbing[row_of[b]]}
             mid_hits = _apply_aborts(st, now, inst)
-            old = queue.pop(absorb & is_async)
-            sync = (~is_async)[:, None]
+            old = queue.pop(absorb & queued)
+            sync = (~queued)[:, None]
             n, key, nspec, g, ng = (
                 torch.where(sync.reshape(sync.shape + (1,) * (x.dim() - 2)), x, y)
                 for x, y in zip((out.n_sched, out.sched_key, out.n_spec, gen, num_gen), old)
             )
             stopped = update_from_output(st, n, key, nspec, g, ng, absorb)
-            # Per row: (pushed, held (the output stays queued), absorbed, async).
-            decisions = list(zip(*torch.stack([push, hold, absorb, is_async]).tolist()))
+            # Per row: (pushed, held (the output stays queued), absorbed, queued).
+            decisions = list(zip(*torch.stack([push, hold, absorb, queued]).tolist()))
         drafts = None
         if st.any_spec:
             draft_ids, draft_count = propose(st, out.n_sched, num_gen)
@@ -216,7 +219,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
         # A mid-step abort keeps the outputs it had before this update (the update ignores its answer).
         for b, slots in mid_hits.items():
             abort_out.setdefault(b, []).extend((s, tuple(produced[inst[b]].get(s, ()))) for s in slots)
-        fin_left = st.fin_pending.any(1).tolist() if queue is not None else []  # read only for async rows
+        fin_left = st.fin_pending.any(1).tolist() if queue is not None else []  # read only for queued rows
 
         for r in live_rows:
             i = inst[r]
@@ -225,8 +228,8 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             updated: int | None = step  # the step whose output this update absorbed
             flight: tuple[int, ...] = ()  # steps still in flight
             output, model_output = outs[r], model_rows[r]
-            pushed, held, absorbed, row_async = decisions[r] if decisions is not None else (False, False, True, False)
-            if row_async:
+            pushed, held, absorbed, row_queued = decisions[r] if decisions is not None else (False, False, True, False)
+            if row_queued:
                 scheduled = pushed
                 if pushed:
                     in_flight[i].append(step)
@@ -257,10 +260,10 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 grammars=dict(w.grammars_at(step)),
             )
             records[i].append(record)
-            if row_async and held:
+            if row_queued and held:
                 pass  # the step ended with its output queued: nothing can have drained
             elif (
-                not flight and not (row_async and fin_left[r]) and i not in carried and drained_after(record, w)
+                not flight and not (row_queued and fin_left[r]) and i not in carried and drained_after(record, w)
             ):  # the engine loop's own stopping rule (spec/engine.py)
                 ends[i] = "drained"
             if ends[i] is None and step + 1 >= w.max_steps:
@@ -272,7 +275,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             if len(keep) < len(inst):
                 index = torch.tensor(keep, dtype=torch.int64, device=dev)
                 st.select(index)
-                is_async = is_async.index_select(0, index)
+                queued = queued.index_select(0, index)
                 if queue is not None:
                     queue.select(index)
                 inst = [inst[r] for r in keep]

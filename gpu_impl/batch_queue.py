@@ -1,13 +1,15 @@
-"""The batch queue of async scheduling (vllm/v1/engine/core.py:EngineCore.step_with_batch_queue), for B instances.
+"""The batch queue (vllm/v1/engine/core.py:EngineCore.step_with_batch_queue), for B instances.
 
-Under async scheduling a step's output is absorbed by a later step: each
-instance queues the steps it scheduled (at most 2 in flight, the V1 runner
-with PP = 1) with everything update_from_output needs: grants, their order,
-scheduled drafts and the fake model's tokens. `spec.engine._async_steps`
-decides per step whether an instance pushes, absorbs the oldest entry, or
-both; this class only stores the entries, as tensors [B, 2, ...], so that
-absorbing is one gather for all instances. Synchronous instances never use
-it: they absorb the step they just scheduled.
+Under async scheduling or pipeline parallel a step's output is absorbed by a
+later step: each instance queues the steps it scheduled (at most its
+`max_concurrent_batches`: 2 for async, pp for PP, pp + 1 for both) with
+everything update_from_output needs: grants, their order, scheduled drafts
+and the fake model's tokens. `spec.engine._batch_queue_steps` decides per
+step whether an instance pushes, absorbs the oldest entry, or both; this
+class only stores the entries, as tensors [B, depth, ...] (depth: the
+largest queue of the batch), so that absorbing is one gather for all
+instances. Instances without a queue never use it: they absorb the step
+they just scheduled.
 """
 
 from __future__ import annotations
@@ -15,21 +17,22 @@ from __future__ import annotations
 import torch
 
 Tensor = torch.Tensor
-DEPTH = 2  # ASYNC_BATCH_QUEUE_SIZE
 
 
 class BatchQueue:
     FIELDS = ("n", "key", "nspec", "gen", "ngen")
 
-    def __init__(self, B: int, R: int, G: int, device: torch.device) -> None:
-        z = torch.zeros((B, DEPTH, R), dtype=torch.int64, device=device)
+    def __init__(self, B: int, R: int, G: int, depth: int, device: torch.device) -> None:
+        self.depth = depth
+        z = torch.zeros((B, depth, R), dtype=torch.int64, device=device)
         self.n, self.key, self.nspec, self.ngen = z.clone(), z.clone(), z.clone(), z.clone()
-        self.gen = torch.zeros((B, DEPTH, R, G), dtype=torch.int64, device=device)
+        self.gen = torch.zeros((B, depth, R, G), dtype=torch.int64, device=device)
         self.size = torch.zeros(B, dtype=torch.int64, device=device)
 
     def push(self, mask: Tensor, n: Tensor, key: Tensor, nspec: Tensor, gen: Tensor, ngen: Tensor) -> None:
-        """Append one entry to the masked instances' queues (the caller keeps them below DEPTH)."""
-        at = (self.size.clamp(max=DEPTH - 1)[:, None] == torch.arange(DEPTH, device=mask.device)[None, :]) & mask[
+        """Append one entry to the masked instances' queues (the caller keeps each below its own size)."""
+        depth = self.depth
+        at = (self.size.clamp(max=depth - 1)[:, None] == torch.arange(depth, device=mask.device)[None, :]) & mask[
             :, None
         ]
         for name, value in zip(self.FIELDS, (n, key, nspec, gen, ngen)):

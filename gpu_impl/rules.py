@@ -195,3 +195,15 @@ def lora_limit_skips(
     no running request uses waits while max_loras adapters run (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
     (1091-1101))."""
     return (max_loras > 0) & (lora_int_id > 0) & (num_adapters_running == max_loras) & ~adapter_running
+
+
+def decode_cadence_waits(current_step: Tensor, next_decode_eligible_step: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.decode_cadence_waits`: the PP decode cadence passes a running request over
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820))."""
+    return current_step < next_decode_eligible_step
+
+
+def next_decode_eligible_step(current_step: Tensor, decode_stagger: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.next_decode_eligible_step`
+    (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56))."""
+    return current_step + decode_stagger

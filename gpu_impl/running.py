@@ -74,6 +74,10 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
         P = st.P.gather(1, order)
         done = rules.async_max_tokens_reached(P, C, st.prompt_len.gather(1, order), st.max_tokens.gather(1, order))
         ask = torch.where(done, torch.zeros_like(ask), ask)
+    if st.any_cadence:  # decoded fewer than pp schedule() calls ago: skip (`continue`,
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820))
+        waits = rules.decode_cadence_waits(st.current_step[:, None], st.next_decode.gather(1, order))
+        ask = torch.where(waits, torch.zeros_like(ask), ask)
     zeros = torch.zeros_like(C)
     p = RunningPass(
         st,

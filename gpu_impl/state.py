@@ -108,6 +108,8 @@ class BatchState:
     any_priority: bool  # some instance runs the PRIORITY policy
     any_spec: bool  # some instance drafts (kmax > 0)
     any_async: bool  # some instance schedules asynchronously
+    any_queue: bool  # some instance keeps steps in flight (a batch queue: async scheduling or pipeline parallel)
+    any_cadence: bool  # some instance spaces its decodes (async with pipeline parallel)
     keyed: bool  # some instance caches: the keyed free queue replaces the ring for the whole batch
 
     # ---- per instance [B]: the config knobs the step reads ------------------------------------------------
@@ -129,6 +131,9 @@ class BatchState:
     async_: Tensor  # bool: async_scheduling
     caching: Tensor  # bool: enable_prefix_caching
     max_loras: Tensor  # LoRAConfig.max_loras, 0 without LoRA
+    queue_size: Tensor  # max_concurrent_batches: the batch queue's size (1: none)
+    decode_stagger: Tensor  # pipeline_parallel_size: schedule() calls between two decodes (async)
+    current_step: Tensor  # schedule() calls so far (vLLM's `current_step`)
 
     # ---- per instance [B], bool: the release (`vllm_version`, spec/versions.py), one column per variant --
     # True where the instance's release has the variant's newer behaviour (`holds(name, vllm_version)`),
@@ -187,9 +192,10 @@ class BatchState:
     nspec: Annotated[Tensor, Slot(I64, 0)]  # len(spec_token_ids): the drafts in `spec_tok`
     nprop: Annotated[Tensor, Slot(I64, 0)]  # the drafter's proposals used so far (batched runner)
     P: Annotated[Tensor, Slot(I64, 0)]  # num_output_placeholders (async)
-    inflight: Annotated[Tensor, Slot(I64, 0)]  # tokens scheduled whose output is not absorbed yet (async)
+    inflight: Annotated[Tensor, Slot(I64, 0)]  # tokens scheduled whose output is not absorbed yet (batch queue)
     stale: Annotated[Tensor, Slot(I64, 0)]  # of those, the ones scheduled before a preemption: stale output
     chunk: Annotated[Tensor, Slot(BOOL, False)]  # is_prefill_chunk as the last _update_after_schedule left it
+    next_decode: Annotated[Tensor, Slot(I64, 0)]  # next_decode_eligible_step (async: the PP decode cadence)
     ncached: Annotated[Tensor, Slot(I64, 0)]  # num_cached_blocks: the leading blocks registered in the cache
     nhash: Annotated[Tensor, Slot(I64, 0)]  # how many block hashes (`bhash`) are known
     # The running hash residues of all tokens so far (one per field of `spec.block_hash`), extended as
@@ -259,6 +265,11 @@ class BatchState:
         self.caching = col((x.enable_prefix_caching for x in c), BOOL)
         self.max_loras = col(x.max_loras or 0 for x in c)  # 0: no LoRA config
         self.any_lora = any(x.max_loras is not None for x in c)
+        self.queue_size = col(x.max_concurrent_batches for x in c)
+        self.any_queue = any(x.max_concurrent_batches > 1 for x in c)
+        self.decode_stagger = col(x.decode_stagger for x in c)
+        self.any_cadence = any(x.async_scheduling and x.pipeline_parallel_size > 1 for x in c)
+        self.current_step = torch.zeros(B, dtype=I64, device=dev)
         for v in VARIANTS:  # once per batch: a step reads the columns, never the version strings
             sides = [holds(v.name, x.vllm_version) for x in c]
             setattr(self, release_column(v.name), col(sides, BOOL))

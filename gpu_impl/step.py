@@ -54,7 +54,10 @@ class StepOut:
     spec_vals: Tensor  # [B, R, k] their ids (-1: padding)
 
 
-def schedule(st: BatchState) -> StepOut:
+def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
+    """`calling` [B]: the instances whose engine loop calls schedule() in this step (default all); the others'
+    output is dropped (a batch queue's step with nothing to schedule), and their `current_step` stays."""
+    st.current_step = st.current_step + (1 if calling is None else calling.long())
     finished = st.fin_pending
     st.fin_pending = torch.zeros_like(finished)
     running, waiting = st.running_mask(), st.waiting_mask()
@@ -123,10 +126,10 @@ def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> N
     sampled token and drafts as placeholders, with k placeholder drafts
     (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule)."""
     st.C = st.C + n_sched
-    if not (st.any_spec or st.any_async):  # nothing reads the in-flight count or is_prefill_chunk
+    if not (st.any_spec or st.any_queue):  # nothing reads the in-flight count or is_prefill_chunk
         return
     sched = n_sched > 0
-    if st.any_async:  # a synchronous update absorbs the step at once, so nothing stays in flight
+    if st.any_queue:  # without a batch queue an update absorbs the step at once, so nothing stays in flight
         st.inflight = st.inflight + n_sched
     st.chunk = torch.where(sched, st.C < st.num_tokens() + st.P, st.chunk)
     if st.any_async:
@@ -135,3 +138,6 @@ def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> N
         if st.kmax:
             st.nspec = torch.where(owe, st.k[:, None].expand_as(st.nspec), st.nspec)
             st.spec_tok = torch.where(owe[..., None], torch.full_like(st.spec_tok, -1), st.spec_tok)
+        if st.any_cadence:  # the V2 model runner's PP decode cadence
+            eligible = rules.next_decode_eligible_step(st.current_step, st.decode_stagger)[:, None]
+            st.next_decode = torch.where(owe, eligible, st.next_decode)

@@ -76,12 +76,12 @@ def update_from_output(
     instances that call update_from_output in this step (default all: an async one that absorbs nothing does
     not, so its failed grammars wait). Returns the mask of requests that stopped."""
     sched = n_sched > 0
-    # An aborted request's output is ignored: aborted while in flight (async), or after the model ran and
+    # An aborted request's output is ignored: aborted while in flight (a batch queue), or after the model ran and
     # before this update (EngineCore's aborts queue, `Abort.mid_step`), synchronous steps too.
     live = sched & st.live_mask()
     g = torch.where(live, num_gen, torch.zeros_like(num_gen))
     fresh = live  # in a synchronous step nothing is stale
-    if st.any_async:
+    if st.any_queue:  # tokens in flight: async scheduling or pipeline parallel
         st.inflight = torch.where(live, st.inflight - n_sched, st.inflight)
         stale = live & (st.stale > 0)
         st.stale = torch.where(stale, st.stale - n_sched, st.stale)

@@ -86,7 +86,7 @@ def waiting_pass(
     L, bs, bud = st.L[:, None], st.bs[:, None], budget[:, None]
     idx = st.cols()
     zeros = torch.zeros_like(T)
-    skip = (st.stale.gather(1, order) > 0) & valid if st.any_async else torch.zeros_like(valid)
+    skip = (st.stale.gather(1, order) > 0) & valid if st.any_queue else torch.zeros_like(valid)
     if st.any_grammar:
         skip = skip | (blocked(st, order) & valid)
     take = valid & ~skip

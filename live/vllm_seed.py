@@ -46,4 +46,5 @@ def replay_seed(scheduler: Any, hash_source: Callable[[str], Sequence[Hashable]]
         cached=cached,
         num_cached={rid: n for rid, n in manager.num_cached_block.items() if rid in blocks},
         hash_source=hash_source,
+        decode_eligible={r.request_id: r.next_decode_eligible_step for r in requests if r.next_decode_eligible_step},
     )

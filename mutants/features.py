@@ -243,6 +243,16 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         ("lora",),
     ),
     Mutant(
+        "decode-cadence-ignored",
+        "classic",
+        "async scheduling with pipeline parallel decodes a request at every schedule(), not every pp-th",
+        "spec.rules:decode_cadence_waits",
+        "return current_step < next_decode_eligible_step",
+        "return False",
+        ("decode-cadence-exact",),
+        ("pipeline-parallel",),
+    ),
+    Mutant(
         "grammar-error-dropped",
         "classic",
         "the update forgets the failed grammars the pass found: the request waits for its grammar for good",

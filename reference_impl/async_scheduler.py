@@ -8,12 +8,15 @@ after the base class has advanced C, every scheduled request that is not
 mid-prefill is owed its sampled token (plus any drafts) as an output
 placeholder, and gets `[-1] * k` placeholder
 drafts, which the worker fills in. So the next step already schedules
-1 + k tokens for it, one step ahead of its output (§6, D2).
+1 + k tokens for it, one step ahead of its output (§6, D2). With pipeline
+parallel it also may not decode again for `pp_size` schedule() calls (the
+V2 model runner's cadence, `next_decode_eligible_step`).
 """
 
 from __future__ import annotations
 
 from ..spec.output import SchedulerOutput
+from . import rules
 from .scheduler import NUM_SAMPLED_TOKENS_PER_STEP, Scheduler
 
 
@@ -28,3 +31,7 @@ class AsyncScheduler(Scheduler):
             num_spec_tokens = len(output.scheduled_spec_decode_tokens.get(req_id, ()))
             request.num_output_placeholders += NUM_SAMPLED_TOKENS_PER_STEP + num_spec_tokens
             request.spec_token_ids = list(spec_token_placeholders)
+            # The V2 model runner's PP decode cadence (the spec's layout is the V2 runner's: SchedulerConfig).
+            request.next_decode_eligible_step = rules.next_decode_eligible_step(
+                self.current_step, self.config.decode_stagger
+            )

@@ -37,6 +37,7 @@ class LiveRequest(RequestProperties):
         "num_cached_blocks",
         "block_size",
         "grammar",
+        "next_decode_eligible_step",
         "_block_hashes",
     )
 
@@ -79,6 +80,7 @@ class LiveRequest(RequestProperties):
         self.block_ids: list[int] = []
         self.num_cached_blocks = 0  # `num_cached_block[request_id]` of the KV manager
         self.block_size = block_size
+        self.next_decode_eligible_step = 0  # async only: the PP decode cadence (rules.next_decode_eligible_step)
         self._block_hashes: tuple[int, ...] = ()
 
     # vLLM's derived properties (num_tokens, num_tokens_with_spec, ...) come from `RequestProperties`, shared with
@@ -117,6 +119,7 @@ class LiveRequest(RequestProperties):
         r.block_ids = list(s.block_ids)
         r.num_cached_blocks = s.num_cached_blocks
         r.grammar = s.grammar
+        r.next_decode_eligible_step = s.next_decode_eligible_step
         return r
 
     def freeze(self) -> RequestState:
@@ -136,4 +139,5 @@ class LiveRequest(RequestProperties):
             block_ids=tuple(self.block_ids),
             num_cached_blocks=self.num_cached_blocks,
             grammar=self.grammar,
+            next_decode_eligible_step=self.next_decode_eligible_step,
         )

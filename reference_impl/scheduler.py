@@ -128,6 +128,11 @@ class Scheduler(SchedulerUpdates):
             ):
                 req_index += 1
                 continue
+            if rules.decode_cadence_waits(self.current_step, request.next_decode_eligible_step):
+                # Async with PP: `decode_stagger` schedule() calls between two decodes of a request
+                # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820)).
+                req_index += 1
+                continue
 
             num_new_tokens = self.grant(
                 request, long_prefill_token_threshold, min(token_budget, input_budget - draft_slots)

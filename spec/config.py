@@ -53,6 +53,9 @@ class SchedulerConfig:
     # which decides whether a release lets them under async scheduling (_validate_release).
     speculative_method: SpeculativeMethod = "ngram"
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
+    # Pipeline parallel (ParallelConfig.pipeline_parallel_size): the engine core keeps this many batches in flight
+    # (one more under async scheduling), and async scheduling spaces a request's decodes this many steps apart.
+    pipeline_parallel_size: int = 1
     # LoRA (LoRAConfig.max_loras): at most this many adapters among the running requests; None: no LoRA config,
     # and no request may name an adapter (vLLM refuses one).
     max_loras: int | None = None
@@ -79,6 +82,22 @@ class SchedulerConfig:
         if self.max_num_scheduled_tokens is not None:
             return self.max_num_scheduled_tokens
         return self.max_num_batched_tokens
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        """The engine core's batch queue size (vllm/config/vllm.py:VllmConfig.max_concurrent_batches).
+
+        The spec's output layout is the V2 model runner's, which takes async scheduling with PP: pp + 1 under
+        async, pp otherwise. 1 means no batch queue: `EngineCore.step`, each update right after its schedule.
+        """
+        pp = self.pipeline_parallel_size
+        return pp + 1 if self.async_scheduling else pp
+
+    @property
+    def decode_stagger(self) -> int:
+        """Steps between two decodes of one request under async scheduling
+        (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler.__init__: `pp_size` off XPU)."""
+        return self.pipeline_parallel_size
 
     @property
     def watermark_blocks(self) -> int:
@@ -110,6 +129,8 @@ class SchedulerConfig:
 # measured with tracemalloc at 10**6 blocks. 2**24 blocks (0.6 GiB) is far past any GPU's pool at block size 16.
 BYTES_PER_BLOCK = 40
 MAX_GPU_BLOCKS = 2**24
+# Not vLLM's bound (it has none but the GPUs): each stage is a batch in flight, held by every engine.
+MAX_PIPELINE_PARALLEL_SIZE = 16
 
 
 def _is_int(v: Any) -> bool:
@@ -132,6 +153,9 @@ def _validate(c: SchedulerConfig) -> None:
         v = getattr(c, name)
         need(name, v is None or _is_int(v), "must be an integer or null")
         need(name, v is None or v >= 1, "must be >= 1")  # Z11: no negative budget slips through
+    v = c.pipeline_parallel_size
+    need("pipeline_parallel_size", _is_int(v), "must be an integer")
+    need("pipeline_parallel_size", 1 <= v <= MAX_PIPELINE_PARALLEL_SIZE, f"must be in [1, {MAX_PIPELINE_PARALLEL_SIZE}]")
     v = c.max_loras
     need("max_loras", v is None or _is_int(v), "must be an integer or null")
     need("max_loras", v is None or v >= 1, "must be >= 1 (vllm/config/lora.py:LoRAConfig)")
@@ -193,6 +217,15 @@ def _validate(c: SchedulerConfig) -> None:
         not (k > 0 and 1 <= c.long_prefill_token_threshold < 1 + k),
         f"must be 0 or >= 1 + num_speculative_tokens ({1 + k}): vLLM 0.33.0 crashes on a padded "
         "spec-decode admission (assert at vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1579))",
+    )
+    # Not a vLLM check either: synchronous spec decode under PP takes the drafts whenever the worker has them
+    # (vllm/v1/engine/core.py:EngineCore.post_step after every step_with_batch_queue call), a timing the spec
+    # does not model. Under async scheduling the drafts never leave the worker, so PP with spec decode is modelled.
+    need(
+        "pipeline_parallel_size",
+        c.pipeline_parallel_size == 1 or k == 0 or c.async_scheduling,
+        "must be 1 with synchronous spec decode (num_speculative_tokens > 0): when the drafts of a batch in "
+        "flight reach the scheduler is timing, not modelled; turn async_scheduling on",
     )
     _validate_release(c, need)
 

@@ -9,8 +9,9 @@ engines can only differ in what they decide, never in how they were driven.
 The loop mirrors vLLM's synchronous `EngineCore.step` (vllm/v1/engine/core.py:EngineCore.step):
 arrivals and aborts, then `schedule()`, then the model, then
 `update_from_output()` with that same step's output, then (spec decode) the
-drafter's proposals. Under async scheduling it mirrors
-`step_with_batch_queue` instead, with one step in flight.
+drafter's proposals. Under async scheduling or pipeline parallel it mirrors
+`step_with_batch_queue` instead, with up to `max_concurrent_batches` steps
+in flight.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ EngineFactory = Callable[[SchedulerConfig], Engine]
 FEATURE_METHODS: dict[str, str] = {"grammar_compiled": "structured output"}
 # The deployment features that reach an engine through the config and the requests alone (LoRA: `max_loras`,
 # `Request.lora_int_id`): an engine declares it models one by naming it in a class attribute `features`.
-DECLARED_FEATURES: dict[str, str] = {"lora": "LoRA (config.max_loras, Request.lora_int_id)"}
+DECLARED_FEATURES: dict[str, str] = {
+    "lora": "LoRA (config.max_loras, Request.lora_int_id)",
+    "pipeline-parallel": "pipeline parallel (config.pipeline_parallel_size: batches in flight, the decode cadence)",
+}
 
 Args = ParamSpec("Args")
 Result = TypeVar("Result")
@@ -170,8 +174,8 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     `workload.max_steps` steps: vLLM 0.33.0 has livelocks (D1),
     and a trace must end. Lock-step comparison consumes two of these at once.
     """
-    if workload.config.async_scheduling:
-        yield from _async_steps(engine, workload)
+    if workload.config.max_concurrent_batches > 1:
+        yield from _batch_queue_steps(engine, workload)
         return
     drafter = Drafter(workload) if workload.config.num_speculative_tokens > 0 else None
     for step in range(workload.max_steps):
@@ -235,15 +239,18 @@ def _abort(engine: Engine, request_ids: list[str], finished: dict[str, FinishedR
     return tuple(request_ids)
 
 
-def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
-    """vLLM's vllm/v1/engine/core.py:EngineCore.step_with_batch_queue with a batch queue of 2 (V1 runner, PP = 1).
+def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
+    """vLLM's vllm/v1/engine/core.py:EngineCore.step_with_batch_queue, with a batch queue of
+    `config.max_concurrent_batches`: 2 for async scheduling, pp for pipeline parallel, pp + 1 for both.
 
     Each step schedules if the scheduler has requests (or finished ids to
     report), and runs the fake model on that output at once; the output is
-    queued. Filling the queue wins over absorbing output: while fewer than 2
-    steps are in flight and something was scheduled (or more could be), the
-    step ends there. Otherwise the oldest step's output is absorbed. The
-    model is deterministic, so "the future is done" never decides anything.
+    queued. Filling the queue wins over absorbing output: while fewer than
+    the queue's size are in flight and something was scheduled (or more
+    could be), the step ends there. Otherwise the oldest step's output is
+    absorbed. The model is deterministic, so "the future is done" never
+    decides anything. Under PP without async the scheduler is the synchronous
+    one: a request in flight is owed nothing until its output is back.
     """
     batch_queue: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
     unreported: set[str] = set()
@@ -260,7 +267,7 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             model_output = fake_model(workload, output, engine.summary())
             batch_queue.appendleft((step, output, model_output))
             after = engine.summary()
-            full = len(batch_queue) >= ASYNC_BATCH_QUEUE_SIZE
+            full = len(batch_queue) >= workload.config.max_concurrent_batches
             if not full and (output.total_num_scheduled_tokens > 0 or after.running or after.waiting):
                 carried = workload.mid_step_aborts_at(step)  # no update in this step drains the aborts queue
                 batch_queue_steps = tuple(s for s, _, _ in reversed(batch_queue))
@@ -304,11 +311,6 @@ def _async_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         yield record
         if not batch_queue and not unreported and not carried and drained_after(record, workload):
             return
-
-
-ASYNC_BATCH_QUEUE_SIZE = (
-    2  # max_concurrent_batches: 2 for async with PP = 1 (vllm/config/vllm.py:VllmConfig.max_concurrent_batches)
-)
 
 
 def drained_after(record: StepRecord, workload: Workload) -> bool:

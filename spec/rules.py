@@ -393,3 +393,20 @@ def lora_limit_skips(lora_int_id: Int, adapter_running: Any, num_adapters_runnin
     if max_loras is None:
         return False
     return and_(lora_int_id > 0, num_adapters_running == max_loras, not_(adapter_running))
+
+
+# ---- Deployment features (issue #36): pipeline parallel. ----
+
+
+def decode_cadence_waits(current_step: Int, next_decode_eligible_step: Int) -> Any:
+    """Whether the running pass passes over a request for the PP decode cadence: its last decode was scheduled
+    fewer than `decode_stagger` schedule() calls ago (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820)).
+    Only async scheduling sets `next_decode_eligible_step`; everywhere else it stays 0 and nothing waits."""
+    return current_step < next_decode_eligible_step
+
+
+def next_decode_eligible_step(current_step: Int, decode_stagger: Int) -> Int:
+    """The schedule() call from which a request that sampled in call `current_step` may decode again, async only
+    (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56)): `pp_size` calls later,
+    so each PP stage holds at most one of its decodes. With PP = 1 it is the next call, which never waits."""
+    return current_step + decode_stagger

@@ -113,6 +113,9 @@ class RequestState(RequestProperties):
     block_ids: tuple[int, ...] = ()  # the request's block table, in position order
     num_cached_blocks: int = 0  # prefix caching: leading blocks already registered (num_cached_block)
     grammar: str | None = None  # structured output: "compiling", "compiled" or "failed" (spec.request)
+    # Async scheduling: the schedule() call (`current_step`) from which the running pass may decode it again
+    # (pipeline parallel's decode cadence, `rules.next_decode_eligible_step`); 0 until its first decode.
+    next_decode_eligible_step: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def request_state_to_json(r: RequestState) -> dict[str, Any]:
         "block_ids": list(r.block_ids),
         "num_cached_blocks": r.num_cached_blocks,
         **({"grammar": r.grammar} if r.grammar is not None else {}),
+        **({"next_decode_eligible_step": r.next_decode_eligible_step} if r.next_decode_eligible_step else {}),
     }
 
 

@@ -47,7 +47,8 @@ EVENTS: dict[str, str] = {
     "pad": "a decode-like admission was padded to 1 + k with placeholder drafts (T40)",
     "prefix_hit": "an admission started from cached blocks",
     "eviction": "a block handed out evicted the cached prefix it held",
-    "stale_output": "async: an absorbed output named a request preempted after that output was scheduled",
+    "stale_output": "a batch queue (async or PP): an absorbed output named a request preempted after that output was "
+    "scheduled",
     "abort_running": "an abort finished a running request",
     "abort_waiting": "an abort finished a waiting request that had never run",
     "abort_preempted": "an abort finished a preempted request",
@@ -61,6 +62,8 @@ EVENTS: dict[str, str] = {
     "admitted",
     "grammar_error": "structured output: a grammar that failed to compile finished its request with FINISHED_ERROR",
     "lora_skip": "LoRA: a request whose adapter would exceed max_loras was passed over while one behind it was admitted",
+    "decode_cadence": "pipeline parallel: the async decode cadence passed over a running request that decoded fewer "
+    "than pp_size schedule() calls ago",
 }
 
 
@@ -106,6 +109,18 @@ SYNC_OWES = (
     "least one token (a prefill chunk, or the token it just sampled) and has C <= L - 2 (one at L tokens has "
     "finished on max_model_len): the pass grants each request it reaches something"
 )
+# Pipeline parallel keeps steps in flight in a synchronous engine too (a batch queue of pp_size), so a sync mode
+# reaches skips and stale output, except with spec decode, which the spec runs under PP only asynchronously.
+SYNC_SPEC_HAS_NO_PP = (
+    "; and pipeline parallel, whose batch queue keeps a synchronous step in flight, is modelled with spec decode "
+    "only under async scheduling (spec/config.py)"
+)
+
+
+def _sync_spec_decode(m: Mode) -> bool:
+    return not m.async_scheduling and m.spec_decode
+
+
 IMPOSSIBLE: tuple[Impossible, ...] = (
     Impossible(
         "refund",
@@ -119,8 +134,8 @@ IMPOSSIBLE: tuple[Impossible, ...] = (
         "FCFS",
         "FCFS preempts the tail, never a request behind the one being served",
     ),
-    Impossible("skip", lambda m: not m.async_scheduling, "sync", SYNC_OWES),
-    Impossible("preempt_skipped", lambda m: not m.async_scheduling, "sync", "it needs a skip: " + SYNC_OWES),
+    Impossible("skip", _sync_spec_decode, "sync spec decode", SYNC_OWES + SYNC_SPEC_HAS_NO_PP),
+    Impossible("preempt_skipped", _sync_spec_decode, "sync spec decode", "it needs a skip: " + SYNC_OWES),
     Impossible(
         "length_clamp",
         lambda m: not m.async_scheduling and not m.spec_decode,
@@ -134,9 +149,15 @@ IMPOSSIBLE: tuple[Impossible, ...] = (
     Impossible("eviction", lambda m: not m.prefix_caching, "prefix caching off", "nothing is cached"),
     Impossible(
         "stale_output",
+        _sync_spec_decode,
+        "sync spec decode",
+        "a synchronous step absorbs its own output before anything can be preempted" + SYNC_SPEC_HAS_NO_PP,
+    ),
+    Impossible(
+        "decode_cadence",
         lambda m: not m.async_scheduling,
         "sync",
-        "a synchronous step absorbs its own output before anything can be preempted",
+        "only AsyncScheduler sets next_decode_eligible_step (vllm/v1/core/sched/async_scheduler.py)",
     ),
 )
 

@@ -23,7 +23,8 @@ claims an event only where the records prove it:
   passed over while a request behind it was admitted) and `grammar_error`
   (a failed grammar finished its request); LoRA: `lora_skip` (a request
   whose adapter would exceed `max_loras` passed over while one behind it
-  was admitted);
+  was admitted); pipeline parallel: `decode_cadence` (the decode cadence
+  passed a running request over);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -81,7 +82,9 @@ class EventTracker:
         log = self._running_pass(view, rec)
         self.unexplained += not log.explained
         if log.explained:
-            seen["skip"] += len(log.skipped)
+            cadence = sum(why == "decode_cadence" for why in log.skipped.values())
+            seen["skip"] += len(log.skipped) - cadence
+            seen["decode_cadence"] += cadence
             seen["preempt"] += len(log.other_victims)
             seen["self_preempt"] += len(log.self_preempted)
             seen["refund"] += len(log.refunded)
@@ -163,6 +166,7 @@ class EventTracker:
                 r.priority,
                 self.requests[r.request_id].arrival_time,
                 self.tables.tables.get(r.request_id, ()),
+                r.pre_cadence_wait,
             )
             for r in rows
         ]

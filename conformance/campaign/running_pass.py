@@ -46,6 +46,7 @@ class Running:
     priority: int
     arrival_time: float
     block_ids: tuple[int, ...]
+    decode_waits: bool = False  # the PP decode cadence holds it (async with pipeline parallel)
 
 
 @dataclass
@@ -130,6 +131,10 @@ def replay_running_pass(
         C = r.num_computed_tokens
         if rules.async_max_tokens_reached(r.num_output_placeholders, C, r.num_prompt_tokens, r.max_tokens):
             log.skipped[r.request_id] = "max_tokens"
+            i += 1
+            continue
+        if r.decode_waits:
+            log.skipped[r.request_id] = "decode_cadence"
             i += 1
             continue
         owed = num_owed_tokens(r.num_tokens + r.num_spec_tokens, r.num_output_placeholders, C)

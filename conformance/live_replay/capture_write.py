@@ -7,7 +7,7 @@ fixtures for CI (a capture that must replay with no divergence, or one with a
 planted change that must be caught) and tests of `replay-live`, without a
 GPU or a vLLM server.
 
-The engine loop's steps become schedule() calls: a step of `_async_steps`
+The engine loop's steps become schedule() calls: a step of `_batch_queue_steps`
 that scheduled nothing is no call, so the capture's step numbers count
 calls, as the live writer's do.
 """

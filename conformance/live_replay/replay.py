@@ -9,7 +9,7 @@ inputs:
   the engine-loop step the line falls in; aborts likewise;
 * the engine-loop steps from the order of the lines: a step is its arrivals
   and aborts, then at most one `schedule`, then at most one `update`
-  (`_async_steps` may schedule without absorbing, or absorb without
+  (`_batch_queue_steps` may schedule without absorbing, or absorb without
   scheduling; the synchronous loop always does both);
 * each request's planted outputs from the `sampled` tokens of the updates,
   placed at the output position `fake_model` samples at

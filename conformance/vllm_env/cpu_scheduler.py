@@ -14,8 +14,9 @@ Design notes
   `config.json` model, `DeviceConfig("cpu")` (no platform is detected with the
   CUDA wheel), a paper KV cache of one full-attention group, every scheduler
   knob passed explicitly so no platform hook can pick a default for us.
-* The three features (prefix caching, spec decode, async scheduling) map
-  onto vLLM's own knobs:
+* The features map onto vLLM's own knobs (pipeline parallel onto
+  `ParallelConfig.pipeline_parallel_size`, checked with the batch queue size
+  it gives, `max_concurrent_batches`):
   `enable_prefix_caching` onto `CacheConfig`; `num_speculative_tokens = k`
   onto a `SpeculativeConfig` of `speculative_method` (`ngram` or
   `ngram_gpu`), the methods with no lookahead slots and no draft slots (`num_lookahead_tokens == 0`,
@@ -211,7 +212,9 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         cache_dtype="auto",
         enable_prefix_caching=bool(c.get("enable_prefix_caching", False)),
     )
-    parallel_config = ParallelConfig()
+    # Pipeline parallel: the scheduler reads the size alone (the batch queue is the spec's loop, the decode cadence
+    # AsyncScheduler's); no worker is started, so one CPU process builds it.
+    parallel_config = ParallelConfig(pipeline_parallel_size=int(c.get("pipeline_parallel_size", 1)))
     k = int(c.get("num_speculative_tokens", 0))
     # ngram / ngram_gpu: drafts come from the tokens alone, so no lookahead and no draft slots.
     # The lookup window is irrelevant here (the harness plays the drafts), but required.
@@ -265,6 +268,8 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
             block_size=block_size,
             log_stats=False,
         )
+    with model_runner_env(runner_v2):
+        concurrent_batches = vllm_config.max_concurrent_batches
     # The spec's output layout is the V2 model runner's: resumed requests listed as new. The driver
     # translates the V1 layout only where vLLM itself falls back to V1 (ngram before 0.33.0).
     if s.use_v2_model_runner != (runner_v2 == "1"):
@@ -280,6 +285,9 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         # The engine's flag decides the loop; the async class may run in the synchronous one (vLLM's CPU
         # platform does: schedspec.live.session: engine_async_scheduling), but the batch queue needs the async class.
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling) and isinstance(s, AsyncScheduler),
+        "pipeline_parallel_size": s.parallel_config.pipeline_parallel_size,
+        # The engine core's batch queue, which the spec's loop plays (vllm/config/vllm.py:max_concurrent_batches).
+        "max_concurrent_batches": concurrent_batches,
     }
     want = {
         "num_spec_tokens": k,
@@ -287,6 +295,8 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         "draft_slots": 0,
         "enable_caching": cache_config.enable_prefix_caching,
         "async_scheduling": async_scheduling,
+        "pipeline_parallel_size": parallel_config.pipeline_parallel_size,
+        "max_concurrent_batches": parallel_config.pipeline_parallel_size + async_scheduling,
     }
     if got != want:
         return s, f"vLLM built a scheduler unlike the spec's: {got} != {want}"

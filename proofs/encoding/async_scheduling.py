@@ -1,7 +1,7 @@
 """Async scheduling in the step encoding: one engine step of vLLM's `step_with_batch_queue` with a queue of 2.
 
 Between engine steps the loop leaves at most one step in flight
-(`spec/engine.py` `_async_steps`): whenever it schedules a second one, the
+(`spec/engine.py` `_batch_queue_steps`): whenever it schedules a second one, the
 queue is full and it absorbs the older one in the same engine step. So the
 state carries, per request, that one step's record: whether it scheduled the
 request, with n tokens of which d drafts (or padding), and the c

@@ -12,7 +12,7 @@ and that sum is not inductive on its own: an oldest step with n = 2 that was a
 prefill chunk leaves I' = 0 and P' = 1 if all the catalogue knows is I = 2 and
 P = 1 (`aggregate_counterexample` shows this). So the state here carries the
 one step in flight that the loop leaves between engine steps (spec/engine.py
-`_async_steps`: the queue of 2 absorbs the older step whenever it schedules a
+`_batch_queue_steps`: the queue of 2 absorbs the older step whenever it schedules a
 second one). `J` ties that step to the counters:
 
 * with no step in flight for the request: I = P = stale = 0;

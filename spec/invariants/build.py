@@ -73,6 +73,7 @@ def make_view(
     finished: Mapping[str, FinishedRequest] | None = None,
     ranks: Mapping[str, int] | None = None,
     post_num_skipped_waiting: int = 0,
+    cadence_waits: frozenset[str] = frozenset(),
 ) -> StepView:
     """`model_output` is the output update_from_output absorbed in this step (None: no update).
 
@@ -130,6 +131,7 @@ def make_view(
                 pre_grammar_failed=s0.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
                 and s0.grammar == GRAMMAR_FAILED,
                 post_in_skipped_queue=0 <= post_wait.get(rid, -1) < post_num_skipped_waiting,
+                pre_cadence_wait=rid in cadence_waits,
                 lora_waits=lora_full is not None and 0 < q.lora_int_id and q.lora_int_id not in lora_full,
                 num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
                 num_hit_tokens=hits.get(rid, 0),
@@ -168,6 +170,7 @@ def make_view(
         enable_prefix_caching=config.enable_prefix_caching,
         num_speculative_tokens=config.num_speculative_tokens,
         async_scheduling=config.async_scheduling,
+        pipeline_parallel_size=config.pipeline_parallel_size,
         vllm_version=config.vllm_version,
         post_num_shared_block_refs=blocks.num_shared_refs,
         refs_consistent=not blocks.refs_problem,

@@ -354,7 +354,15 @@ def stop_token_finishes(v: StepView) -> Any:
 def running_owes_tokens(v: StepView) -> Any:
     # After a synchronous step, every running request owes the next decode or prefill chunk. Under async
     # scheduling T + P - C = 1 after a decode is scheduled and every update keeps it, so it holds there too.
-    return all_of([implies(r.post_running, _owed_after(r) >= 1) for r in v.rows])
+    # Under pipeline parallel without async, a request whose last chunk is in flight owes nothing until the
+    # chunk's output is back: the synchronous scheduler has no placeholders.
+    return all_of([implies(and_(r.post_running, _owes_after_step(v, r)), _owed_after(r) >= 1) for r in v.rows])
+
+
+def _owes_after_step(v: StepView, r: Row) -> Any:
+    """Whether a running request must owe tokens after the step: always, unless the synchronous scheduler has
+    tokens of it in flight (pipeline parallel's batch queue without async scheduling)."""
+    return or_(v.async_scheduling, r.post_num_in_flight_tokens == 0)
 
 
 def running_served_while_budget_lasts(v: StepView) -> Any:

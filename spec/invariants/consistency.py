@@ -13,7 +13,8 @@ What a record fixes, and so what is checked:
 * `trace-step-numbers`: the records are steps 0..n-1, in order.
 * `trace-inputs`: each step's arrivals and aborts are the workload's at that
   step, in the workload's order: the engine loop applies exactly those.
-* `trace-in-flight` (async): the steps in flight are a FIFO batch queue.
+* `trace-in-flight` (async scheduling or pipeline parallel): the steps in flight are a FIFO batch queue of
+  `max_concurrent_batches`.
   After a step it holds what it held before, plus this step if it scheduled,
   less the oldest if this step absorbed one, and `updated_step` is that
   oldest. A synchronous step absorbs itself and leaves nothing in flight.
@@ -109,10 +110,10 @@ class Consistency:
         if rec.step != i:
             report("trace-step-numbers", i, [f"{where}.step is {rec.step}, expected {i}"])
         report("trace-inputs", i, _inputs(self.workload, i, rec, where, self.carried))
-        # Async: a step that absorbed no output drained no aborts queue; its mid-step aborts come next step.
+        # A batch queue: a step that absorbed no output drained no aborts queue; its mid-step aborts come next step.
         self.carried = (
             tuple(self.workload.mid_step_aborts_at(i))
-            if self.workload.config.async_scheduling and rec.updated_step is None
+            if self.workload.config.max_concurrent_batches > 1 and rec.updated_step is None
             else ()
         )
         report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
@@ -142,7 +143,7 @@ def _inputs(workload: Workload, i: int, rec: StepRecord, where: str, carried: tu
     aborts = tuple(workload.aborts_at(i)) + carried
     if rec.aborted != aborts:
         yield f"{where}.aborted is {list(rec.aborted)}, but the workload's aborts at step {i} are {list(aborts)}"
-    drains = not workload.config.async_scheduling or rec.updated_step is not None
+    drains = workload.config.max_concurrent_batches == 1 or rec.updated_step is not None
     mid_step = tuple(workload.mid_step_aborts_at(i)) if drains else ()
     if rec.aborted_mid_step != mid_step:
         yield (
@@ -154,7 +155,8 @@ def _inputs(workload: Workload, i: int, rec: StepRecord, where: str, carried: tu
 def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
     if not rec.scheduled and (rec.output.num_scheduled_tokens or rec.model_output.sampled_token_ids):
         yield f"{where}.output grants {rec.output.total_num_scheduled_tokens} tokens, but the step scheduled nothing"
-    if not workload.config.async_scheduling:
+    size = workload.config.max_concurrent_batches
+    if size == 1:
         if rec.updated_step != rec.step:
             yield f"{where}.updated_step is {rec.updated_step}, but a synchronous step absorbs itself ({rec.step})"
         if rec.in_flight or not rec.scheduled:
@@ -170,6 +172,8 @@ def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, wher
     after = pushed[1:] if rec.updated_step is not None else pushed
     if rec.in_flight != after:
         yield f"{where}.in_flight is {list(rec.in_flight)}, but the batch queue holds {list(after)}"
+    elif len(after) >= size:
+        yield f"{where}.in_flight holds {len(after)} steps, but a batch queue of {size} leaves at most {size - 1}"
 
 
 def _membership(before: StateSummary, rec: StepRecord, where: str) -> Iterable[str]:

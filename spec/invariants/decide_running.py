@@ -3,7 +3,8 @@
 vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037). The pass
 visits `running` in order while the token budget lasts. At each turn:
 
-* the async max-tokens skip (`async_max_tokens_reached`) or a grant of 0
+* the async max-tokens skip (`async_max_tokens_reached`), the PP decode
+  cadence (`decode_cadence_waits`: async with pipeline parallel) or a grant of 0
   (`running_num_new_tokens`: owed tokens, the step's threshold, the budget
   left, the position bound) moves on to the next request (`continue`);
 * otherwise the request is granted exactly that many tokens, and needs
@@ -31,6 +32,7 @@ from ..arith import lex_gt
 from ..rules import (
     allocation_fits,
     async_max_tokens_reached,
+    decode_cadence_waits,
     effective_threshold,
     fcfs_victim_index,
     num_blocks_to_allocate,
@@ -41,7 +43,7 @@ from ..rules import (
     self_preemption_continues,
     victim_key,
 )
-from .step_walk import GRANT, VICTIMS, WORK, StepWalk
+from .step_walk import CADENCE, GRANT, VICTIMS, WORK, StepWalk
 
 
 def threshold(w: StepWalk) -> int:
@@ -94,6 +96,17 @@ def walk_running_pass(w: StepWalk) -> None:
                 )
             i += 1
             continue
+        eligible = w.decode_eligible.get(rid, 0)
+        held_back = decode_cadence_waits(w.current_step, eligible)
+        if held_back and granted is None:
+            i += 1
+            continue
+        if held_back:  # flagged, then walked on with the engine's grant: the pool stays the engine's
+            w.flag(
+                CADENCE,
+                f"{rid} is scheduled at schedule() {w.current_step}, fewer than {c.decode_stagger} calls after its "
+                f"last decode: the PP decode cadence holds it until call {eligible}",
+            )
         owed = num_owed_tokens(T + S, P, C)
         budget = min(w.token_budget, w.input_budget)
         n: int = running_num_new_tokens(owed, thr, budget, L, C, 1)
@@ -102,7 +115,7 @@ def walk_running_pass(w: StepWalk) -> None:
                 w.flag(GRANT, f"{rid} is scheduled {granted} tokens, but the rules grant it 0 at its turn")
             i += 1
             continue
-        if granted is not None and granted != n:
+        if granted is not None and granted != n and not held_back:
             w.flag(
                 GRANT,
                 f"{rid} is scheduled {granted} tokens, but at its turn the rules grant {n}: owed {owed}, "

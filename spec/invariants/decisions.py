@@ -47,10 +47,11 @@ then these.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..config import SchedulerConfig
 from ..request import Request, RequestStatus
-from ..rules import lora_counts_every_running
+from ..rules import lora_counts_every_running, next_decode_eligible_step
 from ..trace import StepRecord
 from .catalogue import INVARIANTS, Invariant
 from .decide_running import walk_running_pass
@@ -60,6 +61,7 @@ from .pool_shadow import PoolShadow
 from .step_walk import (
     ADMISSION,
     BLOCK_CHOICE,
+    CADENCE,
     GRAMMAR,
     GRANT,
     LORA,
@@ -85,6 +87,7 @@ def decide(
     in_flight: Mapping[str, int],
     last_preempted: Mapping[str, int],
     grammar_errors: set[str] | None = None,
+    cadence: DecodeCadence | None = None,
 ) -> dict[str, str]:
     """Walk one step (aborts, schedule(), update) through `shadow`; the first problem of each decision invariant.
 
@@ -92,13 +95,19 @@ def decide(
     `is_prefill_chunk` before it (updated here for the scheduled ones), `absorbed` the record whose output the
     update took, `in_flight` the tokens still in flight after it, `last_preempted` the step of each request's
     last preemption (this step's included), `grammar_errors` the failed grammars found by a schedule() and not
-    yet finished by an update (carried between steps: under async an update may come later; updated here).
+    yet finished by an update (carried between steps: under async an update may come later; updated here),
+    `cadence` the schedule() count and each request's next decode-eligible call (async; updated here).
     """
     grammar_errors = grammar_errors if grammar_errors is not None else set()
     for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
-    w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk)
+    cadence = cadence if cadence is not None else DecodeCadence()
+    if rec.scheduled:
+        cadence.current_step += 1
+    for rid in rec.aborted:
+        cadence.eligible.pop(rid, None)
+    w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk, cadence.current_step, cadence.eligible)
     if rec.scheduled:
         walk_running_pass(w)
         walk_waiting_pass(w)
@@ -107,6 +116,8 @@ def decide(
             if r is not None:
                 base = r.num_hit_tokens if r.admitted else r.pre_num_computed_tokens
                 prefill_chunk[rid] = base + n < r.pre_num_tokens + r.pre_num_output_placeholders
+                if config.async_scheduling and not prefill_chunk[rid]:  # AsyncScheduler._update_after_schedule
+                    cadence.eligible[rid] = next_decode_eligible_step(cadence.current_step, config.decode_stagger)
     for rid in rec.aborted_mid_step:  # EngineCore's aborts queue, drained after the model ran, before the update
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
@@ -115,7 +126,17 @@ def decide(
     _lora_limit(w)
     for rid in rec.finished:
         prefill_chunk.pop(rid, None)
+        cadence.eligible.pop(rid, None)
     return w.problems
+
+
+@dataclass
+class DecodeCadence:
+    """What the PP decode cadence carries between steps: vLLM's `current_step` (schedule() calls so far) and
+    each live request's `next_decode_eligible_step` that is not 0 (only async scheduling sets one)."""
+
+    current_step: int = 0
+    eligible: dict[str, int] = field(default_factory=dict)
 
 
 def _lora_limit(w: StepWalk) -> None:
@@ -225,6 +246,12 @@ def lora_limit_exact(v: StepView) -> bool:
     return not _problem(v, LORA)
 
 
+def decode_cadence_exact(v: StepView) -> bool:
+    """Monitor-only. Under async scheduling with pipeline parallel, a running request that decoded in schedule()
+    call s is not scheduled again before call s + pp_size (the work-conserving invariant holds it to that call)."""
+    return not _problem(v, CADENCE)
+
+
 def rollback_exact(v: StepView) -> bool:
     """Monitor-only. C after the step is the schedule's (the hit or 0 on admission or preemption, plus the grant) less
     the drafts the absorbed output rejected, and T grew by every returned token."""
@@ -329,6 +356,15 @@ DECISIONS: tuple[Invariant, ...] = (
         f"{S} (1038-1101, 1564-1565)",
         ("LORA", "DECISION"),
         lora_limit_exact,
+    ),
+    Invariant(
+        CADENCE,
+        "Pipeline parallel under async scheduling: a running request that decoded (was scheduled and not left "
+        "mid-prefill) in schedule() call s is passed over until call s + pp_size, so each PP stage holds at most "
+        "one of its decodes; a request owed tokens past that call is scheduled as any other.",
+        f"{S} (816-820); vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56)",
+        ("PP", "DECISION"),
+        decode_cadence_exact,
     ),
 )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..arith import and_, fdiv, implies, ite, min_, not_
+from ..arith import and_, fdiv, implies, ite, min_, not_, or_
 from .views import Row, StepView
 
 
@@ -28,11 +28,18 @@ def _base(r: Row) -> Any:
 
 
 def placeholder_counters(v: StepView) -> Any:
-    # I-12 and I-13: only AsyncScheduler grows P, and only an engine with a step in flight has tokens in
-    # flight or stale output; the synchronous engine absorbs every step before the next schedule().
+    # I-12 and I-13: only AsyncScheduler grows P, and only an engine with a step in flight (a batch queue: async
+    # scheduling or pipeline parallel) has tokens in flight or stale output; without one, the engine absorbs
+    # every step before the next schedule().
+    batch_queue = or_(v.async_scheduling, v.pipeline_parallel_size > 1)
+
     def ok(r: Row) -> Any:
         counters = (r.post_num_output_placeholders, r.post_num_in_flight_tokens, r.post_num_stale_output_tokens)
-        return and_(*[c >= 0 for c in counters], implies(not_(v.async_scheduling), and_(*[c == 0 for c in counters])))
+        return and_(
+            *[c >= 0 for c in counters],
+            implies(not_(v.async_scheduling), r.post_num_output_placeholders == 0),
+            implies(not_(batch_queue), and_(*[c == 0 for c in counters])),
+        )
 
     return _all([implies(r.post_live, ok(r)) for r in v.rows])
 
@@ -40,10 +47,13 @@ def placeholder_counters(v: StepView) -> Any:
 def computed_behind_known_tokens(v: StepView) -> Any:
     # A rejection takes back C (and P) by the rejected drafts, a stop takes back the trimmed tokens, so a
     # running request has computed at most all but its last known token: T + P - C >= 1 (I-14, I-25).
+    # Under pipeline parallel without async, a request whose last prompt chunk is in flight has computed all
+    # its tokens until that chunk's output is back (the synchronous scheduler has no placeholders).
     return _all(
         [
             implies(
-                r.post_running, r.post_num_computed_tokens + 1 <= r.post_num_tokens + r.post_num_output_placeholders
+                and_(r.post_running, or_(v.async_scheduling, r.post_num_in_flight_tokens == 0)),
+                r.post_num_computed_tokens + 1 <= r.post_num_tokens + r.post_num_output_placeholders,
             )
             for r in v.rows
         ]

@@ -55,11 +55,11 @@ import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 from ..request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, RequestStatus
-from ..rules import heap_key
+from ..rules import decode_cadence_waits, heap_key
 from ..trace import StateSummary, StepRecord, Trace
 from ..versions import holds
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
-from .decisions import decide
+from .decisions import DecodeCadence, decide
 from .pool_shadow import PoolShadow
 from .views import StepView
 
@@ -78,6 +78,8 @@ class ReplaySeed:
     cached: Mapping[Hashable, Sequence[int]]  # hash -> its blocks, first registered first
     num_cached: Mapping[str, int]  # leading blocks of each table registered in the cache
     hash_source: Callable[[str], Sequence[Hashable]]
+    # next_decode_eligible_step of each request that has one (async with PP; vLLM's counter is the replay's own)
+    decode_eligible: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 class TraceReplay:
@@ -103,6 +105,7 @@ class TraceReplay:
         # The decision walk's own state: the pool and cache, and is_prefill_chunk per live request.
         self.shadow = PoolShadow(self.config, self.requests)
         self.prefill_chunk: dict[str, bool] = {}
+        self.cadence = DecodeCadence()  # schedule() calls so far, each request's next decode-eligible call
         self.in_flight: tuple[int, ...] = ()  # the last record's steps in flight, for `reseed`
         self.stale = False  # a record was skipped: `step` needs a `reseed` first
 
@@ -145,6 +148,7 @@ class TraceReplay:
         self.records[rec.step] = rec
         for rid in rec.output.preempted_req_ids:
             self.last_preempted[rid] = rec.step
+        self.cadence.current_step += rec.scheduled
         self.in_flight = rec.in_flight
         self.stale = True
         self.last = rec.state
@@ -155,6 +159,7 @@ class TraceReplay:
         self.blocks = {rid: tuple(t) for rid, t in seed.blocks.items() if t}
         self.spec = {rid: n for rid, n in seed.drafts.items() if n}
         self.prefill_chunk = {rid: True for rid, chunk in seed.prefill_chunk.items() if chunk}
+        self.cadence.eligible = {rid: n for rid, n in seed.decode_eligible.items() if n}
         self.shadow = PoolShadow.seeded(
             self.config, self.requests, seed.hash_source, seed.free_queue, seed.blocks, seed.cached, seed.num_cached
         )
@@ -205,6 +210,8 @@ class TraceReplay:
         post = {rid: self._counts(rec.state, rid) for rid in rec.state.requests}
         problem = problem or ids_problem(self.blocks, None, config.num_gpu_blocks, config.enable_prefix_caching)
         absorbed = self.records.get(rec.updated_step) if rec.updated_step is not None else None
+        calls = self.cadence.current_step + rec.scheduled  # this schedule()'s number
+        waits = frozenset(rid for rid, n in self.cadence.eligible.items() if decode_cadence_waits(calls, n))
         view = make_view(
             config,
             self.requests,
@@ -220,6 +227,7 @@ class TraceReplay:
             rec.finished,
             self.ranks,
             rec.state.num_skipped_waiting,
+            waits,
         )
         in_flight: dict[str, int] = {}
         for s in rec.in_flight:
@@ -238,6 +246,7 @@ class TraceReplay:
             in_flight,
             self.last_preempted,
             self.grammar_errors,
+            self.cadence,
         )
         view = dataclasses.replace(view, decision_problems=tuple(problems.items()))
         self.last = rec.state
@@ -285,7 +294,7 @@ class TraceReplay:
                 p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
                 if s < self.last_preempted.get(rid, -1):
                     stale += n
-                elif old.model_output.sampled_token_ids.get(rid):
+                elif self.config.async_scheduling and old.model_output.sampled_token_ids.get(rid):
                     p += 1 + len(old.output.scheduled_spec_decode_tokens.get(rid, ()))
                 self.counters[rid] = (p, in_flight + n, stale)
 

@@ -39,6 +39,7 @@ STOP = "stop-exact"
 ROLLBACK = "rollback-exact"
 GRAMMAR = "grammar-wait-exact"
 LORA = "lora-limit-exact"
+CADENCE = "decode-cadence-exact"
 
 
 class StepWalk:
@@ -53,10 +54,14 @@ class StepWalk:
         rec: StepRecord,
         queues: tuple[tuple[str, ...], tuple[str, ...]],
         prefill_chunk: Mapping[str, bool],
+        current_step: int = 0,
+        decode_eligible: Mapping[str, int] | None = None,
     ) -> None:
         self.config, self.requests, self.shadow, self.view, self.rec = config, requests, shadow, view, rec
         self.rows: dict[str, Row] = {r.request_id: r for r in view.rows}
         self.prefill_chunk = prefill_chunk  # is_prefill_chunk before this schedule()
+        self.current_step = current_step  # this schedule()'s number, counting every call (vLLM's `current_step`)
+        self.decode_eligible = decode_eligible or {}  # next_decode_eligible_step per request, before it
         out: SchedulerOutput = rec.output
         self.grants: Mapping[str, int] = out.num_scheduled_tokens
         self.new_reqs: dict[str, NewRequestData] = {n.req_id: n for n in out.scheduled_new_reqs}

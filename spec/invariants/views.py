@@ -81,6 +81,8 @@ class Row:
     # LoRA: its adapter held no slot while max_loras adapters did, counted after the step (the pass passes it over;
     # the set the pass saw was already full, and admissions never add to a full set).
     lora_waits: Bool = False
+    # Pipeline parallel under async: the decode cadence holds it as schedule() starts (rules.decode_cadence_waits).
+    pre_cadence_wait: Bool = False
     # After the step, 0.28.0-0.30.0 under FCFS: in vLLM's `skipped_waiting`, which a preempted request goes behind.
     post_in_skipped_queue: Bool = False
     # The step's output, for the three features.
@@ -116,6 +118,7 @@ class StepView:
     enable_prefix_caching: bool = False
     num_speculative_tokens: Int = 0
     async_scheduling: bool = False
+    pipeline_parallel_size: Int = 1  # > 1: a batch queue even without async scheduling
     vllm_version: str = DEFAULT_RELEASE  # concrete: the release whose rules the invariants state
     # Block-table entries beyond a block's first holder: > 0 only where prefix caching shares blocks.
     post_num_shared_block_refs: Int = 0

@@ -104,6 +104,7 @@ DECISION_ONLY = {
     "grammar-not-awaited",
     "grammar-error-dropped",
     "lora-limit-ignored",  # LoRA: no contract draws an adapter either
+    "decode-cadence-ignored",  # pipeline parallel: no contract draws a pipeline
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

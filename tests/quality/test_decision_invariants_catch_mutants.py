@@ -57,6 +57,8 @@ PINNED = {
     # Structured output (#36): admitted while the grammar compiles; a failed grammar never finished.
     "grammar-not-awaited": ("grammar-wait-exact", 1, (1, 0, 1, 1, 0, 1)),
     "grammar-error-dropped": ("grammar-wait-exact", 2, (1, 0, 1, 1, 0, 19)),
+    # Pipeline parallel (#36): async decodes at every schedule(), past the PP cadence.
+    "decode-cadence-ignored": ("decode-cadence-exact", 2, (1, 0, 1, 2, 0, 2)),
 }
 SLOW = {"watermark-ignored", "async-skip-breaks", "victim-index-not-adjusted"}
 

@@ -77,9 +77,15 @@ PINNED = {
     "rejection-ignores-placeholder-guard": ("output.num_scheduled_tokens", (2, 3)),
     "placeholders-kept-on-preempt": ("output.num_scheduled_tokens", (2, 4)),
 }
-# The lock-step machine draws no grammars and no adapters (the deployment features are families', docs/architecture.md's
-# scope table): their mutants are pinned by the monitors (test_decision_invariants_catch_mutants.py).
-NOT_FOUND = {"Z5-skipped-reversed", "grammar-not-awaited", "grammar-error-dropped", "lora-limit-ignored"}
+# The lock-step machine draws no grammars, no adapters and no pipeline (the deployment features are families',
+# docs/architecture.md's scope table): their mutants are pinned by the monitors (test_decision_invariants_catch_mutants.py).
+NOT_FOUND = {
+    "Z5-skipped-reversed",
+    "grammar-not-awaited",
+    "grammar-error-dropped",
+    "lora-limit-ignored",
+    "decode-cadence-ignored",
+}
 # Found and shrunk in a few seconds: the default tier. The rest run with `-m slow`.
 FAST = {"Z14-double-free", "blocks-off-by-one", "Z2-no-async-max-tokens-skip", "spec-tokens-off-by-one"}
 

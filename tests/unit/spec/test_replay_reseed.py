@@ -55,6 +55,7 @@ def _seed_of(replay: TraceReplay, longest) -> ReplaySeed:
         cached={h: tuple(b) for h, b in sh.cached.items()},
         num_cached=dict(sh.num_cached),
         hash_source=lambda rid: longest.get(rid, ()),
+        decode_eligible=dict(replay.cadence.eligible),
     )
 
 
