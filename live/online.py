@@ -82,9 +82,10 @@ class OnlineMonitor:
         self.sampled = sample > 1  # reseeded before each judged record, skipping the others
         self.hash_lists: dict[str, Sequence[Hashable]] = {}  # sampled: each request's vLLM block hashes
         self.seeds: dict[int, ReplaySeed] = {}
-        # Records before a judged one that it reads: its pre-state's, and under async scheduling the batch
-        # queue's (vLLM's depth is 2; pipeline parallelism, which deepens it, is out of scope).
-        self.window = 3 if config.async_scheduling else 1
+        # Records before a judged one that it reads: its pre-state's, and those still in the batch queue
+        # (max_concurrent_batches: 2 under async scheduling, pp_size under pipeline parallel, pp + 1 under both).
+        q = config.max_concurrent_batches
+        self.window = q + 1 if q > 1 else 1
         self.counts: dict[str, int] = {}
         self.known_counts: dict[str, int] = {}
         self.steps_judged = 0

@@ -53,7 +53,6 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
             found.append("pooling (runner_type=pooling)")
     if parallel is not None:
         for knob, name in (
-            ("pipeline_parallel_size", "pipeline-parallel"),
             ("decode_context_parallel_size", "decode-context-parallel"),
             ("prefill_context_parallel_size", "prefill-context-parallel"),
         ):
@@ -98,8 +97,6 @@ def scheduler_features(scheduler: Any) -> list[str]:
         )
         if patched:  # a method replaced on the instance (a test's spy or stub): vLLM's rules no longer run there
             found.append(f"{label}.{patched[0]} replaced on the instance")
-    if (getattr(scheduler, "pp_size", 1) or 1) > 1 or getattr(scheduler, "use_pp", False) is True:
-        found.append(f"pipeline-parallel (the scheduler's pp_size={getattr(scheduler, 'pp_size', '?')})")
     return found
 
 

@@ -114,8 +114,10 @@ class LiveSession:
                     f"{self.settings.source}: field 'invariants' = {e.args[0]!r}: names no invariant "
                     f"(known: {', '.join(monitor_names())})"
                 ) from None
+        # The engine loop's shape: a batch queue under async scheduling or pipeline parallel (the config's).
+        self.batch_queue = async_scheduling or _pp_size(scheduler) > 1
         self.assembler = (
-            StepAssembler(async_scheduling, self._summary, self._judge, self.monitor.full) if self.monitor else None
+            StepAssembler(self.batch_queue, self._summary, self._judge, self.monitor.full) if self.monitor else None
         )
         for feature in features:
             self.scope_out(feature)
@@ -219,10 +221,10 @@ class LiveSession:
         if not self.on:
             return
         try:
-            if event == "S" and not self.async_scheduling and self.awaiting > 0:
+            if event == "S" and not self.batch_queue and self.awaiting > 0:
                 self.scope_out(
                     "a synchronous scheduler with two batches in flight (schedule() again before the update of "
-                    "its last output, as pipeline parallelism does)"
+                    "its last output) though the engine has no batch queue (pipeline_parallel_size 1)"
                 )
             for feature in scope.scheduler_features(self.sched):
                 self.scope_out(feature)
@@ -346,9 +348,9 @@ class LiveSession:
             if len(toks) > 1 + len(spec.get(rid) or ()):
                 self.scope_out("a model output with more tokens for a request than its step scheduled")
             request = requests.get(rid)
-            # Synchronous only: with outputs in flight, a later step (or a preemption) has moved the count.
+            # Without a batch queue only: with outputs in flight, a later step (or a preemption) has moved the count.
             inside = request is not None and request.num_computed_tokens < request.num_prompt_tokens
-            if toks and inside and not self.async_scheduling:
+            if toks and inside and not self.batch_queue:
                 self.scope_out("a model output with a token for a request still inside its prompt")
 
     def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:

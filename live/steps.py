@@ -69,12 +69,12 @@ class StepAssembler:
 
     def __init__(
         self,
-        async_scheduling: bool,
+        batch_queue: bool,  # the engine loop keeps steps in flight (async scheduling or pipeline parallel)
         summary: Callable[[int], StateSummary],  # called with the closing record's step
         emit: Callable[[StepRecord, int], None],
         full: Callable[[int], bool] = lambda step: True,
     ) -> None:
-        self.async_scheduling = async_scheduling
+        self.batch_queue = batch_queue
         self.summary, self.emit, self.full = summary, emit, full
         self.next_step = 0
         self.schedule_calls = 0
@@ -103,7 +103,7 @@ class StepAssembler:
         # Async: an abort after a schedule cannot be placed until the next call (an update: mid-step; a schedule:
         # the next step's, as vLLM's own tests order them). The record closes at the abort instead, which the
         # monitors judge alike: the update passes the aborted request over either way.
-        return cur.scheduled and not cur.updated and not self.async_scheduling
+        return cur.scheduled and not cur.updated and not self.batch_queue
 
     def _open(self, event: str) -> _Open:
         self.prepare(event)  # a caller that did not prepare still gets the record cut right
@@ -153,7 +153,7 @@ class StepAssembler:
             owner.own = sampled() if self.full(step) else ModelRunnerOutput()
             rec.updated_step = step
         rec.finished.update(finished)
-        if not self.async_scheduling and not rec.scheduled:
+        if not self.batch_queue and not rec.scheduled:
             rec.updated_step = None
         self._drain()
 
@@ -176,7 +176,7 @@ class StepAssembler:
         if rec is None:
             return
         rec.state = self.summary(rec.step) if self.full(rec.step) else StateSummary()
-        rec.in_flight = tuple(s for s, _, _ in self.flight) if self.async_scheduling else ()
+        rec.in_flight = tuple(s for s, _, _ in self.flight) if self.batch_queue else ()
         if not rec.scheduled:
             rec.own = ModelRunnerOutput()
         self.waiting.append(rec)
@@ -194,9 +194,9 @@ class StepAssembler:
                 rec.own,
                 rec.state,
                 dict(rec.finished),
-                updated_step=rec.updated_step if self.async_scheduling or rec.updated else rec.step,
+                updated_step=rec.updated_step if self.batch_queue or rec.updated else rec.step,
                 draft_token_ids=dict(rec.drafts),
-                scheduled=rec.scheduled if self.async_scheduling else True,
+                scheduled=rec.scheduled if self.batch_queue else True,
                 in_flight=rec.in_flight,
                 aborted_mid_step=tuple(rec.aborted_mid_step),
                 grammars=dict(rec.grammars),

@@ -247,3 +247,12 @@ def _validate_release(c: SchedulerConfig, need: Any) -> None:
             f"accepted with speculative_method 'ngram_gpu', or with 'ngram' from "
             f"{VARIANTS['async-with-ngram-spec-decode'].since}",
         )
+        # Spec decode runs on the V1 model runner there (it refuses the drafters on V2), and the V1 runner "does
+        # not fully support async scheduling with PP" (vllm/config/vllm.py:VllmConfig.max_concurrent_batches:
+        # pp batches in flight, and no decode cadence, which only the V2 runner keeps).
+        need(
+            "pipeline_parallel_size",
+            c.pipeline_parallel_size == 1 or c.num_speculative_tokens == 0,
+            f"must be 1 with spec decode at vLLM {v}, whose V1 model runner does not fully support async "
+            f"scheduling with pipeline parallel (V2 from {VARIANTS['async-with-ngram-spec-decode'].since})",
+        )

@@ -92,6 +92,7 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
     """The capture's lines cut into engine-loop steps; an incomplete last step is left out."""
     out: list[_LoopStep] = []
     cur, schedules, pending = _LoopStep(), 0, set[int]()
+    queued = s.config.max_concurrent_batches > 1  # a batch queue: async scheduling or pipeline parallel
     for line in renamed_reuses(s.lines, notes):
         kind, d = line.kind, line.data
         if kind == "scope":  # what follows is outside the spec: declared, never judged
@@ -127,19 +128,19 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
                 raise SpecError(
                     line.at("update.of_step"), d["of_step"], "names no schedule() still awaiting its output"
                 )
-            if not s.config.async_scheduling and cur.schedule is None:
+            if not queued and cur.schedule is None:
                 raise SpecError(line.at("update"), d["of_step"], "must follow its step's schedule (synchronous)")
             pending.discard(d["of_step"])
             mine = cur.schedule
             own = mine is not None and mine.data["step"] == d["of_step"] and cur.update is None
-            if s.config.async_scheduling and own and mine is not None and mine.data["output"]["num_scheduled_tokens"]:
+            if queued and own and mine is not None and mine.data["output"]["num_scheduled_tokens"]:
                 # An async scheduler driven in lock-step (schedule, then its own update): the engine loop fills
                 # its batch queue first, so this update is the next step's, after a schedule() the capture
                 # lacks because the caller never made it (the spec's loop makes it, and it may find nothing).
                 out.append(cur)
                 cur = _LoopStep(update=line)
                 continue
-            late = s.config.async_scheduling and cur.schedule is None and out
+            late = queued and cur.schedule is None and out
             if late and cur.aborts and not cur.adds and out[-1].schedule is not None and out[-1].update is None:
                 # Async: aborts between a schedule and the update that follows it are that step's mid-step aborts
                 # (EngineCore drains its aborts queue before the update); only the update tells them apart from
@@ -158,7 +159,7 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
             cur.drafts = line
     out.append(cur)
     last = out[-1]
-    incomplete = last.update is None and (last.schedule is None or not s.config.async_scheduling or s.truncated)
+    incomplete = last.update is None and (last.schedule is None or not queued or s.truncated)
     if incomplete or (
         s.end is not None and s.end.data["reason"] in ("capture-full", "wrapper-error") and last.update is None
     ):
@@ -371,10 +372,10 @@ def _drains_before_update(s: Session, cur: _LoopStep) -> bool:
     """Whether an abort now lands between this step's schedule and its update (`Abort.mid_step`).
 
     Synchronously every schedule() is followed by its update in the same step, so an abort between them is
-    mid-step. Under async scheduling only the next line tells (an update: mid-step; a schedule: the next
+    mid-step. With a batch queue (async scheduling, pipeline parallel) only the next line tells (an update: mid-step; a schedule: the next
     step's), so `_loop_steps` places those when the update comes.
     """
-    return cur.schedule is not None and cur.update is None and not s.config.async_scheduling
+    return cur.schedule is not None and cur.update is None and s.config.max_concurrent_batches == 1
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -286,7 +286,7 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         # platform does: schedspec.live.session: engine_async_scheduling), but the batch queue needs the async class.
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling) and isinstance(s, AsyncScheduler),
         "pipeline_parallel_size": s.parallel_config.pipeline_parallel_size,
-        # The engine core's batch queue, which the spec's loop plays (vllm/config/vllm.py:max_concurrent_batches).
+        # The engine core's batch queue, which the spec's loop plays (vllm/config/vllm.py:VllmConfig.max_concurrent_batches).
         "max_concurrent_batches": concurrent_batches,
     }
     want = {

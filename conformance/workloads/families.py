@@ -388,6 +388,9 @@ def at_release(workload: Workload, version: str) -> Workload:
     * async scheduling with the CPU ngram drafter is refused before 0.33.0 (vllm/config/vllm.py:
       VllmConfig.__post_init__), which accepts the device's `ngram_gpu`: the drafter becomes `ngram_gpu`,
       which drafts alike and needs no slots either, so async spec decode is certified at every release;
+    * spec decode with pipeline parallel before 0.33.0: those releases run spec decode on the V1 model runner,
+      which vLLM says does not fully support async scheduling with PP (pp batches in flight, no decode cadence;
+      vllm/config/vllm.py:VllmConfig.max_concurrent_batches): the pipeline becomes one stage;
     * LoRA under async scheduling before 0.33.0: those releases count only the scheduled running requests'
       adapters, so a request the async skip rule passes over lends its slot for a step, and when both adapters'
       requests are scheduled again vLLM fails its own `len(scheduled_loras) <= max_loras` assertion (the engine
@@ -415,6 +418,8 @@ def at_release(workload: Workload, version: str) -> Workload:
         and c.speculative_method == "ngram"
     ):
         changes["speculative_method"] = "ngram_gpu"
+    if not holds("async-with-ngram-spec-decode", version) and c.pipeline_parallel_size > 1 and c.num_speculative_tokens:
+        changes["pipeline_parallel_size"] = 1
     if not holds("loras-counted-over-all-running", version) and c.max_loras is not None and c.async_scheduling:
         changes["async_scheduling"] = False
     if c.vllm_version == version and not changes:

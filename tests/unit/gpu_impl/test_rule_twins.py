@@ -242,6 +242,15 @@ def test_lora_limit_skips_twin():
     assert got == [bool(rules.lora_limit_skips(lora[i], held[i], count[i], limit[i])) for i in range(CASES)]
 
 
+def test_decode_cadence_twins():
+    rng = random.Random(20)
+    step, eligible, stagger = ints(rng, 0, 9), ints(rng, 0, 9), ints(rng, 1, 4)
+    got = twin.decode_cadence_waits(t(step), t(eligible)).tolist()
+    assert got == [bool(rules.decode_cadence_waits(step[i], eligible[i])) for i in range(CASES)]
+    got = twin.next_decode_eligible_step(t(step), t(stagger)).tolist()
+    assert got == [rules.next_decode_eligible_step(step[i], stagger[i]) for i in range(CASES)]
+
+
 def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():
     rng = random.Random(12)
     n, C, T, P = ints(rng, 1, 8), ints(rng, 0, 20), ints(rng, 1, 24), ints(rng, 0, 3)
