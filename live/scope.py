@@ -4,7 +4,7 @@ Design notes
 ------------
 * The monitors judge vLLM against the spec's rules; where a deployment uses
   a feature outside them (KV connectors, multimodal encoder budgets,
-  pooling, pipeline or context parallelism, a drafter with
+  pooling, context parallelism, a drafter with
   lookahead or draft slots, a hybrid KV cache, queue limits, an unmodelled
   release), vLLM's decisions legitimately differ from the spec's, and a
   monitor that fired there would be a false alarm. So a scheduler that sees
@@ -17,7 +17,8 @@ Design notes
 * What the spec does model is not out of scope: chunked prefill on or off,
   FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
   decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots),
-  structured output's grammar wait, LoRA's `max_loras`, async scheduling with PP = 1
+  structured output's grammar wait, LoRA's `max_loras`, async scheduling, pipeline parallel (its batch queue and
+  decode cadence)
   (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a

@@ -222,10 +222,11 @@ EQUIVALENT: dict[str, str] = {
     "(workload validation does the same), so 'keep the -1 for prefill chunks' is the pinned code itself.",
     "Z5": "The skip that Z5 re-queues in reverse needs a schedule() while a preempted request's output is still in "
     "flight. vLLM's step_with_batch_queue never does that with a queue of 2 (async, PP = 1): the schedule that "
-    "preempts fills the queue, so the same step absorbs the victim's output. So Z5-skipped-reversed survives "
-    "every checker that drives the engine loop (monitors, diff) and is live only where a deeper pipeline "
-    "(PP > 1, or vLLM's own T16, which schedules twice before updating) leaves two steps in flight: the "
-    "state machine's async runs do.",
+    "preempts fills the queue, so the same step absorbs the victim's output. So on its own (core) families "
+    "Z5-skipped-reversed survives every checker that drives the engine loop (monitors, diff); it is live only "
+    "where a deeper pipeline (PP > 1, or vLLM's own T16, which schedules twice before updating) leaves two steps "
+    "in flight: the engine loop's under pipeline parallel (the pipeline-parallel family, where the monitors and "
+    "the differ kill it at the first workload) and the state machine's async runs.",
     "Z8": "vLLM 0.33.0's guard `if scheduled_spec_token_ids and generated_token_ids` is Z8's behaviour: an empty "
     "row for a request with drafts skips the refund. It is unobservable here: drafts are scheduled only on top "
     "of everything else a request is owed (never for a prefill chunk), so the model always samples for such a "

@@ -55,6 +55,7 @@ _IDS = "about block ids and hashes, which the Z3 encoding abstracts to counts"
 _SCOPE = {
     "grammar-wait-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
     "lora-limit-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
+    "decode-cadence-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
 }
 UNSTATED = {d.name: _SCOPE.get(d.name, _IDS) for d in DECISIONS if d.name not in DECISION_ROW_NAMES}
 

@@ -24,7 +24,7 @@ def test_the_main_job_passes_and_reaches_every_possible_cell(tmp_path, monkeypat
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["passed"] and cert["workloads_run"] == 1200 and not cert["invariant_violations"]
     assert cert["level"] == "blocks" and cert["campaign"]["seed"] == 0
-    assert cert["determinism"]["checked"] == 100 and not cert["determinism"]["nondeterministic"]
+    assert cert["determinism"]["checked"] == 120 and not cert["determinism"]["nondeterministic"]
     assert all(c["matched"] == c["workloads"] for c in cert["per_family"].values())
     assert all(n > 0 for n in cert["coverage"].values()), cert["coverage"]
     cmap = cert["coverage_map"]

@@ -175,8 +175,9 @@ SYNC = [
     ("aborts", 0),
     ("stops", 3),
     ("structured-output", 8),  # grammars that wait and that fail, under PRIORITY: judged, not declared
+    ("pipeline-parallel", 8),  # a synchronous pipeline: steps in flight, a victim whose decode is in flight
 ]
-ASYNC = [("async", 0), ("async", 1), ("async", 2), ("structured-output", 6)]
+ASYNC = [("async", 0), ("async", 1), ("async", 2), ("structured-output", 6), ("pipeline-parallel", 4)]
 
 
 @pytest.mark.slow_ok("seven families in the monitored class, each capture replayed and re-run on a stock driver")

@@ -21,8 +21,9 @@ the rule restored, so `grant-exact` sees the extra token at step 0, before
 
 The mutants of prefix caching, spec decode and async scheduling are hunted
 on their own families (`Mutant.families`). `Z5-skipped-reversed` needs a
-deeper pipeline than the engine loop's (mutants.EQUIVALENT["Z5"]): neither
-the monitors nor the differ reach it, only the state machine does.
+deeper pipeline than the engine loop's queue of 2 (mutants.EQUIVALENT["Z5"]):
+on its own families neither the monitors nor the differ reach it; under
+pipeline parallel (a queue of pp + 1) both kill it at the first workload.
 """
 
 import pytest
@@ -106,3 +107,12 @@ def test_a_decision_the_differ_sees_the_monitors_see_too(name):
 
 def test_z5_needs_a_deeper_pipeline_than_the_engine_loop():
     assert kill_by_campaign(BY_NAME["Z5-skipped-reversed"], "diff", examples=200) is None
+
+
+@pytest.mark.parametrize(("checker", "what"), [("monitors", "skipped-keep-order"), ("diff", "state.waiting")])
+def test_z5_is_killed_by_the_engine_loop_under_pipeline_parallel(checker, what):
+    """A pipeline keeps a victim's output in flight at the next schedule(): the mutant is live in the loop."""
+    finding = kill_by_campaign(
+        BY_NAME["Z5-skipped-reversed"], checker, examples=20, families=["pipeline-parallel"], shrink_calls=300
+    )
+    assert finding is not None and (finding.what, finding.examples, finding.size) == (what, 1, (3, 0, 23, 15, 3, 33))
