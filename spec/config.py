@@ -155,7 +155,9 @@ def _validate(c: SchedulerConfig) -> None:
         need(name, v is None or v >= 1, "must be >= 1")  # Z11: no negative budget slips through
     v = c.pipeline_parallel_size
     need("pipeline_parallel_size", _is_int(v), "must be an integer")
-    need("pipeline_parallel_size", 1 <= v <= MAX_PIPELINE_PARALLEL_SIZE, f"must be in [1, {MAX_PIPELINE_PARALLEL_SIZE}]")
+    need(
+        "pipeline_parallel_size", 1 <= v <= MAX_PIPELINE_PARALLEL_SIZE, f"must be in [1, {MAX_PIPELINE_PARALLEL_SIZE}]"
+    )
     v = c.max_loras
     need("max_loras", v is None or _is_int(v), "must be an integer or null")
     need("max_loras", v is None or v >= 1, "must be >= 1 (vllm/config/lora.py:LoRAConfig)")
