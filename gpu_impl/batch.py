@@ -165,7 +165,10 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
             st.grammars_compiled(st.grammar_step == step, st.grammar_fails)
         # A batch queue: schedule only if there is something to schedule or report (Scheduler.has_requests()).
         has_requests = st.live_mask().any(1) | st.fin_pending.any(1)
-        out = schedule(st, ~queued | has_requests if st.any_cadence else None)
+        throttle = None
+        if st.any_prefill_cadence:  # a DP engine core's steps off its cadence (`Workload.throttle_prefills`)
+            throttle = torch.tensor([workloads[i].throttled_at(step) for i in inst], dtype=torch.bool, device=dev)
+        out = schedule(st, ~queued | has_requests if st.any_cadence else None, throttle)
         ids = [row_ids[i] for i in inst]
         live_rows = [r for r, i in enumerate(inst) if ends[i] is None]
         outs = outputs(st, out, ids, live_rows)  # before the update frees the blocks it lists
@@ -258,6 +261,7 @@ def _run(workloads: list[Workload], dev: torch.device, engine_name: str) -> list
                 in_flight=flight,
                 aborted_mid_step=mid_step,
                 grammars=dict(w.grammars_at(step)),
+                throttle_prefills=scheduled and w.throttled_at(step),
             )
             records[i].append(record)
             if row_queued and held:

@@ -120,8 +120,9 @@ class TorchEngine:
     # ---- the step ----------------------------------------------------------------
     @_threads
     @gc_paused  # as the reference's: the step builds no cycles (`spec.engine.gc_paused`)
-    def schedule(self) -> SchedulerOutput:
-        out = schedule(self.st)
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        throttle = torch.tensor([throttle_prefills], device=self.st.device) if throttle_prefills else None
+        out = schedule(self.st, throttle=throttle)
         result = DeferredSchedulerOutput.of(columns(self.st, out), self.ids)  # objects only when read (columnar.py)
         # Async scheduling schedules again before absorbing: outputs are absorbed oldest first.
         self._pending.append((out, result))

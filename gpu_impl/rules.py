@@ -207,3 +207,22 @@ def next_decode_eligible_step(current_step: Tensor, decode_stagger: Tensor) -> T
     """Tensor twin of `spec.rules.next_decode_eligible_step`
     (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56))."""
     return current_step + decode_stagger
+
+
+def defers_prefills(
+    throttle: Tensor, capacity_bound: Tensor, any_decode_running: Tensor, local_interval: Tensor, since_last: Tensor
+) -> Tensor:
+    """Tensor twin of `spec.rules.defers_prefills` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (750-791))."""
+    local = (local_interval > 1) & (since_last < local_interval)
+    return (throttle | local) & ~capacity_bound & any_decode_running
+
+
+def prefill_capacity_bound(num_waiting: Tensor, num_deferred_waiting: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.prefill_capacity_bound` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
+    (1612-1616))."""
+    return num_waiting > num_deferred_waiting
+
+
+def admits_a_prefill(num_computed_tokens: Tensor, num_tokens: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.admits_a_prefill` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1290-1293))."""
+    return num_computed_tokens < num_tokens - 1

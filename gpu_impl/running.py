@@ -59,8 +59,11 @@ def idle_pass(st: BatchState, budget: Tensor) -> RunningPass:
     )
 
 
-def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Tensor) -> RunningPass:
-    """`running` is the RUNNING mask [B, R] at the start of the step."""
+def running_pass(
+    st: BatchState, threshold: Tensor, budget: Tensor, running: Tensor, defer: Tensor | None = None
+) -> RunningPass:
+    """`running` is the RUNNING mask [B, R] at the start of the step; `defer` [B]: the prefill cadence holds every
+    prompt chunk back in this step."""
     B, R = st.B, st.R
     order = torch.where(running, st.run_pos, torch.full_like(st.run_pos, BIG)).sort(dim=1).indices
     alive = running.gather(1, order)
@@ -78,6 +81,9 @@ def running_pass(st: BatchState, threshold: Tensor, budget: Tensor, running: Ten
         # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820))
         waits = rules.decode_cadence_waits(st.current_step[:, None], st.next_decode.gather(1, order))
         ask = torch.where(waits, torch.zeros_like(ask), ask)
+    if defer is not None:  # a prompt chunk waits for a step on the cadence: skip (`continue`,
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (822-826))
+        ask = torch.where(defer[:, None] & st.chunk.gather(1, order), torch.zeros_like(ask), ask)
     zeros = torch.zeros_like(C)
     p = RunningPass(
         st,

@@ -110,6 +110,7 @@ class BatchState:
     any_async: bool  # some instance schedules asynchronously
     any_queue: bool  # some instance keeps steps in flight (a batch queue: async scheduling or pipeline parallel)
     any_cadence: bool  # some instance spaces its decodes (async with pipeline parallel)
+    any_prefill_cadence: bool  # some instance has a prefill_schedule_interval
     keyed: bool  # some instance caches: the keyed free queue replaces the ring for the whole batch
 
     # ---- per instance [B]: the config knobs the step reads ------------------------------------------------
@@ -134,6 +135,12 @@ class BatchState:
     queue_size: Tensor  # max_concurrent_batches: the batch queue's size (1: none)
     decode_stagger: Tensor  # pipeline_parallel_size: schedule() calls between two decodes (async)
     current_step: Tensor  # schedule() calls so far (vLLM's `current_step`)
+    # The prefill cadence (spec.state.PrefillCadence), read only where `prefill_interval` > 1.
+    prefill_interval: Tensor  # prefill_schedule_interval
+    local_interval: Tensor  # the cadence the scheduler keeps itself (SchedulerConfig.local_prefill_interval)
+    capacity_bound: Tensor  # bool: prefill_capacity_bound
+    num_executed: Tensor  # num_executed_steps
+    last_prefill: Tensor  # last_prefill_step
 
     # ---- per instance [B], bool: the release (`vllm_version`, spec/versions.py), one column per variant --
     # True where the instance's release has the variant's newer behaviour (`holds(name, vllm_version)`),
@@ -150,6 +157,7 @@ class BatchState:
     one_waiting_queue: Tensor  # FCFS: blocked arrivals and skipped requests join `waiting`, no skipped queue (0.31.0)
     loras_counted_over_all_running: Tensor  # every running request's adapter counts against max_loras (0.33.0)
     async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
+    local_prefill_cadence: Tensor  # config-only (0.33.0): `local_interval` is the config's, which reads it
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
     ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
@@ -196,6 +204,7 @@ class BatchState:
     stale: Annotated[Tensor, Slot(I64, 0)]  # of those, the ones scheduled before a preemption: stale output
     chunk: Annotated[Tensor, Slot(BOOL, False)]  # is_prefill_chunk as the last _update_after_schedule left it
     next_decode: Annotated[Tensor, Slot(I64, 0)]  # next_decode_eligible_step (async: the PP decode cadence)
+    deferred: Annotated[Tensor, Slot(BOOL, False)]  # in vLLM's `deferred_waiting` (read while waiting)
     ncached: Annotated[Tensor, Slot(I64, 0)]  # num_cached_blocks: the leading blocks registered in the cache
     nhash: Annotated[Tensor, Slot(I64, 0)]  # how many block hashes (`bhash`) are known
     # The running hash residues of all tokens so far (one per field of `spec.block_hash`), extended as
@@ -270,6 +279,12 @@ class BatchState:
         self.decode_stagger = col(x.decode_stagger for x in c)
         self.any_cadence = any(x.async_scheduling and x.pipeline_parallel_size > 1 for x in c)
         self.current_step = torch.zeros(B, dtype=I64, device=dev)
+        self.prefill_interval = col(x.prefill_schedule_interval for x in c)
+        self.local_interval = col(x.local_prefill_interval for x in c)
+        self.any_prefill_cadence = any(x.prefill_schedule_interval > 1 for x in c)
+        self.capacity_bound = torch.zeros(B, dtype=BOOL, device=dev)
+        self.num_executed = torch.zeros(B, dtype=I64, device=dev)
+        self.last_prefill = -self.local_interval  # one interval back: the first step is never held
         for v in VARIANTS:  # once per batch: a step reads the columns, never the version strings
             sides = [holds(v.name, x.vllm_version) for x in c]
             setattr(self, release_column(v.name), col(sides, BOOL))
@@ -419,6 +434,8 @@ class BatchState:
             blocked, torch.full_like(self.status, WAITING_FOR_GRAMMAR), torch.full_like(self.status, WAITING)
         )
         self.status = torch.where(mask, status, self.status)
+        if self.any_prefill_cadence:  # an arrival that waits joins `deferred_waiting` (_enqueue_waiting_request)
+            self.deferred = self.deferred | (blocked & (self.prefill_interval > 1)[:, None])
 
     @property
     def tracks_reach(self) -> bool:

@@ -32,7 +32,7 @@ import torch
 from . import rules
 from .running import idle_pass, running_pass
 from .state import BIG, BatchState
-from .waiting import waiting_pass
+from .waiting import WaitingPass, waiting_pass
 from .waiting_cached import cached_waiting_pass
 
 Tensor = torch.Tensor
@@ -54,9 +54,10 @@ class StepOut:
     spec_vals: Tensor  # [B, R, k] their ids (-1: padding)
 
 
-def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
+def schedule(st: BatchState, calling: Tensor | None = None, throttle: Tensor | None = None) -> StepOut:
     """`calling` [B]: the instances whose engine loop calls schedule() in this step (default all); the others'
-    output is dropped (a batch queue's step with nothing to schedule), and their `current_step` stays."""
+    output is dropped (a batch queue's step with nothing to schedule), and their `current_step` stays.
+    `throttle` [B]: a DP engine core calls it with `throttle_prefills=True` (default none)."""
     st.current_step = st.current_step + (1 if calling is None else calling.long())
     finished = st.fin_pending
     st.fin_pending = torch.zeros_like(finished)
@@ -71,7 +72,8 @@ def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
     # One read-back decides which passes have any work: a pass over empty queues does nothing.
     any_running, any_waiting = torch.stack([running.any(), waiting.any()]).tolist()
 
-    rp = running_pass(st, threshold, st.budget0, running) if any_running else idle_pass(st, st.budget0)
+    defer = _defers_prefills(st, running, throttle) if st.any_prefill_cadence else None
+    rp = running_pass(st, threshold, st.budget0, running, defer) if any_running else idle_pass(st, st.budget0)
     zeros = torch.zeros_like(st.C)
     big = torch.full_like(zeros, BIG)
     n_sched = zeros.scatter(1, rp.order, rp.grant)
@@ -89,10 +91,11 @@ def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
         n_spec = torch.minimum(n_spec, st.nspec)
         spec_vals = st.spec_tok.clone()
         st.nspec = torch.where(n_sched > 0, zeros, st.nspec)
+    allowed = ~rp.preempted.any(1)  # no admission in a step that preempted (§9.A.6)
+    running_granted = n_sched > 0
+    prefill_scheduled = (running_granted & st.chunk).any(1)
+    wp = None
     if any_waiting:
-        allowed = ~rp.preempted.any(1)  # no admission in a step that preempted (§9.A.6)
-        running_granted = n_sched > 0
-        prefill_scheduled = (running_granted & st.chunk).any(1)
         pass_ = cached_waiting_pass if st.keyed else waiting_pass
         wp = pass_(
             st,
@@ -104,6 +107,7 @@ def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
             prefill_scheduled,
             running_granted.any(1),
             running_granted,
+            defer,
         )
         n_sched = n_sched.scatter_add(1, wp.order, wp.grant)
         sched_key = torch.minimum(sched_key, big.scatter(1, wp.order, torch.where(wp.admitted, st.R + rp.idx, big)))
@@ -114,9 +118,45 @@ def schedule(st: BatchState, calling: Tensor | None = None) -> StepOut:
             padded = zeros.bool().scatter(1, wp.order, wp.padded)
             n_spec = torch.where(padded, st.k[:, None].expand_as(n_spec), n_spec)
             spec_vals = torch.where(padded[..., None], torch.full_like(spec_vals, -1), spec_vals)
+    if defer is not None:
+        _after_the_passes(st, defer, allowed, wp, n_sched, prefill_scheduled)
     c_before = st.C
     _update_after_schedule(st, n_sched, n_spec)
     return StepOut(n_sched, sched_key, kind, c_before, old_held, preempted, finished, rp.rounds, n_spec, spec_vals)
+
+
+def _defers_prefills(st: BatchState, running: Tensor, throttle: Tensor | None) -> Tensor:
+    """[B] the prefill cadence holds every prefill back this step (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
+    (750-791)): a DP throttle or the local interval, while a decode runs and the last release step drained."""
+    throttled = throttle if throttle is not None else torch.zeros_like(st.capacity_bound)
+    any_decode = (running & ~st.chunk).any(1)
+    since = st.num_executed + 1 - st.last_prefill
+    defer = rules.defers_prefills(throttled, st.capacity_bound, any_decode, st.local_interval, since)
+    return defer & (st.prefill_interval > 1)
+
+
+def _after_the_passes(
+    st: BatchState, defer: Tensor, allowed: Tensor, wp: WaitingPass | None, n_sched: Tensor, prefill_scheduled: Tensor
+) -> None:
+    """What the step leaves the cadence (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1548, 1612-1629)):
+    admissions leave `deferred_waiting` and the pass's skips join it; a release step sets the capacity flag; the
+    local cadence counts executed steps and stamps the last one that carried a prefill."""
+    on = st.prefill_interval > 1
+    admitted = torch.zeros_like(st.deferred)
+    prefill_admitted = torch.zeros_like(on)
+    if wp is not None:
+        admitted = admitted.scatter(1, wp.order, wp.admitted)
+        skipped = torch.zeros_like(st.deferred).scatter(1, wp.order, wp.skipped)
+        st.deferred = (st.deferred & ~admitted) | (skipped & on[:, None])
+        # C is the hit for an admission here (its advance comes after): prompt left beyond the last token?
+        prefill_admitted = (admitted & rules.admits_a_prefill(st.C, st.num_tokens())).any(1)
+    waiting = st.waiting_mask()
+    bound = rules.prefill_capacity_bound(waiting.long().sum(1), (st.deferred & waiting).long().sum(1))
+    st.capacity_bound = torch.where(on & allowed & ~defer, bound, st.capacity_bound)
+    local = st.local_interval > 1
+    st.num_executed = st.num_executed + (local & (n_sched.sum(1) > 0)).long()
+    carried = local & (prefill_scheduled | prefill_admitted)
+    st.last_prefill = torch.where(carried, st.num_executed, st.last_prefill)
 
 
 def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> None:
@@ -126,7 +166,7 @@ def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> N
     sampled token and drafts as placeholders, with k placeholder drafts
     (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule)."""
     st.C = st.C + n_sched
-    if not (st.any_spec or st.any_queue):  # nothing reads the in-flight count or is_prefill_chunk
+    if not (st.any_spec or st.any_queue or st.any_prefill_cadence):  # nothing reads in-flight or is_prefill_chunk
         return
     sched = n_sched > 0
     if st.any_queue:  # without a batch queue an update absorbs the step at once, so nothing stays in flight

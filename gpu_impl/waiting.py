@@ -56,6 +56,7 @@ class WaitingPass:
     resumed: Tensor  # [B, R] admitted from PREEMPTED (by position)
     count: Tensor  # [B] admitted
     padded: Tensor  # [B, R] a padded spec-decode admission (by position)
+    skipped: Tensor | None = None  # [B, R] reached and passed over (by position): they join `deferred_waiting`
 
 
 def waiting_pass(
@@ -68,8 +69,11 @@ def waiting_pass(
     prefill_scheduled: Tensor,
     any_running_scheduled: Tensor,
     running_scheduled: Tensor,
+    defer: Tensor | None = None,
 ) -> WaitingPass:
-    """`waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
+    """`defer` [B]: the prefill cadence ends the pass at the first request with prompt to compute.
+
+    `waiting` is the WAITING/PREEMPTED mask at the start of the step: where admission is allowed,
     the RUNNING pass preempted nothing, so the queue is still exactly that.
 
     Without a prefix cache (C = 0 for every waiting request) a request's decisions still depend only
@@ -90,6 +94,8 @@ def waiting_pass(
     if st.any_grammar:
         skip = skip | (blocked(st, order) & valid)
     take = valid & ~skip
+    if defer is not None:  # C = 0 here (no prefix cache): any T > 1 has prompt to compute
+        held = defer[:, None] & rules.admits_a_prefill(zeros, T)
     k = st.k[:, None]
     room = st.padding_needs_room_to_sample[:, None]
     pad = (
@@ -124,6 +130,7 @@ def waiting_pass(
                 (left > 0)
                 & ~rules.padded_admission_breaks(pad, k, left, zeros, L, room)  # "prefer to not schedule ..."
                 & (st.chunked[:, None] | (ask <= left))
+                & ~(held if defer is not None else torch.zeros_like(valid))
                 & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before)
             )
         )
@@ -133,9 +140,10 @@ def waiting_pass(
     count = admitted.long().sum(1)
     grant = torch.where(admitted, n, zeros)
     resumed = admitted & (st.status.gather(1, order) == PREEMPTED)
+    active = num_running[:, None] + ahead < st.max_active[:, None]
+    reached = valid & allowed[:, None] & (idx <= first) & (left > 0) & active
     if st.tracks_reach:  # the pass got to a request unless the budget or max_num_active_seqs ended it first
-        active = num_running[:, None] + ahead < st.max_active[:, None]
-        after_reach(st, order, valid & allowed[:, None] & (idx <= first) & (left > 0) & active, skip)
+        after_reach(st, order, reached, skip)
 
     pop_alloc(st, order, torch.where(admitted, slots, zeros))
     in_slots = torch.zeros_like(admitted).scatter(1, order, admitted)
@@ -144,4 +152,4 @@ def waiting_pass(
         1, order, torch.where(admitted, st.run_ctr[:, None] + ahead, st.run_pos.gather(1, order))
     )
     st.run_ctr = st.run_ctr + count
-    return WaitingPass(order, grant, admitted, resumed, count, admitted & pad)
+    return WaitingPass(order, grant, admitted, resumed, count, admitted & pad, reached & skip)

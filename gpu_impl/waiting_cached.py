@@ -65,8 +65,10 @@ def cached_waiting_pass(
     prefill_scheduled: Tensor,
     any_running_scheduled: Tensor,
     running_scheduled: Tensor,
+    defer: Tensor | None = None,
 ) -> WaitingPass:
-    """The waiting pass one queue position per round; `running_scheduled` [B, R]: the running pass granted it."""
+    """The waiting pass one queue position per round; `running_scheduled` [B, R]: the running pass granted it;
+    `defer` [B]: the prefill cadence ends the pass at the first request with prompt to compute."""
     B, R = st.B, st.R
     key = torch.where(st.prio_policy[:, None], st.prio_rank, st.wait_pos)
     order = torch.where(waiting, key, torch.full_like(key, BIG)).sort(dim=1).indices
@@ -75,7 +77,7 @@ def cached_waiting_pass(
     dev = st.device
     zeros = torch.zeros((B, R), dtype=torch.int64, device=dev)
     grant, admitted, padded = zeros.clone(), zeros.bool(), zeros.bool()
-    resumed = zeros.bool()
+    resumed, skipped = zeros.bool(), zeros.bool()
     alive = allowed.clone()
     bud = budget.clone()
     nrun = num_running.clone()
@@ -99,6 +101,7 @@ def cached_waiting_pass(
             skip = skip | (here & lora_limit_skips(lid, adapters[rows, lid], adapters[:, 1:].sum(1), st.max_loras))
         if st.tracks_reach:
             after_reach(st, s[:, None], (here & ~ended)[:, None], skip[:, None])
+        skipped[:, j] = here & ~ended & skip
         cand = here & ~skip
         brk = cand & ended
         T = st.num_tokens()[rows, s]
@@ -106,6 +109,8 @@ def cached_waiting_pass(
         limit = torch.where(st.caching, limit, torch.zeros_like(limit))
         blocks, h = lookup(st, st.bhash[rows, s], limit)
         hit = h * bs
+        if defer is not None:  # 3a. the step defers prefills: one with prompt to compute ends the pass
+            brk |= cand & defer & rules.admits_a_prefill(hit, T)
         n = T - hit
         pad = rules.pads_spec_decode(k, n, prefill_scheduled, any_running_scheduled, hit, L, after_hit, room)
         brk |= cand & rules.padded_admission_breaks(pad, k, bud, hit, L, room)
@@ -147,4 +152,4 @@ def cached_waiting_pass(
         padded[:, j] = adm & pad
         bud = bud - torch.where(adm, n, 0)
         nrun = nrun + adm.long()
-    return WaitingPass(order, grant, admitted, resumed, admitted.long().sum(1), padded)
+    return WaitingPass(order, grant, admitted, resumed, admitted.long().sum(1), padded, skipped)

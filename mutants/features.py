@@ -253,6 +253,16 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         ("pipeline-parallel",),
     ),
     Mutant(
+        "prefill-cadence-ignored",
+        "classic",
+        "the prefill cadence never defers: a throttled or off-cadence step schedules prefills like any other",
+        "spec.rules:defers_prefills",
+        "return and_(or_(throttle_prefills, local), not_(prefill_capacity_bound), any_decode_running)",
+        "return False",
+        ("prefill-cadence-exact",),
+        ("prefill-cadence",),
+    ),
+    Mutant(
         "grammar-error-dropped",
         "classic",
         "the update forgets the failed grammars the pass found: the request waits for its grammar for good",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from ..spec.config import SchedulerConfig
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
-from ..spec.state import SchedulerState
+from ..spec.state import PrefillCadence, SchedulerState
 from ..spec.trace import FinishedRequest
 from .async_scheduler import AsyncScheduler
 from .block_pool import BlockPool
@@ -63,6 +63,7 @@ def thaw(state: SchedulerState, scheduler_class: type[Scheduler] = Scheduler) ->
         finished_req_ids=set(state.finished_req_ids),
         current_step=state.current_step,
         grammar_compile_error_reqs=set(state.grammar_compile_error_reqs),
+        prefill_cadence=state.prefill_cadence,
     )
 
 
@@ -81,6 +82,12 @@ def freeze(scheduler: Scheduler) -> SchedulerState:
         cached_block_hash_to_block={h: tuple(bs) for h, bs in pool.cached_block_hash_to_block.items()},
         grammar_compile_error_reqs=frozenset(scheduler.grammar_compile_error_reqs),
         num_skipped_waiting=getattr(scheduler.waiting, "num_skipped", 0),
+        prefill_cadence=PrefillCadence(
+            scheduler.prefill_capacity_bound,
+            frozenset(scheduler.deferred_waiting),
+            scheduler.num_executed_steps,
+            None if scheduler.last_prefill_step < 0 else scheduler.last_prefill_step,  # the initial one interval back
+        ),
     )
 
 

@@ -39,8 +39,8 @@ class ReferenceEngine:
         return FinishedRequest(aborted[0].status, tuple(aborted[0].output_token_ids)) if aborted else None
 
     @gc_paused  # the step builds no cycles: see `spec.engine.gc_paused`
-    def schedule(self) -> SchedulerOutput:
-        return self.scheduler.schedule()
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        return self.scheduler.schedule(throttle_prefills)
 
     @gc_paused
     def update_from_output(

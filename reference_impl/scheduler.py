@@ -33,8 +33,9 @@ from collections import deque
 
 from ..spec.config import SchedulerConfig
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
-from ..spec.request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, Request, RequestStatus
+from ..spec.request import BLOCKED_STATUSES, GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, Request, RequestStatus
 from ..spec.rules import preempted_counters, victim_key
+from ..spec.state import PrefillCadence
 from . import rules
 from .block_pool import BlockPool
 from .kv_cache_manager import KVCacheManager
@@ -59,6 +60,7 @@ class Scheduler(SchedulerUpdates):
         finished_req_ids: set[str],
         current_step: int,
         grammar_compile_error_reqs: set[str] | None = None,
+        prefill_cadence: PrefillCadence = PrefillCadence(),
     ) -> None:
         self.config = config
         self.requests = requests
@@ -73,6 +75,12 @@ class Scheduler(SchedulerUpdates):
         self.grammar_compile_error_reqs: set[str] = grammar_compile_error_reqs or set()
         self.max_model_len = config.max_model_len
         self.num_spec_tokens = config.num_speculative_tokens
+        # The prefill cadence (spec.state.PrefillCadence): kept only when it can decide anything (an interval).
+        self.prefill_capacity_bound = prefill_cadence.prefill_capacity_bound
+        self.deferred_waiting: set[str] = set(prefill_cadence.deferred_waiting)
+        self.num_executed_steps = prefill_cadence.num_executed_steps
+        last = prefill_cadence.last_prefill_step
+        self.last_prefill_step = -config.local_prefill_interval if last is None else last  # the first step is free
 
     def add_request(self, request: Request) -> None:
         """vllm/v1/core/sched/scheduler.py:Scheduler.add_request: a new request joins the back of the waiting queue
@@ -80,6 +88,8 @@ class Scheduler(SchedulerUpdates):
         live = LiveRequest(request, self.config.block_size)
         self.waiting.add_request(live)
         self.requests[request.request_id] = live
+        if self.config.prefill_schedule_interval > 1 and live.status in BLOCKED_STATUSES:
+            self.deferred_waiting.add(request.request_id)  # Scheduler._enqueue_waiting_request
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
         """The grammar's compile future is done (vllm/v1/structured_output/request.py:
@@ -88,7 +98,8 @@ class Scheduler(SchedulerUpdates):
         if request is not None and request.grammar == GRAMMAR_COMPILING:
             request.grammar = GRAMMAR_COMPILED if compiled else GRAMMAR_FAILED
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        """`throttle_prefills`: a DP engine core's step off its cadence (`Workload.throttle_prefills`)."""
         config = self.config
         self.current_step += 1
         scheduled_new_reqs: list[LiveRequest] = []
@@ -102,6 +113,18 @@ class Scheduler(SchedulerUpdates):
         input_budget = config.max_num_batched_tokens
         draft_slots = DRAFT_SLOTS
         prefill_scheduled = False
+        prefill_admitted = False  # a waiting request admitted with prompt left to compute
+
+        # The prefill cadence: hold every prefill back this step, DP-throttled or (0.33.0, no DP) local, while a
+        # decode runs and the last release step drained the queue
+        # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (750-791)).
+        defer_prefills = config.prefill_schedule_interval > 1 and rules.defers_prefills(
+            throttle_prefills,
+            self.prefill_capacity_bound,
+            any(not r.is_prefill_chunk for r in self.running),
+            config.local_prefill_interval,
+            (self.num_executed_steps + 1) - self.last_prefill_step,
+        )
 
         # The threshold is fixed once per step from the number of eligible requests
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769)).
@@ -132,6 +155,9 @@ class Scheduler(SchedulerUpdates):
                 # Async with PP: `decode_stagger` schedule() calls between two decodes of a request
                 # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (816-820)).
                 req_index += 1
+                continue
+            if defer_prefills and request.is_prefill_chunk:
+                req_index += 1  # its next chunk waits for a step on the cadence; decodes fill this one
                 continue
 
             num_new_tokens = self.grant(
@@ -233,6 +259,8 @@ class Scheduler(SchedulerUpdates):
                 # a preempted one may hit its own earlier blocks, outputs included.
                 new_computed_blocks, num_new_local_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
                 num_computed_tokens = num_new_local_computed_tokens
+                if defer_prefills and rules.admits_a_prefill(num_computed_tokens, request.num_tokens):
+                    break  # the pass ends: prefills wait for a step on the cadence
                 request_token_budget = min(token_budget, input_budget - draft_slots)
                 # num_tokens, not the prompt: a resumed request recomputes its outputs too.
                 num_new_tokens = request.num_tokens - num_computed_tokens
@@ -281,6 +309,8 @@ class Scheduler(SchedulerUpdates):
 
                 request = self.waiting.pop_request()
                 self.running.append(request)
+                self.deferred_waiting.discard(request.request_id)
+                prefill_admitted |= rules.admits_a_prefill(num_computed_tokens, request.num_tokens)
                 if config.max_loras is not None and request.request.lora_int_id:
                     scheduled_loras.add(request.request.lora_int_id)
                 if request.status == RequestStatus.WAITING:
@@ -301,6 +331,17 @@ class Scheduler(SchedulerUpdates):
                     scheduled_spec_decode_tokens[request.request_id] = (-1,) * self.num_spec_tokens
             # Skipped requests go back to the head in their original order (T38, Z5).
             self.waiting.prepend_requests(step_skipped_waiting)
+            if config.prefill_schedule_interval > 1:
+                self.deferred_waiting.update(r.request_id for r in step_skipped_waiting)
+                if not defer_prefills:  # a release step: could it drain the queue? (1612-1616)
+                    self.prefill_capacity_bound = rules.prefill_capacity_bound(
+                        len(self.waiting), len(self.deferred_waiting)
+                    )
+        if config.local_prefill_interval > 1:  # the local cadence counts executed steps (1619-1629)
+            if num_scheduled_tokens:
+                self.num_executed_steps += 1
+            if prefill_scheduled or prefill_admitted:
+                self.last_prefill_step = self.num_executed_steps
 
         # ---- The step's own assertions (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1619-1639)). ----
         assert sum(num_scheduled_tokens.values()) <= config.token_budget

@@ -31,6 +31,7 @@ class SchedulerUpdates:
     kv_cache_manager: KVCacheManager
     finished_req_ids: set[str]
     grammar_compile_error_reqs: set[str]
+    deferred_waiting: set[str]
     max_model_len: int
     num_spec_tokens: int
     config: SchedulerConfig
@@ -174,3 +175,4 @@ class SchedulerUpdates:
         self.finished_req_ids.add(request.request_id)
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
+        self.deferred_waiting.discard(request.request_id)

@@ -53,6 +53,11 @@ class SchedulerConfig:
     # which decides whether a release lets them under async scheduling (_validate_release).
     speculative_method: SpeculativeMethod = "ngram"
     async_scheduling: bool = False  # AsyncScheduler, with one step in flight (batch queue of 2)
+    # The prefill cadence (SchedulerConfig.prefill_schedule_interval): prefills only every N steps. A data-parallel
+    # engine (ParallelConfig.data_parallel_size > 1, an MoE DP rank) has its DP engine core decide the steps
+    # (`Workload.throttle_prefills`); one outside DP keeps the cadence itself from 0.33.0 (`local_prefill_interval`).
+    prefill_schedule_interval: int = 1
+    data_parallel_size: int = 1
     # Pipeline parallel (ParallelConfig.pipeline_parallel_size): the engine core keeps this many batches in flight
     # (one more under async scheduling), and async scheduling spaces a request's decodes this many steps apart.
     pipeline_parallel_size: int = 1
@@ -94,6 +99,14 @@ class SchedulerConfig:
         return pp + 1 if self.async_scheduling else pp
 
     @property
+    def local_prefill_interval(self) -> int:
+        """The cadence the scheduler keeps itself (vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (403-408)):
+        the interval outside data parallel from 0.33.0 (`local-prefill-cadence`), else 1 (none)."""
+        if self.data_parallel_size == 1 and holds("local-prefill-cadence", self.vllm_version):
+            return self.prefill_schedule_interval
+        return 1
+
+    @property
     def decode_stagger(self) -> int:
         """Steps between two decodes of one request under async scheduling
         (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler.__init__: `pp_size` off XPU)."""
@@ -131,6 +144,8 @@ BYTES_PER_BLOCK = 40
 MAX_GPU_BLOCKS = 2**24
 # Not vLLM's bound (it has none but the GPUs): each stage is a batch in flight, held by every engine.
 MAX_PIPELINE_PARALLEL_SIZE = 16
+# The scheduler reads only whether the size is 1; a bound keeps a typo from reading as a deployment.
+MAX_DATA_PARALLEL_SIZE = 1024
 
 
 def _is_int(v: Any) -> bool:
@@ -153,6 +168,15 @@ def _validate(c: SchedulerConfig) -> None:
         v = getattr(c, name)
         need(name, v is None or _is_int(v), "must be an integer or null")
         need(name, v is None or v >= 1, "must be >= 1")  # Z11: no negative budget slips through
+    for name in ("prefill_schedule_interval", "data_parallel_size"):
+        v = getattr(c, name)
+        need(name, _is_int(v), "must be an integer")
+        need(name, v >= 1, "must be >= 1 (vllm/config/scheduler.py, vllm/config/parallel.py)")
+    need(
+        "data_parallel_size",
+        c.data_parallel_size <= MAX_DATA_PARALLEL_SIZE,
+        f"must be at most {MAX_DATA_PARALLEL_SIZE}",
+    )
     v = c.pipeline_parallel_size
     need("pipeline_parallel_size", _is_int(v), "must be an integer")
     need(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import ParamSpec, Protocol, TypeVar
@@ -40,7 +41,9 @@ class Engine(Protocol):
     def abort_request(self, request_id: str) -> FinishedRequest | None:
         """Finish a request as aborted; None if it had already finished."""
 
-    def schedule(self) -> SchedulerOutput: ...
+    def schedule(self) -> SchedulerOutput:
+        """One step's schedule. An engine that models the prefill cadence (`features` names "prefill-cadence") also
+        takes `throttle_prefills=True`, the DP engine core's call off its cadence; no other engine is passed it."""
 
     def summary(self) -> StateSummary: ...
 
@@ -69,6 +72,8 @@ FEATURE_METHODS: dict[str, str] = {"grammar_compiled": "structured output"}
 DECLARED_FEATURES: dict[str, str] = {
     "lora": "LoRA (config.max_loras, Request.lora_int_id)",
     "pipeline-parallel": "pipeline parallel (config.pipeline_parallel_size: batches in flight, the decode cadence)",
+    "prefill-cadence": "the prefill cadence (config.prefill_schedule_interval; a DP engine core's "
+    "schedule(throttle_prefills=True), `Workload.throttle_prefills`)",
 }
 
 Args = ParamSpec("Args")
@@ -180,7 +185,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     drafter = Drafter(workload) if workload.config.num_speculative_tokens > 0 else None
     for step in range(workload.max_steps):
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
-        output = engine.schedule()
+        output = _schedule(engine, workload, step)
         model_output = fake_model(workload, output, engine.summary())
         mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
         finished.update(engine.update_from_output(output, model_output))
@@ -200,10 +205,35 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             draft_token_ids=drafts,
             aborted_mid_step=mid_step,
             grammars=grammars,
+            throttle_prefills=workload.throttled_at(step),
         )
         yield record
         if drained_after(record, workload):
             return
+
+
+def _schedule(engine: Engine, workload: Workload, step: int) -> SchedulerOutput:
+    """`engine.schedule()`, with `throttle_prefills=True` where the workload's DP engine core throttles the step
+    (vllm/v1/engine/core.py:EngineCore.step calls `schedule(self._should_throttle_prefills())`)."""
+    if not workload.throttled_at(step):
+        return engine.schedule()
+    if not _takes_throttle(engine):
+        raise SpecError(
+            f"engine {engine.name!r}",
+            "schedule",
+            "takes no throttle_prefills: the workload throttles prefills (a DP engine core), which is outside the "
+            "engine's declared scope (docs/engines.md)",
+        )
+    return engine.schedule(throttle_prefills=True)  # type: ignore[call-arg]
+
+
+def _takes_throttle(engine: Engine) -> bool:
+    """Whether `engine.schedule` has a `throttle_prefills` parameter (or takes any keyword)."""
+    try:
+        params = inspect.signature(engine.schedule).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: it says nothing, so it takes nothing
+        return False
+    return any(p.name == "throttle_prefills" or p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _arrivals_and_aborts(
@@ -263,7 +293,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
         before = engine.summary()
         output, model_output, scheduled, updated_step = SchedulerOutput(), ModelRunnerOutput(), False, None
         if before.running or before.waiting or unreported:  # Scheduler.has_requests()
-            output, scheduled, unreported = engine.schedule(), True, set()
+            output, scheduled, unreported = _schedule(engine, workload, step), True, set()
             model_output = fake_model(workload, output, engine.summary())
             batch_queue.appendleft((step, output, model_output))
             after = engine.summary()
@@ -282,6 +312,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
                     updated_step=None,
                     in_flight=batch_queue_steps,
                     grammars=grammars,
+                    throttle_prefills=workload.throttled_at(step),
                 )
                 continue
         mid_step: tuple[str, ...] = ()
@@ -307,6 +338,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
             in_flight=tuple(s for s, _, _ in reversed(batch_queue)),
             aborted_mid_step=mid_step,
             grammars=grammars,
+            throttle_prefills=scheduled and workload.throttled_at(step),
         )
         yield record
         if not batch_queue and not unreported and not carried and drained_after(record, workload):

@@ -410,3 +410,39 @@ def next_decode_eligible_step(current_step: Int, decode_stagger: Int) -> Int:
     (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56)): `pp_size` calls later,
     so each PP stage holds at most one of its decodes. With PP = 1 it is the next call, which never waits."""
     return current_step + decode_stagger
+
+
+# ---- Deployment features (issue #36): the prefill cadence. ----
+
+
+def defers_prefills(
+    throttle_prefills: Any,
+    prefill_capacity_bound: Any,
+    any_decode_running: Any,
+    local_prefill_interval: Int,
+    steps_since_last_prefill: Int,
+) -> Any:
+    """Whether this step holds every prefill back (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (750-791)).
+
+    The DP engine core throttles a step off its cadence (`throttle_prefills`), and from 0.33.0 an engine outside
+    data parallel keeps the interval itself: fewer than `local_prefill_interval` executed steps since the last one
+    that carried a prefill (`steps_since_last_prefill` counts this step as executed). Either holds only while a
+    decode runs (something fills the step), and neither once the last release step could not drain the waiting
+    queue (`prefill_capacity_bound`), so a backed-up engine is not throttled into a growing queue.
+    """
+    local = and_(local_prefill_interval > 1, steps_since_last_prefill < local_prefill_interval)
+    return and_(or_(throttle_prefills, local), not_(prefill_capacity_bound), any_decode_running)
+
+
+def prefill_capacity_bound(num_waiting: Int, num_deferred_waiting: Int) -> Any:
+    """After a step that did not defer: the waiting pass left a request it could have served, one not passed over
+    for a reason of its own (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1612-1616): more waiting than
+    `deferred_waiting`; before 0.31.0 `bool(self.waiting)`, the queue beside the skipped one: the same count)."""
+    return num_waiting > num_deferred_waiting
+
+
+def admits_a_prefill(num_computed_tokens: Int, num_tokens: Int) -> Any:
+    """Whether an admission would compute prompt (more than its last token): what a deferring step holds back in
+    the waiting pass, where it ends the pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1290-1293)),
+    and what stamps the local cadence's last prefill step (1590)."""
+    return num_computed_tokens < num_tokens - 1

@@ -119,6 +119,41 @@ class RequestState(RequestProperties):
 
 
 @dataclass(frozen=True)
+class PrefillCadence:
+    """What the prefill cadence keeps between steps (vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (392-425)).
+
+    `deferred_waiting`: the waiting requests passed over for a reason of their own (a grammar, an adapter, stale
+    output) or that arrived blocked, until admitted or finished; before 0.31.0 the same requests are vLLM's
+    `skipped_waiting`. `prefill_capacity_bound`: the last step that did not defer left a waiting request it could
+    have served. `last_prefill_step` is None until set: vLLM starts it one interval back. vLLM keeps them for
+    every config; they decide nothing unless `prefill_schedule_interval` > 1, so the spec keeps them only then,
+    and every other state stays as it was.
+    """
+
+    prefill_capacity_bound: bool = False
+    deferred_waiting: frozenset[str] = frozenset()
+    num_executed_steps: int = 0
+    last_prefill_step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefill_capacity_bound": self.prefill_capacity_bound,
+            "deferred_waiting": sorted(self.deferred_waiting),
+            "num_executed_steps": self.num_executed_steps,
+            "last_prefill_step": self.last_prefill_step,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PrefillCadence:
+        return cls(
+            bool(d["prefill_capacity_bound"]),
+            frozenset(d["deferred_waiting"]),
+            int(d["num_executed_steps"]),
+            d["last_prefill_step"],
+        )
+
+
+@dataclass(frozen=True)
 class SchedulerState:
     config: SchedulerConfig
     # Every live request, in the order it was added (vLLM's `requests` dict).
@@ -141,6 +176,7 @@ class SchedulerState:
     # 0.28.0-0.30.0 under FCFS: the leading `waiting` requests that sit in vLLM's second queue,
     # `skipped_waiting` (spec.versions `one-waiting-queue`). 0 elsewhere.
     num_skipped_waiting: int = 0
+    prefill_cadence: PrefillCadence = PrefillCadence()
 
     @classmethod
     def initial(cls, config: SchedulerConfig) -> SchedulerState:
@@ -211,6 +247,7 @@ def state_to_json(s: SchedulerState) -> dict[str, Any]:
             {"grammar_compile_error_reqs": sorted(s.grammar_compile_error_reqs)} if s.grammar_compile_error_reqs else {}
         ),
         **({"num_skipped_waiting": s.num_skipped_waiting} if s.num_skipped_waiting else {}),
+        **({"prefill_cadence": s.prefill_cadence.to_json()} if s.prefill_cadence != PrefillCadence() else {}),
     }
 
 
@@ -240,6 +277,9 @@ def state_from_json(d: dict[str, Any], where: str = "state") -> SchedulerState:
             cached_block_hash_to_block={h: tuple(bs) for h, bs in d.get("cached_block_hash_to_block", [])},
             grammar_compile_error_reqs=frozenset(d.get("grammar_compile_error_reqs", ())),
             num_skipped_waiting=d.get("num_skipped_waiting", 0),
+            prefill_cadence=PrefillCadence.from_json(d["prefill_cadence"])
+            if "prefill_cadence" in d
+            else PrefillCadence(),
         )
     except SpecError:
         raise

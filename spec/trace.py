@@ -129,6 +129,8 @@ class StepRecord:
     # Structured output: the grammars whose compilation finished before this step's schedule(), by request,
     # True if it compiled and False if it failed (`workload.Grammar`). Applied after the arrivals and aborts.
     grammars: Mapping[str, bool] = field(default_factory=dict)
+    # Data parallel: this step's schedule() was called with throttle_prefills=True (`Workload.throttle_prefills`).
+    throttle_prefills: bool = False
 
     def __post_init__(self) -> None:
         if self.updated_step == -1:
@@ -157,6 +159,8 @@ class StepRecord:
             d["aborted_mid_step"] = list(self.aborted_mid_step)
         if self.grammars:
             d["grammars"] = dict(self.grammars)
+        if self.throttle_prefills:
+            d["throttle_prefills"] = True
         return d
 
     @classmethod
@@ -178,6 +182,7 @@ class StepRecord:
             in_flight=tuple(d.get("in_flight", ())),
             aborted_mid_step=tuple(d.get("aborted_mid_step", ())),
             grammars=dict(d.get("grammars", {})),
+            throttle_prefills=d.get("throttle_prefills", False),
         )
 
 

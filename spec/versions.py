@@ -122,6 +122,16 @@ VARIANTS: tuple[Variant, ...] = (
         "version-lora-count",
     ),
     Variant(
+        "local-prefill-cadence",
+        "0.33.0",
+        "prefill_schedule_interval does nothing on an engine outside data parallel (data_parallel_size 1): only a "
+        "DP engine core throttles prefills",
+        "such an engine holds prefills locally until the interval since the last prefill-carrying step has passed "
+        "(unless the last release step could not drain the waiting queue)",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule",
+        "version-prefill-cadence",
+    ),
+    Variant(
         "async-with-ngram-spec-decode",
         "0.33.0",
         "async scheduling with the CPU ngram drafter is refused (VllmConfig.__post_init__); ngram_gpu is accepted",

@@ -95,6 +95,10 @@ class Workload:
     description: str = ""
     max_steps: int = DEFAULT_MAX_STEPS
     filler_token_id: int = DEFAULT_FILLER_TOKEN_ID
+    # The prefill cadence of a data-parallel engine: the steps whose schedule() its DP engine core calls with
+    # `throttle_prefills=True` (vllm/v1/engine/core.py:DPEngineCoreProc._should_throttle_prefills: off the cadence
+    # of its step counter, which all ranks share). Needs config.data_parallel_size > 1; ascending, no repeats.
+    throttle_prefills: tuple[int, ...] = ()
     _by_id: dict[str, WorkloadRequest] = field(init=False, repr=False, compare=False)
     # The engine loop asks for each step's arrivals and aborts: indexed once, so a step
     # costs what arrives in it, not a scan of every request (50k requests, 12k steps).
@@ -102,6 +106,7 @@ class Workload:
     _aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _mid_step_aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _grammars: dict[int, tuple[tuple[str, bool], ...]] = field(init=False, repr=False, compare=False)
+    _throttled: frozenset[int] = field(init=False, repr=False, compare=False)
     last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival or abort
 
     def __post_init__(self) -> None:
@@ -122,6 +127,7 @@ class Workload:
             if r.grammar is not None:
                 grammars.setdefault(r.grammar.ready_step, []).append((r.request_id, not r.grammar.fails))
         object.__setattr__(self, "_grammars", {k: tuple(v) for k, v in grammars.items()})
+        object.__setattr__(self, "_throttled", frozenset(self.throttle_prefills))
         object.__setattr__(self, "last_event_step", max((*arrivals, *aborts, *mid_step, *grammars), default=0))
 
     def request(self, request_id: str) -> WorkloadRequest:
@@ -156,11 +162,22 @@ class Workload:
         """The grammars whose compile finishes before `step`'s schedule(): (request id, compiled), in workload order."""
         return list(self._grammars.get(step, ()))
 
+    def throttled_at(self, step: int) -> bool:
+        """Whether the DP engine core calls `step`'s schedule() with `throttle_prefills=True`."""
+        return step in self._throttled
+
     def replace(self, **changes: Any) -> Workload:
-        fields = {
-            k: getattr(self, k)
-            for k in ("config", "requests", "aborts", "name", "description", "max_steps", "filler_token_id")
-        }
+        keys = (
+            "config",
+            "requests",
+            "aborts",
+            "name",
+            "description",
+            "max_steps",
+            "filler_token_id",
+            "throttle_prefills",
+        )
+        fields = {k: getattr(self, k) for k in keys}
         fields.update(changes)
         return Workload(**fields)
 
@@ -179,6 +196,7 @@ class Workload:
                 {"step": a.step, "request_id": a.request_id, **({"mid_step": True} if a.mid_step else {})}
                 for a in self.aborts
             ],
+            **({"throttle_prefills": list(self.throttle_prefills)} if self.throttle_prefills else {}),
         }
 
     @classmethod
@@ -197,6 +215,7 @@ class Workload:
                 description=data.get("description", ""),
                 max_steps=data.get("max_steps", DEFAULT_MAX_STEPS),
                 filler_token_id=data.get("filler_token_id", DEFAULT_FILLER_TOKEN_ID),
+                throttle_prefills=tuple(data.get("throttle_prefills", ())),
             )
         except SpecError as e:
             raise SpecError(e.where.replace("workload", where, 1), e.value, e.why) from None
@@ -279,6 +298,17 @@ def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
 def _check(w: Workload) -> None:
     """The rules a schema cannot say: unique ids, known abort targets, vLLM's input validation."""
     L = w.config.max_model_len
+    steps = w.throttle_prefills
+    if steps and (w.config.data_parallel_size == 1 or w.config.prefill_schedule_interval == 1):
+        raise SpecError(
+            "workload.throttle_prefills",
+            list(steps),
+            "needs config.data_parallel_size > 1 and prefill_schedule_interval > 1: only a DP engine core with a "
+            "cadence throttles",
+        )
+    for i, s in enumerate(steps):
+        if not isinstance(s, int) or isinstance(s, bool) or s < 0 or (i and s <= steps[i - 1]):
+            raise SpecError(f"workload.throttle_prefills[{i}]", s, "must be a step >= 0, ascending, each once")
     seen: set[str] = set()
     for i, r in enumerate(w.requests):
         q, here = r.request, f"workload.requests[{i}]"

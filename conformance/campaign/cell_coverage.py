@@ -64,6 +64,8 @@ EVENTS: dict[str, str] = {
     "lora_skip": "LoRA: a request whose adapter would exceed max_loras was passed over while one behind it was admitted",
     "decode_cadence": "pipeline parallel: the async decode cadence passed over a running request that decoded fewer "
     "than pp_size schedule() calls ago",
+    "prefill_deferred": "the prefill cadence: a step deferred prefills (a DP throttle, or the local interval) and held "
+    "back a prompt chunk or a waiting request's prefill",
 }
 
 

@@ -24,7 +24,8 @@ claims an event only where the records prove it:
   (a failed grammar finished its request); LoRA: `lora_skip` (a request
   whose adapter would exceed `max_loras` passed over while one behind it
   was admitted); pipeline parallel: `decode_cadence` (the decode cadence
-  passed a running request over);
+  passed a running request over); the prefill cadence: `prefill_deferred`
+  (a step held back a prompt chunk or a waiting request's prefill);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -83,8 +84,12 @@ class EventTracker:
         self.unexplained += not log.explained
         if log.explained:
             cadence = sum(why == "decode_cadence" for why in log.skipped.values())
-            seen["skip"] += len(log.skipped) - cadence
+            held = sum(why == "prefill_cadence" for why in log.skipped.values())
+            seen["skip"] += len(log.skipped) - cadence - held
             seen["decode_cadence"] += cadence
+            # A step that deferred a prefill it owed: a prompt chunk held back, or a waiting request left waiting.
+            left = any(r.pre_waiting and not r.admitted and not r.pre_blocked for r in view.rows)
+            seen["prefill_deferred"] += bool(view.prefills_deferred and (held or left))
             seen["preempt"] += len(log.other_victims)
             seen["self_preempt"] += len(log.self_preempted)
             seen["refund"] += len(log.refunded)
@@ -167,6 +172,7 @@ class EventTracker:
                 self.requests[r.request_id].arrival_time,
                 self.tables.tables.get(r.request_id, ()),
                 r.pre_cadence_wait,
+                bool(view.prefills_deferred and r.pre_prefill_chunk),
             )
             for r in rows
         ]

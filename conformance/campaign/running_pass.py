@@ -47,6 +47,7 @@ class Running:
     arrival_time: float
     block_ids: tuple[int, ...]
     decode_waits: bool = False  # the PP decode cadence holds it (async with pipeline parallel)
+    prefill_held: bool = False  # its next prompt chunk, in a step that defers prefills
 
 
 @dataclass
@@ -135,6 +136,10 @@ def replay_running_pass(
             continue
         if r.decode_waits:
             log.skipped[r.request_id] = "decode_cadence"
+            i += 1
+            continue
+        if r.prefill_held:
+            log.skipped[r.request_id] = "prefill_cadence"
             i += 1
             continue
         owed = num_owed_tokens(r.num_tokens + r.num_spec_tokens, r.num_output_placeholders, C)

@@ -168,8 +168,9 @@ class IsolatedEngine:
     def abort_request(self, request_id: str) -> FinishedRequest | None:
         return self._call("abort_request", request_id)
 
-    def schedule(self) -> SchedulerOutput:
-        return self._call("schedule")
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        # The flag only where the workload throttles: an engine without the prefill cadence is never passed it.
+        return self._call("schedule", *((True,) if throttle_prefills else ()))
 
     def summary(self) -> StateSummary:
         return self._call("summary")

@@ -130,8 +130,9 @@ class Snapshotting:
     def abort_request(self, request_id: str) -> FinishedRequest | None:
         return decode("abort_request", encode("abort_request", self._engine.abort_request(request_id)))
 
-    def schedule(self) -> SchedulerOutput:
-        return decode("schedule", encode("schedule", self._engine.schedule()))
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        out = self._engine.schedule(throttle_prefills=True) if throttle_prefills else self._engine.schedule()
+        return decode("schedule", encode("schedule", out))
 
     def summary(self) -> StateSummary:
         return decode("summary", encode("summary", self._engine.summary()))

@@ -53,6 +53,7 @@ from typing import Any, NoReturn
 
 from ...spec.answers import check_answer
 from ...spec.config import SchedulerConfig
+from ...spec.engine import DECLARED_FEATURES
 from ...spec.errors import InfrastructureError, SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
@@ -81,6 +82,7 @@ class VllmEngine:
     """A vLLM release's `Scheduler`, stepped by `spec.engine.run` like any other engine."""
 
     name = ENGINE_NAME
+    features = frozenset(DECLARED_FEATURES)  # the real thing: every feature the config and requests carry
 
     def __init__(
         self,
@@ -178,9 +180,10 @@ class VllmEngine:
         reply = self._call("abort", self.step_timeout_s, request_id=request_id)
         return self._parse("abort_request", reply.get("finished"), lambda f: None if f is None else _finished(f))
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self._summary = None
-        reply = self._call("schedule", self.step_timeout_s)
+        flag = {"throttle_prefills": True} if throttle_prefills else {}
+        reply = self._call("schedule", self.step_timeout_s, **flag)
         self._summary = reply.pop("summary", None)
         return self._parse("schedule", reply, SchedulerOutput.from_json)
 

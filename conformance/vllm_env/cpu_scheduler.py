@@ -171,6 +171,7 @@ def scheduler_knobs(
         "watermark": c["watermark"],
         "scheduler_reserve_full_isl": c["scheduler_reserve_full_isl"],
         "async_scheduling": async_scheduling,
+        "prefill_schedule_interval": int(c.get("prefill_schedule_interval", 1)),
     }
     if os.environ.get(SCHEDULER_CLS_ENV):
         spec_knobs["scheduler_cls"] = os.environ[SCHEDULER_CLS_ENV]
@@ -178,7 +179,6 @@ def scheduler_knobs(
     pinned = {
         "max_num_queued_reqs": None,
         "max_num_queued_tokens": None,
-        "prefill_schedule_interval": 1,
         "stream_interval": 1,
     }
     defaults = {"max_num_active_seqs": None, "long_prefill_token_threshold_adaptive": False}
@@ -214,7 +214,12 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
     )
     # Pipeline parallel: the scheduler reads the size alone (the batch queue is the spec's loop, the decode cadence
     # AsyncScheduler's); no worker is started, so one CPU process builds it.
-    parallel_config = ParallelConfig(pipeline_parallel_size=int(c.get("pipeline_parallel_size", 1)))
+    parallel_config = ParallelConfig(
+        pipeline_parallel_size=int(c.get("pipeline_parallel_size", 1)),
+        # The prefill cadence reads only whether this is 1 (no DP: the scheduler keeps it) or more (its DP engine
+        # core throttles, which the spec's loop plays).
+        data_parallel_size=int(c.get("data_parallel_size", 1)),
+    )
     k = int(c.get("num_speculative_tokens", 0))
     # ngram / ngram_gpu: drafts come from the tokens alone, so no lookahead and no draft slots.
     # The lookup window is irrelevant here (the harness plays the drafts), but required.
@@ -286,6 +291,8 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         # platform does: schedspec.live.session: engine_async_scheduling), but the batch queue needs the async class.
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling) and isinstance(s, AsyncScheduler),
         "pipeline_parallel_size": s.parallel_config.pipeline_parallel_size,
+        "prefill_schedule_interval": vllm_config.scheduler_config.prefill_schedule_interval,
+        "data_parallel_size": s.parallel_config.data_parallel_size,
         # The engine core's batch queue, which the spec's loop plays (vllm/config/vllm.py:VllmConfig.max_concurrent_batches).
         "max_concurrent_batches": concurrent_batches,
     }
@@ -296,6 +303,8 @@ def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfi
         "enable_caching": cache_config.enable_prefix_caching,
         "async_scheduling": async_scheduling,
         "pipeline_parallel_size": parallel_config.pipeline_parallel_size,
+        "prefill_schedule_interval": int(c.get("prefill_schedule_interval", 1)),
+        "data_parallel_size": parallel_config.data_parallel_size,
         "max_concurrent_batches": parallel_config.pipeline_parallel_size + async_scheduling,
     }
     if got != want:

@@ -237,9 +237,10 @@ class Driver:
         self.live.pop(request_id, None)
         return {"finished": _finished(aborted[0]) if aborted else None}
 
-    def op_schedule(self) -> dict:
+    def op_schedule(self, throttle_prefills: bool = False) -> dict:
         s = self._sched()
-        so = s.schedule()
+        # A DP engine core's call off its cadence; vLLM's own EngineCore.step passes the flag positionally.
+        so = s.schedule(throttle_prefills) if throttle_prefills else s.schedule()
         self.pending.append(so)
         return {
             "summary": self.op_summary(),  # the state after the op, read now: saves the next round trip

@@ -18,6 +18,10 @@ coverage map gets the same share.
   pp batches in flight (pp + 1 under async), and under async the decode
   cadence, which passes a request over until pp schedule() calls after
   its last decode, while prefills and other requests fill the step.
+* `prefill-cadence`: `prefill_schedule_interval` 2 to 4, as a data-parallel
+  rank whose DP engine core throttles the steps off its cadence, or (from
+  0.33.0) as an engine that keeps the cadence itself; prefill chunks and
+  admissions wait while decodes fill the step, unless the queue backs up.
 * `structured-output`: about half the requests carry a grammar
   (`spec.workload.Grammar`), most ready at arrival or a step or two after,
   some many steps later, one in five failing to compile. A grammar ready
@@ -121,6 +125,24 @@ def victim_in_flight(d: Draw, config: SchedulerConfig) -> Workload:
     return Workload(config, tuple(requests), max_steps=160)
 
 
+def with_prefill_cadence(d: Draw, workload: Workload) -> Workload:
+    """`workload` with `prefill_schedule_interval` 2 to 4. Half the draws are a data-parallel rank
+    (`data_parallel_size` 2), whose DP engine core throttles every step off its cadence (`step % interval != 0`,
+    the counter all ranks share, here never reset by an idle wave); the other half keep the cadence themselves,
+    which only 0.33.0 does (`local-prefill-cadence`: older releases ignore the knob without DP)."""
+    interval = d.choice([2, 2, 3, 4])
+    config = dataclasses.replace(workload.config, prefill_schedule_interval=interval)
+    if not d.bool():
+        return workload.replace(config=config)
+    config = dataclasses.replace(config, data_parallel_size=2)
+    horizon = min(workload.max_steps, MAX_THROTTLED_STEPS * interval // (interval - 1))
+    throttled = tuple(s for s in range(horizon) if s % interval)
+    return workload.replace(config=config, throttle_prefills=throttled)
+
+
+MAX_THROTTLED_STEPS = 400  # a workload file stays small; past them every step is on the cadence
+
+
 class DeploymentFamily:
     """A deployment feature over the mixed draw. `stratum` (0..15): the policy (bit 3), async (bit 2), and the
     mixed stratum (bits 0-1: spec decode, prefix caching); Hypothesis calls it with a draw alone and they are
@@ -142,4 +164,5 @@ DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
     "structured-output": DeploymentFamily("structured-output", with_grammars, "grammar_compiled"),
     "lora": DeploymentFamily("lora", with_adapters, "lora"),
     "pipeline-parallel": DeploymentFamily("pipeline-parallel", with_pipeline_parallel, "pipeline-parallel"),
+    "prefill-cadence": DeploymentFamily("prefill-cadence", with_prefill_cadence, "prefill-cadence"),
 }

@@ -164,6 +164,25 @@ def lora_count() -> Workload:
     return Workload(config, reqs, name="version-lora-count", description=_first_line(lora_count.__doc__))
 
 
+def prefill_cadence() -> Workload:
+    """Outside data parallel, prefill_schedule_interval 3: from 0.33.0 `b`'s prefill waits for the interval; before, it is admitted at once.
+
+    `a` is admitted at step 0, the last step that carried a prefill, and
+    then decodes. `b` arrives at step 1: from 0.33.0 the scheduler keeps the
+    cadence itself, so `b` waits while `a`'s decodes fill steps 1 and 2 and
+    is admitted at step 3, three executed steps after `a`'s prefill; before,
+    only a DP engine core throttles, and `b` is admitted at step 1.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=64, max_model_len=64, block_size=4, num_gpu_blocks=40, prefill_schedule_interval=3
+    )
+    reqs = (
+        WorkloadRequest(Request("a", tuple(range(10, 14)), max_tokens=8, ignore_eos=True)),
+        WorkloadRequest(Request("b", tuple(range(20, 28)), max_tokens=1, ignore_eos=True), arrival_step=1),
+    )
+    return Workload(config, reqs, name="version-prefill-cadence", description=_first_line(prefill_cadence.__doc__))
+
+
 VERSION_WORKLOADS = {
     "version-min-tokens": min_tokens,
     "version-padding-room": padding_room,
@@ -173,4 +192,5 @@ VERSION_WORKLOADS = {
     "version-spec-caching": spec_caching,
     "version-grammar-queue": grammar_queue,
     "version-lora-count": lora_count,
+    "version-prefill-cadence": prefill_cadence,
 }

@@ -74,6 +74,7 @@ def make_view(
     ranks: Mapping[str, int] | None = None,
     post_num_skipped_waiting: int = 0,
     cadence_waits: frozenset[str] = frozenset(),
+    prefill_chunks: frozenset[str] = frozenset(),
 ) -> StepView:
     """`model_output` is the output update_from_output absorbed in this step (None: no update).
 
@@ -132,6 +133,7 @@ def make_view(
                 and s0.grammar == GRAMMAR_FAILED,
                 post_in_skipped_queue=0 <= post_wait.get(rid, -1) < post_num_skipped_waiting,
                 pre_cadence_wait=rid in cadence_waits,
+                pre_prefill_chunk=rid in prefill_chunks,
                 lora_waits=lora_full is not None and 0 < q.lora_int_id and q.lora_int_id not in lora_full,
                 num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
                 num_hit_tokens=hits.get(rid, 0),

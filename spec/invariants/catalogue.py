@@ -366,13 +366,20 @@ def _owes_after_step(v: StepView, r: Row) -> Any:
 
 
 def running_served_while_budget_lasts(v: StepView) -> Any:
-    # A running request left unscheduled although budget remained and nobody was preempted owed nothing.
+    # A running request left unscheduled although budget remained and nobody was preempted owed nothing; in a step
+    # that defers prefills, a prompt chunk is left for a step on the cadence (prefill-cadence-exact judges it).
     total = sum_of([r.num_scheduled for r in v.rows])
     any_preempted = or_(*[r.preempted for r in v.rows]) if v.rows else False
     return all_of(
         [
             implies(
-                and_(r.pre_running, r.num_scheduled == 0, total < v.token_budget, not_(any_preempted)),
+                and_(
+                    r.pre_running,
+                    r.num_scheduled == 0,
+                    total < v.token_budget,
+                    not_(any_preempted),
+                    not_(v.prefills_deferred),
+                ),
                 r.pre_num_tokens - r.pre_num_computed_tokens <= 0,
             )
             for r in v.rows

@@ -4,7 +4,8 @@ vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037). The pass
 visits `running` in order while the token budget lasts. At each turn:
 
 * the async max-tokens skip (`async_max_tokens_reached`), the PP decode
-  cadence (`decode_cadence_waits`: async with pipeline parallel) or a grant of 0
+  cadence (`decode_cadence_waits`: async with pipeline parallel), a prompt
+  chunk in a step that defers prefills (`prefill_cadence.py`) or a grant of 0
   (`running_num_new_tokens`: owed tokens, the step's threshold, the budget
   left, the position bound) moves on to the next request (`continue`);
 * otherwise the request is granted exactly that many tokens, and needs
@@ -43,7 +44,7 @@ from ..rules import (
     self_preemption_continues,
     victim_key,
 )
-from .step_walk import CADENCE, GRANT, VICTIMS, WORK, StepWalk
+from .step_walk import CADENCE, GRANT, PREFILL, VICTIMS, WORK, StepWalk
 
 
 def threshold(w: StepWalk) -> int:
@@ -107,6 +108,12 @@ def walk_running_pass(w: StepWalk) -> None:
                 f"{rid} is scheduled at schedule() {w.current_step}, fewer than {c.decode_stagger} calls after its "
                 f"last decode: the PP decode cadence holds it until call {eligible}",
             )
+        if w.defer_prefills and w.prefill_chunk.get(rid, False):
+            if granted is None:
+                i += 1
+                continue
+            w.flag(PREFILL, f"{rid} is scheduled its next prompt chunk in a step that defers prefills")
+            held_back = True  # walked on with the engine's grant, as for the decode cadence
         owed = num_owed_tokens(T + S, P, C)
         budget = min(w.token_budget, w.input_budget)
         n: int = running_num_new_tokens(owed, thr, budget, L, C, 1)

@@ -28,6 +28,7 @@ queue's prefix up to that head, less the passed-over ones
 from __future__ import annotations
 
 from ..rules import (
+    admits_a_prefill,
     allocation_fits,
     lora_counts_every_running,
     lora_limit_skips,
@@ -38,7 +39,7 @@ from ..rules import (
     waiting_num_new_tokens,
     waiting_pass_allowed,
 )
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, LORA, PREFIX_HIT, StepWalk
+from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, LORA, PREFILL, PREFIX_HIT, StepWalk
 
 
 def _recorded_hit(w: StepWalk, rid: str, expected: list[int]) -> tuple[int, ...]:
@@ -95,14 +96,17 @@ def walk_waiting_pass(w: StepWalk) -> None:
                 w.flag(GRAMMAR, f"{rid} is admitted while its grammar has not compiled")
             if r.pre_grammar_failed:
                 w.grammar_errors_found.append(rid)
+            w.skipped.append(rid)
             continue
         if r.pre_num_stale_output_tokens > 0:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
             if rid in w.new_reqs:
                 w.flag(ADMISSION, f"{rid} is admitted while output from before its preemption is still in flight")
+            w.skipped.append(rid)
             continue
         lora = w.requests[rid].lora_int_id
         if lora_limit_skips(lora, lora in loras, len(loras), c.max_loras):
             w.lora_skipped.add(rid)
+            w.skipped.append(rid)
             if rid in w.new_reqs:
                 w.flag(
                     LORA,
@@ -113,6 +117,14 @@ def walk_waiting_pass(w: StepWalk) -> None:
         expected = sh.lookup(rid, T)
         hit_blocks = _recorded_hit(w, rid, expected) if rid in w.new_reqs else tuple(expected)
         hit = len(hit_blocks) * bs if rid not in w.new_reqs else w.new_reqs[rid].num_computed_tokens
+        if w.defer_prefills and admits_a_prefill(hit, T):
+            if rid in w.new_reqs:
+                w.flag(
+                    PREFILL,
+                    f"{rid} is admitted with {T - hit} tokens of prompt to compute in a step that defers prefills",
+                )
+            stop = f"the pass stops at {rid}: the step defers prefills"
+            break
         budget = min(w.token_budget, w.input_budget)
         pad = pads_spec_decode(k, T - hit, w.prefill_scheduled, any_running_scheduled, hit, L, c.vllm_version)
         if padded_admission_breaks(pad, k, budget, hit, L, c.vllm_version):
@@ -155,6 +167,7 @@ def walk_waiting_pass(w: StepWalk) -> None:
         if r.num_scheduled_spec != drafts:
             w.flag(GRANT, f"{rid} is admitted with {r.num_scheduled_spec} padding drafts, but the rules pad {drafts}")
         w.allocate(rid, hit_blocks)
+        w.prefill_admitted |= bool(admits_a_prefill(hit, T))
         if c.max_loras is not None and lora:
             loras.add(lora)
         sh.register(rid, min(hit + granted, T))
@@ -166,6 +179,9 @@ def walk_waiting_pass(w: StepWalk) -> None:
         if rid in w.reached and rows[rid].pre_blocked or rid in w.lora_skipped:
             continue  # flagged above: an admission past its grammar wait, or past max_loras
         if rid not in admitted and rid in rows and rows[rid].pre_waiting:
-            w.flag(ADMISSION, f"{rid} is admitted, but {stop or 'the pass never reaches it'}")
+            if w.defer_prefills and admits_a_prefill(data.num_computed_tokens, rows[rid].pre_num_tokens):
+                w.flag(PREFILL, f"{rid} is admitted with prompt to compute in a step that defers prefills")
+            else:
+                w.flag(ADMISSION, f"{rid} is admitted, but {stop or 'the pass never reaches it'}")
             # The shadow follows the engine: its blocks are taken all the same.
             w.allocate(rid, data.block_ids[: data.num_computed_tokens // bs] if c.enable_prefix_caching else ())

@@ -51,13 +51,14 @@ from dataclasses import dataclass, field
 
 from ..config import SchedulerConfig
 from ..request import Request, RequestStatus
-from ..rules import lora_counts_every_running, next_decode_eligible_step
+from ..rules import lora_counts_every_running, next_decode_eligible_step, waiting_pass_allowed
 from ..trace import StepRecord
 from .catalogue import INVARIANTS, Invariant
 from .decide_running import walk_running_pass
 from .decide_update import walk_update
 from .decide_waiting import walk_waiting_pass
 from .pool_shadow import PoolShadow
+from .prefill_cadence import PrefillCadenceShadow
 from .step_walk import (
     ADMISSION,
     BLOCK_CHOICE,
@@ -65,6 +66,7 @@ from .step_walk import (
     GRAMMAR,
     GRANT,
     LORA,
+    PREFILL,
     PREFIX_HIT,
     ROLLBACK,
     STOP,
@@ -88,6 +90,7 @@ def decide(
     last_preempted: Mapping[str, int],
     grammar_errors: set[str] | None = None,
     cadence: DecodeCadence | None = None,
+    prefill: PrefillCadenceShadow | None = None,
 ) -> dict[str, str]:
     """Walk one step (aborts, schedule(), update) through `shadow`; the first problem of each decision invariant.
 
@@ -96,21 +99,29 @@ def decide(
     update took, `in_flight` the tokens still in flight after it, `last_preempted` the step of each request's
     last preemption (this step's included), `grammar_errors` the failed grammars found by a schedule() and not
     yet finished by an update (carried between steps: under async an update may come later; updated here),
-    `cadence` the schedule() count and each request's next decode-eligible call (async; updated here).
+    `cadence` the schedule() count and each request's next decode-eligible call (async; updated here), `prefill`
+    what the prefill cadence carries (`prefill_cadence.py`; updated here).
     """
     grammar_errors = grammar_errors if grammar_errors is not None else set()
     for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
     cadence = cadence if cadence is not None else DecodeCadence()
+    prefill = prefill if prefill is not None else PrefillCadenceShadow()
     if rec.scheduled:
         cadence.current_step += 1
     for rid in rec.aborted:
         cadence.eligible.pop(rid, None)
+    prefill.forget(rec.aborted)
     w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk, cadence.current_step, cadence.eligible)
+    w.defer_prefills = prefill.defers(config, requests, rec, queues[0], prefill_chunk)
     if rec.scheduled:
         walk_running_pass(w)
         walk_waiting_pass(w)
+        ran = bool(waiting_pass_allowed(len(rec.output.preempted_req_ids)))
+        admitted = sum(1 for n in rec.output.scheduled_new_reqs if n.req_id in queues[1])
+        carried = w.prefill_scheduled or w.prefill_admitted
+        prefill.after_passes(config, rec, w.defer_prefills, ran, len(queues[1]) - admitted, w.skipped, carried)
         for rid, n in rec.output.num_scheduled_tokens.items():  # Scheduler._update_after_schedule
             r = w.rows.get(rid)
             if r is not None:
@@ -127,6 +138,7 @@ def decide(
     for rid in rec.finished:
         prefill_chunk.pop(rid, None)
         cadence.eligible.pop(rid, None)
+    prefill.forget(rec.finished)
     return w.problems
 
 
@@ -252,6 +264,13 @@ def decode_cadence_exact(v: StepView) -> bool:
     return not _problem(v, CADENCE)
 
 
+def prefill_cadence_exact(v: StepView) -> bool:
+    """Monitor-only. A step that defers prefills (its DP engine core throttles it, or from 0.33.0 the local
+    interval has not passed, while a decode runs and the queue drained) schedules no prompt chunk and admits no
+    request with prompt left to compute."""
+    return not _problem(v, PREFILL)
+
+
 def rollback_exact(v: StepView) -> bool:
     """Monitor-only. C after the step is the schedule's (the hit or 0 on admission or preemption, plus the grant) less
     the drafts the absorbed output rejected, and T grew by every returned token."""
@@ -365,6 +384,16 @@ DECISIONS: tuple[Invariant, ...] = (
         f"{S} (816-820); vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule (51-56)",
         ("PP", "DECISION"),
         decode_cadence_exact,
+    ),
+    Invariant(
+        PREFILL,
+        "The prefill cadence: a step whose DP engine core throttles it, or (from 0.33.0, outside data parallel) "
+        "fewer than prefill_schedule_interval executed steps after the last prefill, while a decode runs and the "
+        "last releasing step drained the queue, schedules no prompt chunk and admits no request with prompt to "
+        "compute; the waiting pass ends at the first such request.",
+        f"{S} (750-791, 820-824, 1290-1293, 1612-1629)",
+        ("CADENCE", "DECISION"),
+        prefill_cadence_exact,
     ),
 )
 

@@ -61,6 +61,7 @@ from ..versions import holds
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
 from .decisions import DecodeCadence, decide
 from .pool_shadow import PoolShadow
+from .prefill_cadence import PrefillCadenceShadow
 from .views import StepView
 
 
@@ -106,6 +107,7 @@ class TraceReplay:
         self.shadow = PoolShadow(self.config, self.requests)
         self.prefill_chunk: dict[str, bool] = {}
         self.cadence = DecodeCadence()  # schedule() calls so far, each request's next decode-eligible call
+        self.prefill = PrefillCadenceShadow()  # the prefill cadence's carried state (`prefill_cadence.py`)
         self.in_flight: tuple[int, ...] = ()  # the last record's steps in flight, for `reseed`
         self.stale = False  # a record was skipped: `step` needs a `reseed` first
 
@@ -228,6 +230,7 @@ class TraceReplay:
             self.ranks,
             rec.state.num_skipped_waiting,
             waits,
+            frozenset(rid for rid, chunk in self.prefill_chunk.items() if chunk),
         )
         in_flight: dict[str, int] = {}
         for s in rec.in_flight:
@@ -247,8 +250,11 @@ class TraceReplay:
             self.last_preempted,
             self.grammar_errors,
             self.cadence,
+            self.prefill,
         )
-        view = dataclasses.replace(view, decision_problems=tuple(problems.items()))
+        view = dataclasses.replace(
+            view, decision_problems=tuple(problems.items()), prefills_deferred=self.prefill.deferring
+        )
         self.last = rec.state
         self._forget(rec)
         return view

@@ -40,6 +40,7 @@ ROLLBACK = "rollback-exact"
 GRAMMAR = "grammar-wait-exact"
 LORA = "lora-limit-exact"
 CADENCE = "decode-cadence-exact"
+PREFILL = "prefill-cadence-exact"
 
 
 class StepWalk:
@@ -80,6 +81,9 @@ class StepWalk:
         self.reached: set[str] = set()  # the waiting requests the pass got to (skipped ones included)
         self.grammar_errors_found: list[str] = []  # failed grammars the pass got to, for the update to finish
         self.lora_skipped: set[str] = set()  # passed over for max_loras
+        self.skipped: list[str] = []  # the waiting requests the pass passed over for a reason of their own
+        self.defer_prefills = False  # the prefill cadence holds every prefill back this step (`prefill_cadence.py`)
+        self.prefill_admitted = False  # an admission with prompt left to compute
 
     def flag(self, invariant: str, detail: str) -> None:
         """Keep the first problem of each invariant in this step."""

@@ -83,6 +83,7 @@ class Row:
     lora_waits: Bool = False
     # Pipeline parallel under async: the decode cadence holds it as schedule() starts (rules.decode_cadence_waits).
     pre_cadence_wait: Bool = False
+    pre_prefill_chunk: Bool = False  # is_prefill_chunk as schedule() starts: its last step left prompt to compute
     # After the step, 0.28.0-0.30.0 under FCFS: in vLLM's `skipped_waiting`, which a preempted request goes behind.
     post_in_skipped_queue: Bool = False
     # The step's output, for the three features.
@@ -119,6 +120,9 @@ class StepView:
     num_speculative_tokens: Int = 0
     async_scheduling: bool = False
     pipeline_parallel_size: Int = 1  # > 1: a batch queue even without async scheduling
+    # The prefill cadence held every prefill back in this step (rebuilt by the trace replay, `prefill_cadence.py`;
+    # False in a view from states or Z3 terms, which never draw an interval).
+    prefills_deferred: Bool = False
     vllm_version: str = DEFAULT_RELEASE  # concrete: the release whose rules the invariants state
     # Block-table entries beyond a block's first holder: > 0 only where prefix caching shares blocks.
     post_num_shared_block_refs: Int = 0

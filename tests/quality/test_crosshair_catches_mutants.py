@@ -105,6 +105,7 @@ DECISION_ONLY = {
     "grammar-error-dropped",
     "lora-limit-ignored",  # LoRA: no contract draws an adapter either
     "decode-cadence-ignored",  # pipeline parallel: no contract draws a pipeline
+    "prefill-cadence-ignored",  # the prefill cadence: no contract draws an interval
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

@@ -85,6 +85,7 @@ NOT_FOUND = {
     "grammar-error-dropped",
     "lora-limit-ignored",
     "decode-cadence-ignored",
+    "prefill-cadence-ignored",
 }
 # Found and shrunk in a few seconds: the default tier. The rest run with `-m slow`.
 FAST = {"Z14-double-free", "blocks-off-by-one", "Z2-no-async-max-tokens-skip", "spec-tokens-off-by-one"}

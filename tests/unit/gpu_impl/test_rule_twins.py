@@ -251,6 +251,22 @@ def test_decode_cadence_twins():
     assert got == [rules.next_decode_eligible_step(step[i], stagger[i]) for i in range(CASES)]
 
 
+def test_prefill_cadence_twins():
+    rng = random.Random(21)
+    flags = [[rng.random() < 0.5 for _ in range(CASES)] for _ in range(3)]
+    local, since = ints(rng, 1, 4), ints(rng, -3, 5)
+    got = twin.defers_prefills(t(flags[0]), t(flags[1]), t(flags[2]), t(local), t(since)).tolist()
+    want = [
+        bool(rules.defers_prefills(flags[0][i], flags[1][i], flags[2][i], local[i], since[i])) for i in range(CASES)
+    ]
+    assert got == want
+    waiting, deferred, computed, tokens = ints(rng, 0, 5), ints(rng, 0, 5), ints(rng, 0, 9), ints(rng, 1, 9)
+    got = twin.prefill_capacity_bound(t(waiting), t(deferred)).tolist()
+    assert got == [bool(rules.prefill_capacity_bound(waiting[i], deferred[i])) for i in range(CASES)]
+    got = twin.admits_a_prefill(t(computed), t(tokens)).tolist()
+    assert got == [bool(rules.admits_a_prefill(computed[i], tokens[i])) for i in range(CASES)]
+
+
 def test_num_scheduled_spec_tokens_twin_clamps_the_rule_at_zero():
     rng = random.Random(12)
     n, C, T, P = ints(rng, 1, 8), ints(rng, 0, 20), ints(rng, 1, 24), ints(rng, 0, 3)

@@ -32,6 +32,7 @@ def test_six_decisions_have_a_row_form_and_the_rest_are_left_to_the_monitors():
         "grammar-wait-exact",
         "lora-limit-exact",
         "decode-cadence-exact",
+        "prefill-cadence-exact",
     }
     for row, walk in zip(DECISION_ROWS, [d for d in DECISIONS if d.name in DECISION_ROWS_BY_NAME]):
         assert (row.sentence, row.vllm, row.ids) == (walk.sentence, walk.vllm, walk.ids)

@@ -74,6 +74,7 @@ REFUND = w(
 PASSED = w(
     [r("r0", 1, 2, prio=1), r("r1", 2, 2, at=1, prio=0)], num_gpu_blocks=3, policy="priority", async_scheduling=True
 )  # r0 is skipped (its last token is in flight, Z2) when r1 needs a block: the victim is behind the pass
+THROTTLED = w([r("r0", 4, 6), r("r1", 4, 2, at=1)], prefill_schedule_interval=2, data_parallel_size=2)
 ADAPTIVE = dict(long_prefill_token_threshold=4, long_prefill_token_threshold_adaptive=True)
 TWINS = [r("r0", 9, 2, tokens=range(9)), r("r1", 9, 2, at=4, tokens=range(9))]  # r1 hits r0's two full blocks
 STRANGERS = [r("r0", 8, 1, tokens=range(8)), r("r1", 8, 1, at=3, tokens=range(20, 28))]
@@ -141,6 +142,10 @@ GOLDEN = {
         (w([r("r0", 4, 2)], async_scheduling=True, pipeline_parallel_size=2), 1),
         w([r("r0", 4, 2)], async_scheduling=True),
     ),
+    "prefill_deferred": (  # the DP engine core throttles step 1: r1's prefill waits while r0 decodes
+        (THROTTLED.replace(throttle_prefills=(1,)), 1),
+        THROTTLED,
+    ),
     "grammar_error": (
         (w([r("r0", 4, 2, grammar=Grammar(1, fails=True)), r("r1", 4, 2)]), 1),
         w([r("r0", 4, 2, grammar=Grammar(1)), r("r1", 4, 2)]),
@@ -191,7 +196,7 @@ def test_the_map_names_every_cell_once_and_every_impossible_rule_has_a_reason():
     assert len(MODES) == 16 and len(set(ALL_CELLS)) == len(EVENTS) * 16
     assert all(i.event in EVENTS and i.reason and i.modes for i in IMPOSSIBLE)
     assert all(any(i.where(m) for m in MODES) for i in IMPOSSIBLE)  # no rule that covers nothing
-    assert len(POSSIBLE_CELLS) == 354 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 62
+    assert len(POSSIBLE_CELLS) == 370 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 62
 
 
 def test_no_impossible_cell_is_reached_on_a_bounded_sample():
@@ -208,12 +213,12 @@ def test_no_impossible_cell_is_reached_on_a_bounded_sample():
 def test_the_summary_lists_what_was_never_reached_and_the_markdown_shows_it():
     reached = Counter({cell("skip", MODES[4]): 3})  # fcfs-async
     s = summary(reached)
-    assert s["cells_reached"] == 1 and s["cells_possible"] == 354 and len(s["never_reached"]) == 353
+    assert s["cells_reached"] == 1 and s["cells_possible"] == 370 and len(s["never_reached"]) == 369
     # A sync skip needs pipeline parallel's batch queue, which the spec has without spec decode only.
     assert s["counts"][cell("skip", MODES[4])] == 3 and "skip@fcfs-sync-spec" not in s["counts"]
     text = "\n".join(markdown_lines(s))
-    assert "1 of 354 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
-    assert "Never reached (353 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
+    assert "1 of 370 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
+    assert "Never reached (369 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
     assert "- skip: fcfs-sync, fcfs-sync-caching, fcfs-async-caching, fcfs-async-spec," in text
 
 
