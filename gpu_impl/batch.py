@@ -58,6 +58,7 @@ def build_state(workloads: Sequence[Workload], device: torch.device) -> BatchSta
         max((len(w.requests) for w in workloads), default=1),
         device,
         fillers=[w.filler_token_id for w in workloads],
+        throttled=any(w.throttle_prefills for w in workloads),
     )
     entries = []
     for b, w in enumerate(workloads):

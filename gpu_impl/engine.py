@@ -72,7 +72,7 @@ class TorchEngine:
     def __init__(self, config: SchedulerConfig, device: str | torch.device | None = None) -> None:
         self.config = config
         self.device = pick_device(device)
-        self.st = BatchState([config], 16, self.device)
+        self.st = BatchState([config], 16, self.device, throttled=True)  # a call may throttle: keep the cadence
         self.ids: list[str] = []  # slot -> request id
         self.requests: list[Request] = []  # slot -> request
         self.slot: dict[str, int] = {}

@@ -240,7 +240,10 @@ class BatchState:
         stops: int = 0,
         planted: int = 0,
         fillers: Sequence[int] | None = None,
+        throttled: bool = False,
     ) -> None:
+        """`throttled`: some schedule() call may come with `throttle_prefills=True` (a workload that says so, or an
+        engine driven call by call), so the prefill cadence's state is kept whatever the configs."""
         dev = self.device = torch.device(device)
         B = self.B = len(configs)
         self.R = max(int(capacity), 1)
@@ -281,7 +284,8 @@ class BatchState:
         self.current_step = torch.zeros(B, dtype=I64, device=dev)
         self.prefill_interval = col(x.prefill_schedule_interval for x in c)
         self.local_interval = col(x.local_prefill_interval for x in c)
-        self.any_prefill_cadence = any(x.prefill_schedule_interval > 1 for x in c)
+        # vLLM keeps the cadence's state for every config; it decides something only with an interval or a throttle.
+        self.any_prefill_cadence = throttled or any(x.prefill_schedule_interval > 1 for x in c)
         self.capacity_bound = torch.zeros(B, dtype=BOOL, device=dev)
         self.num_executed = torch.zeros(B, dtype=I64, device=dev)
         self.last_prefill = -self.local_interval  # one interval back: the first step is never held
@@ -435,7 +439,7 @@ class BatchState:
         )
         self.status = torch.where(mask, status, self.status)
         if self.any_prefill_cadence:  # an arrival that waits joins `deferred_waiting` (_enqueue_waiting_request)
-            self.deferred = self.deferred | (blocked & (self.prefill_interval > 1)[:, None])
+            self.deferred = self.deferred | blocked
 
     @property
     def tracks_reach(self) -> bool:

@@ -131,8 +131,7 @@ def _defers_prefills(st: BatchState, running: Tensor, throttle: Tensor | None) -
     throttled = throttle if throttle is not None else torch.zeros_like(st.capacity_bound)
     any_decode = (running & ~st.chunk).any(1)
     since = st.num_executed + 1 - st.last_prefill
-    defer = rules.defers_prefills(throttled, st.capacity_bound, any_decode, st.local_interval, since)
-    return defer & (st.prefill_interval > 1)
+    return rules.defers_prefills(throttled, st.capacity_bound, any_decode, st.local_interval, since)
 
 
 def _after_the_passes(
@@ -141,18 +140,17 @@ def _after_the_passes(
     """What the step leaves the cadence (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1548, 1612-1629)):
     admissions leave `deferred_waiting` and the pass's skips join it; a release step sets the capacity flag; the
     local cadence counts executed steps and stamps the last one that carried a prefill."""
-    on = st.prefill_interval > 1
     admitted = torch.zeros_like(st.deferred)
-    prefill_admitted = torch.zeros_like(on)
+    prefill_admitted = torch.zeros_like(st.capacity_bound)
     if wp is not None:
         admitted = admitted.scatter(1, wp.order, wp.admitted)
         skipped = torch.zeros_like(st.deferred).scatter(1, wp.order, wp.skipped)
-        st.deferred = (st.deferred & ~admitted) | (skipped & on[:, None])
+        st.deferred = (st.deferred & ~admitted) | skipped
         # C is the hit for an admission here (its advance comes after): prompt left beyond the last token?
         prefill_admitted = (admitted & rules.admits_a_prefill(st.C, st.num_tokens())).any(1)
     waiting = st.waiting_mask()
     bound = rules.prefill_capacity_bound(waiting.long().sum(1), (st.deferred & waiting).long().sum(1))
-    st.capacity_bound = torch.where(on & allowed & ~defer, bound, st.capacity_bound)
+    st.capacity_bound = torch.where(allowed & ~defer, bound, st.capacity_bound)
     local = st.local_interval > 1
     st.num_executed = st.num_executed + (local & (n_sched.sum(1) > 0)).long()
     carried = local & (prefill_scheduled | prefill_admitted)

@@ -88,15 +88,14 @@ class MonitoredSchedulerMixin:
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._live_before("S")
-        if (live := self._session()) is not None and (kwargs.get("throttle_prefills") or any(args[:1])):
-            live.scope_out("schedule(throttle_prefills=True)")
+        throttled = bool(kwargs.get("throttle_prefills") or any(args[:1]))  # a DP engine core's step off its cadence
         self.__dict__["_live_in_schedule"] = True
         try:
             so = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
             self.__dict__["_live_in_schedule"] = False
         if (live := self._session()) is not None:
-            live.on_schedule(so)
+            live.on_schedule(so, throttled)
         return so
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:

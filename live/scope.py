@@ -63,7 +63,6 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
         for knob, assumed in (
             ("max_num_queued_reqs", None),
             ("max_num_queued_tokens", None),
-            ("prefill_schedule_interval", 1),
         ):
             if g(sched, knob, assumed) != assumed:
                 found.append(f"scheduler knob {knob}={g(sched, knob)}")

@@ -292,7 +292,8 @@ class LiveSession:
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
 
-    def on_schedule(self, so: Any) -> None:
+    def on_schedule(self, so: Any, throttled: bool = False) -> None:
+        """`throttled`: the call had `throttle_prefills=True` (`Workload.throttle_prefills`)."""
         if not self.on:
             return
         try:
@@ -311,6 +312,7 @@ class LiveSession:
                     ),
                     lambda: _light_output(so),
                     grammars,
+                    throttled,
                 )
             if d is not None and self.capture is not None:
                 spec = d["scheduled_spec_decode_tokens"]
@@ -320,7 +322,13 @@ class LiveSession:
                 if len(self._steps_of) > 8:  # outputs that scheduled nothing may never be absorbed
                     del self._steps_of[next(iter(self._steps_of))]
                 self._write(
-                    {"kind": "schedule", "step": step, "output": d, **({"grammars": grammars} if grammars else {})}
+                    {
+                        "kind": "schedule",
+                        "step": step,
+                        "output": d,
+                        **({"grammars": grammars} if grammars else {}),
+                        **({"throttle_prefills": True} if throttled else {}),
+                    }
                 )
                 self.capture.flush()
         except Exception as e:  # noqa: BLE001 - see guard

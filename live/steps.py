@@ -59,6 +59,7 @@ class _Open:
     updated_step: int | None = None
     drafts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     grammars: dict[str, bool] = field(default_factory=dict)  # compiles its schedule() found done
+    throttled: bool = False  # its schedule() had throttle_prefills=True
     state: StateSummary | None = None
     in_flight: tuple[int, ...] = ()
     last: str = ""  # the last event: "A", "S", "U" or "D"
@@ -127,9 +128,11 @@ class StepAssembler:
         output: Callable[[], SchedulerOutput],
         light: Callable[[], SchedulerOutput] | None = None,
         grammars: Mapping[str, bool] | None = None,
+        throttled: bool = False,
     ) -> None:
         rec = self._open("S")
         rec.grammars.update(grammars or {})
+        rec.throttled = throttled
         rec.output = output() if light is None or self.full(rec.step) else light()
         rec.scheduled = True
         rec.schedule_call = self.schedule_calls
@@ -200,5 +203,6 @@ class StepAssembler:
                 in_flight=rec.in_flight,
                 aborted_mid_step=tuple(rec.aborted_mid_step),
                 grammars=dict(rec.grammars),
+                throttle_prefills=rec.throttled,
             )
             self.emit(record, rec.schedule_call)

@@ -217,6 +217,8 @@ def config(
         "speculative_method": spec.method if spec is not None else "ngram",
         "async_scheduling": async_scheduling,
         "pipeline_parallel_size": int(getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1) or 1),
+        "prefill_schedule_interval": int(getattr(sc, "prefill_schedule_interval", 1) or 1),
+        "data_parallel_size": int(getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1),
         "max_loras": vllm_config.lora_config.max_loras if getattr(vllm_config, "lora_config", None) else None,
         "vllm_version": release,
     }

@@ -47,4 +47,20 @@ def replay_seed(scheduler: Any, hash_source: Callable[[str], Sequence[Hashable]]
         num_cached={rid: n for rid, n in manager.num_cached_block.items() if rid in blocks},
         hash_source=hash_source,
         decode_eligible={r.request_id: r.next_decode_eligible_step for r in requests if r.next_decode_eligible_step},
+        prefill_capacity_bound=bool(getattr(scheduler, "prefill_capacity_bound", False)),
+        deferred_waiting=frozenset(r.request_id for r in _deferred(scheduler)),
+        num_executed_steps=int(getattr(scheduler, "num_executed_steps", 0)),
+        last_prefill_step=_last_prefill(scheduler),
     )
+
+
+def _deferred(scheduler: Any) -> Any:
+    """vLLM's `deferred_waiting` (0.31.0 on); before, the same requests sit in `skipped_waiting`."""
+    deferred = getattr(scheduler, "deferred_waiting", None)
+    return deferred if deferred is not None else list(getattr(scheduler, "skipped_waiting", ()) or ())
+
+
+def _last_prefill(scheduler: Any) -> int | None:
+    """`last_prefill_step` (0.33.0), None while it is still the initial one interval back."""
+    last = getattr(scheduler, "last_prefill_step", None)
+    return None if last is None or last < 0 else int(last)

@@ -47,6 +47,7 @@ NUM_SAMPLED_TOKENS_PER_STEP = 1  # generate models; 0 only for pooling and diffu
 DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 for ngram-like drafters, as for none
 # ngram-like drafters need no lookahead slots (vllm/config/vllm.py:VllmConfig.num_lookahead_tokens)
 NUM_LOOKAHEAD_TOKENS = 0
+NO_PREFILL_CADENCE = PrefillCadence()  # a fresh state: nothing deferred, no step counted
 
 
 class Scheduler(SchedulerUpdates):
@@ -60,7 +61,7 @@ class Scheduler(SchedulerUpdates):
         finished_req_ids: set[str],
         current_step: int,
         grammar_compile_error_reqs: set[str] | None = None,
-        prefill_cadence: PrefillCadence = PrefillCadence(),
+        prefill_cadence: PrefillCadence = NO_PREFILL_CADENCE,
     ) -> None:
         self.config = config
         self.requests = requests
@@ -75,7 +76,7 @@ class Scheduler(SchedulerUpdates):
         self.grammar_compile_error_reqs: set[str] = grammar_compile_error_reqs or set()
         self.max_model_len = config.max_model_len
         self.num_spec_tokens = config.num_speculative_tokens
-        # The prefill cadence (spec.state.PrefillCadence): kept only when it can decide anything (an interval).
+        # The prefill cadence (spec.state.PrefillCadence): kept for every config, as any schedule() may be throttled.
         self.prefill_capacity_bound = prefill_cadence.prefill_capacity_bound
         self.deferred_waiting: set[str] = set(prefill_cadence.deferred_waiting)
         self.num_executed_steps = prefill_cadence.num_executed_steps
@@ -88,7 +89,7 @@ class Scheduler(SchedulerUpdates):
         live = LiveRequest(request, self.config.block_size)
         self.waiting.add_request(live)
         self.requests[request.request_id] = live
-        if self.config.prefill_schedule_interval > 1 and live.status in BLOCKED_STATUSES:
+        if live.status in BLOCKED_STATUSES:
             self.deferred_waiting.add(request.request_id)  # Scheduler._enqueue_waiting_request
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
@@ -118,7 +119,7 @@ class Scheduler(SchedulerUpdates):
         # The prefill cadence: hold every prefill back this step, DP-throttled or (0.33.0, no DP) local, while a
         # decode runs and the last release step drained the queue
         # (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (750-791)).
-        defer_prefills = config.prefill_schedule_interval > 1 and rules.defers_prefills(
+        defer_prefills = rules.defers_prefills(
             throttle_prefills,
             self.prefill_capacity_bound,
             any(not r.is_prefill_chunk for r in self.running),
@@ -331,12 +332,11 @@ class Scheduler(SchedulerUpdates):
                     scheduled_spec_decode_tokens[request.request_id] = (-1,) * self.num_spec_tokens
             # Skipped requests go back to the head in their original order (T38, Z5).
             self.waiting.prepend_requests(step_skipped_waiting)
-            if config.prefill_schedule_interval > 1:
-                self.deferred_waiting.update(r.request_id for r in step_skipped_waiting)
-                if not defer_prefills:  # a release step: could it drain the queue? (1612-1616)
-                    self.prefill_capacity_bound = rules.prefill_capacity_bound(
-                        len(self.waiting), len(self.deferred_waiting)
-                    )
+            self.deferred_waiting.update(r.request_id for r in step_skipped_waiting)
+            if not defer_prefills:  # a release step: could it drain the queue? (1612-1616)
+                self.prefill_capacity_bound = rules.prefill_capacity_bound(
+                    len(self.waiting), len(self.deferred_waiting)
+                )
         if config.local_prefill_interval > 1:  # the local cadence counts executed steps (1619-1629)
             if num_scheduled_tokens:
                 self.num_executed_steps += 1

@@ -126,8 +126,7 @@ class PrefillCadence:
     output) or that arrived blocked, until admitted or finished; before 0.31.0 the same requests are vLLM's
     `skipped_waiting`. `prefill_capacity_bound`: the last step that did not defer left a waiting request it could
     have served. `last_prefill_step` is None until set: vLLM starts it one interval back. vLLM keeps them for
-    every config; they decide nothing unless `prefill_schedule_interval` > 1, so the spec keeps them only then,
-    and every other state stays as it was.
+    every config, since any schedule() may be throttled, and so does the spec.
     """
 
     prefill_capacity_bound: bool = False

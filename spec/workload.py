@@ -97,7 +97,7 @@ class Workload:
     filler_token_id: int = DEFAULT_FILLER_TOKEN_ID
     # The prefill cadence of a data-parallel engine: the steps whose schedule() its DP engine core calls with
     # `throttle_prefills=True` (vllm/v1/engine/core.py:DPEngineCoreProc._should_throttle_prefills: off the cadence
-    # of its step counter, which all ranks share). Needs config.data_parallel_size > 1; ascending, no repeats.
+    # of its step counter, which all ranks share; vLLM's own tests call it so on any scheduler). Ascending, once each.
     throttle_prefills: tuple[int, ...] = ()
     _by_id: dict[str, WorkloadRequest] = field(init=False, repr=False, compare=False)
     # The engine loop asks for each step's arrivals and aborts: indexed once, so a step
@@ -299,13 +299,6 @@ def _check(w: Workload) -> None:
     """The rules a schema cannot say: unique ids, known abort targets, vLLM's input validation."""
     L = w.config.max_model_len
     steps = w.throttle_prefills
-    if steps and (w.config.data_parallel_size == 1 or w.config.prefill_schedule_interval == 1):
-        raise SpecError(
-            "workload.throttle_prefills",
-            list(steps),
-            "needs config.data_parallel_size > 1 and prefill_schedule_interval > 1: only a DP engine core with a "
-            "cadence throttles",
-        )
     for i, s in enumerate(steps):
         if not isinstance(s, int) or isinstance(s, bool) or s < 0 or (i and s <= steps[i - 1]):
             raise SpecError(f"workload.throttle_prefills[{i}]", s, "must be a step >= 0, ascending, each once")

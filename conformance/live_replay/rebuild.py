@@ -306,6 +306,10 @@ def _workload(
             name=f"live-{s.id[:12]}",
             description=f"rebuilt from the live capture {s.header.path}, session {s.id}",
             max_steps=max(1, len(loop)),
+            # The steps whose schedule() was called with throttle_prefills=True (a DP engine core's, or a test's).
+            throttle_prefills=tuple(
+                i for i, st in enumerate(loop) if st.schedule is not None and st.schedule.data.get("throttle_prefills")
+            ),
         )
     except SpecError as e:  # name the capture's line, not the rebuilt workload's index
         head, _, rest = e.where.partition("]")
@@ -357,6 +361,7 @@ def _record(
         scheduled=st.schedule is not None,
         aborted_mid_step=tuple(rid for line in st.mid_step_aborts for rid in line.data["request_ids"]),
         grammars=dict(st.schedule.data.get("grammars", {})) if st.schedule is not None else {},
+        throttle_prefills=st.schedule is not None and bool(st.schedule.data.get("throttle_prefills")),
     )
 
 

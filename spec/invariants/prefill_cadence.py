@@ -13,8 +13,9 @@ That decision reads what no record states outright, so it is carried here
 from step to step, from the records alone: the requests the waiting pass
 passed over for a reason of their own or that arrived blocked
 (`deferred_waiting`), the capacity flag, and the executed steps and the last
-prefill-carrying one. It is kept only when the config has an interval, as
-vLLM's flags decide nothing otherwise.
+prefill-carrying one. It is kept for every config, as vLLM keeps it: a
+step's schedule() may be throttled whatever the interval (vLLM's own tests
+call it so).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class PrefillCadenceShadow:
     ) -> bool:
         """Whether this record's schedule() defers prefills; arrivals that wait for a grammar join the deferred."""
         self.deferring = False
-        if config.prefill_schedule_interval == 1 or not rec.scheduled:
+        if not rec.scheduled:
             return False
         self.deferred.update(rid for rid in rec.added if requests[rid].structured_output)
         last = -config.local_prefill_interval if self.last_prefill_step is None else self.last_prefill_step
@@ -76,7 +77,7 @@ class PrefillCadenceShadow:
     ) -> None:
         """What the step leaves for the next: admissions leave the deferred set, the pass's skips join it, a step
         that did not defer sets the capacity flag, and the local cadence counts the step."""
-        if config.prefill_schedule_interval == 1 or not rec.scheduled:
+        if not rec.scheduled:
             return
         self.deferred.difference_update(n.req_id for n in rec.output.scheduled_new_reqs)
         self.deferred.update(skipped)

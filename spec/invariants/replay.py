@@ -81,6 +81,12 @@ class ReplaySeed:
     hash_source: Callable[[str], Sequence[Hashable]]
     # next_decode_eligible_step of each request that has one (async with PP; vLLM's counter is the replay's own)
     decode_eligible: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # The prefill cadence's state (`prefill_cadence.py`): the capacity flag, the deferred waiting requests, the
+    # executed steps and the last prefill-carrying one (None: never, one interval back).
+    prefill_capacity_bound: bool = False
+    deferred_waiting: frozenset[str] = frozenset()
+    num_executed_steps: int = 0
+    last_prefill_step: int | None = None
 
 
 class TraceReplay:
@@ -162,6 +168,10 @@ class TraceReplay:
         self.spec = {rid: n for rid, n in seed.drafts.items() if n}
         self.prefill_chunk = {rid: True for rid, chunk in seed.prefill_chunk.items() if chunk}
         self.cadence.eligible = {rid: n for rid, n in seed.decode_eligible.items() if n}
+        self.prefill.capacity_bound = seed.prefill_capacity_bound
+        self.prefill.deferred = set(seed.deferred_waiting)
+        self.prefill.num_executed_steps = seed.num_executed_steps
+        self.prefill.last_prefill_step = seed.last_prefill_step
         self.shadow = PoolShadow.seeded(
             self.config, self.requests, seed.hash_source, seed.free_queue, seed.blocks, seed.cached, seed.num_cached
         )

@@ -108,12 +108,12 @@ def compare_seed(scheduler, replay):
 SEEN = []
 
 
-class PlantedWithPrefillCadence(Planted):
-    """The same, with vLLM's config setting the DP prefill cadence (inert without DP, but outside the spec until
-    issue #36 models it), so the monitors must stay quiet."""
+class PlantedWithQueueLimit(Planted):
+    """The same, with vLLM's config setting a waiting-queue limit (never reached here, but outside the spec), so
+    the monitors must stay quiet."""
 
     def __init__(self, vllm_config, *args, **kwargs):
-        object.__setattr__(vllm_config.scheduler_config, "prefill_schedule_interval", 4)
+        object.__setattr__(vllm_config.scheduler_config, "max_num_queued_reqs", 64)
         super().__init__(vllm_config, *args, **kwargs)
 '''
 
@@ -176,8 +176,17 @@ SYNC = [
     ("stops", 3),
     ("structured-output", 8),  # grammars that wait and that fail, under PRIORITY: judged, not declared
     ("pipeline-parallel", 8),  # a synchronous pipeline: steps in flight, a victim whose decode is in flight
+    ("prefill-cadence", 0),  # the local cadence (0.33.0): prefills held while decodes fill the steps
+    ("prefill-cadence", 3),  # a DP rank: schedule(throttle_prefills=True) off the cadence, captured and judged
 ]
-ASYNC = [("async", 0), ("async", 1), ("async", 2), ("structured-output", 6), ("pipeline-parallel", 4)]
+ASYNC = [
+    ("async", 0),
+    ("async", 1),
+    ("async", 2),
+    ("structured-output", 6),
+    ("pipeline-parallel", 4),
+    ("prefill-cadence", 6),
+]
 
 
 @pytest.mark.slow_ok("seven families in the monitored class, each capture replayed and re-run on a stock driver")
@@ -272,9 +281,7 @@ def test_replay_finds_the_planted_bug_in_an_unmonitored_capture(monkeypatch, pyt
 def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pythonpath, tmp_path):
     w = planted_workload()
     cap = tmp_path / "cap.jsonl"
-    eng = engine(
-        monkeypatch, pythonpath, "planted_sched.PlantedWithPrefillCadence", f"mode=raise,capture={cap}", w.config
-    )
+    eng = engine(monkeypatch, pythonpath, "planted_sched.PlantedWithQueueLimit", f"mode=raise,capture={cap}", w.config)
     try:
         run(eng, w)  # the same bug; nothing raised, because the monitors know they are out of scope
         eng._stderr.seek(0)
@@ -282,7 +289,7 @@ def test_out_of_scope_logs_once_and_switches_the_monitors_off(monkeypatch, pytho
     finally:
         eng.close()
     lines = [line for line in log.splitlines() if "outside what the spec models" in line]
-    feature = "scheduler knob prefill_schedule_interval=4"
+    feature = "scheduler knob max_num_queued_reqs=64"
     assert len(lines) == 1 and feature in lines[0], log[-3000:]
     header = sessions(cap)[-1][0]
     assert header["out_of_scope"] == [feature] and "no-starvation-after-prepend" in header["monitors_off"]

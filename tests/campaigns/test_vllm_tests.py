@@ -8,7 +8,7 @@ tests that once broke the live wrapper or that drive the scheduler outside
 what the spec models must be declared by name: a scheduler built with
 `object.__new__` (the structured-output FSM abort), requests put into
 `scheduler.requests` without `add_request` (sampling-mask routing),
-`schedule(throttle_prefills=True)`, `reset_prefix_cache()`, and a paused
+two schedules before an update, `reset_prefix_cache()`, and a paused
 scheduler's KV cache released. Each must pass as it does without the
 monitors, with no wrapper error, and be declared out of scope by name,
 never judged. The whole suite over every release is `tests/slow/`
@@ -34,7 +34,8 @@ SLICE = {
     "test_abort_request_when_structured_output_fsm_cannot_advance": None,  # no session: built without __init__
     "test_update_from_output_routes_sampling_masks_by_request": "requests put into scheduler.requests without add_request()",
     "test_update_from_output_routes_multi_position_sampling_masks": "requests put into scheduler.requests without add_request()",
-    "test_throttle_defers_inflight_prefill_chunk": "schedule(throttle_prefills=True)",
+    # The throttle is judged (#36); this test also schedules twice before an update, which no engine loop does.
+    "test_throttle_defers_inflight_prefill_chunk": "a synchronous scheduler with two batches in flight",
     "test_scheduler_reset_prefix_cache": "reset_prefix_cache(): the prefix cache emptied outside schedule()",
     "test_kv_cache_release_after_keep_pause_preserves_requests": "a preemption outside schedule()",
 }  # fmt: skip

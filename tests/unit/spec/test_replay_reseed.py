@@ -21,7 +21,16 @@ from schedspec.spec.invariants.replay import ReplaySeed, TraceReplay
 from schedspec.spec.invariants.step_walk import BLOCK_CHOICE
 from schedspec.spec.trace import Trace
 
-FAMILIES = ["prefix-caching", "spec-decode", "async", "kv-pressure", "priority", "aborts"]
+FAMILIES = [
+    "prefix-caching",
+    "spec-decode",
+    "async",
+    "kv-pressure",
+    "priority",
+    "aborts",
+    "pipeline-parallel",
+    "prefill-cadence",
+]
 
 
 def _records(workload):
@@ -56,6 +65,10 @@ def _seed_of(replay: TraceReplay, longest) -> ReplaySeed:
         num_cached=dict(sh.num_cached),
         hash_source=lambda rid: longest.get(rid, ()),
         decode_eligible=dict(replay.cadence.eligible),
+        prefill_capacity_bound=replay.prefill.capacity_bound,
+        deferred_waiting=frozenset(replay.prefill.deferred),
+        num_executed_steps=replay.prefill.num_executed_steps,
+        last_prefill_step=replay.prefill.last_prefill_step,
     )
 
 

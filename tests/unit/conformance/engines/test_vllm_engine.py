@@ -256,3 +256,24 @@ def test_vllm_agrees_on_aborts_between_the_schedule_and_the_update(factory: Shar
         assert result.outcome == "matched", (w.name, result.divergence, result.error)
         mid_steps += sum(1 for r in result.records_b if r.aborted_mid_step)
     assert mid_steps > 0
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("family", "index"),
+    [("pipeline-parallel", 4), ("pipeline-parallel", 8), ("prefill-cadence", 0), ("prefill-cadence", 3)],
+)
+def test_vllm_agrees_on_the_pipeline_and_the_prefill_cadence(
+    factory: SharedDriverFactory, family: str, index: int
+) -> None:
+    """Pipeline parallel (a batch queue of pp, the async decode cadence) and the prefill cadence (the local one, and
+    a DP engine core's `schedule(throttle_prefills=True)`), through the driver at level `blocks`."""
+    from schedspec.conformance.harness.differ import diff
+    from schedspec.conformance.workloads.families import generate
+    from schedspec.reference_impl import ReferenceEngine
+
+    w = generate(family, 0, index)
+    result = diff(w, ReferenceEngine, factory, "blocks", keep_records=True)
+    assert result.outcome == "matched", (w.name, result.divergence, result.error)
+    flags = [r.throttle_prefills for r in result.records_b]
+    assert any(flags) == bool(w.throttle_prefills)
