@@ -56,7 +56,7 @@ class WaitingPass:
     resumed: Tensor  # [B, R] admitted from PREEMPTED (by position)
     count: Tensor  # [B] admitted
     padded: Tensor  # [B, R] a padded spec-decode admission (by position)
-    skipped: Tensor | None = None  # [B, R] reached and passed over (by position): they join `deferred_waiting`
+    skipped: Tensor  # [B, R] reached and passed over (by position): they join `deferred_waiting`
 
 
 def waiting_pass(

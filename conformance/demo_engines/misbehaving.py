@@ -113,9 +113,9 @@ class _ExitsAsTold(ReferenceEngine):
         self._maybe_exit("add_request")
         super().add_request(request)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self._maybe_exit("schedule")
-        return super().schedule()
+        return super().schedule(throttle_prefills)
 
     def summary(self) -> StateSummary:
         self._maybe_exit("summary")
@@ -145,8 +145,8 @@ class _Mistyped(ReferenceEngine):
         super().__init__(config)
         self.field, self.as_type = field, as_type
 
-    def schedule(self) -> SchedulerOutput:
-        out = super().schedule()
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        out = super().schedule(throttle_prefills)
         if self.field == "tokens" and out.num_scheduled_tokens:
             # `True` only where it still equals the count (1), so a harness that compared first would pass it.
             grants = {
@@ -196,8 +196,8 @@ class _CoinFlip(ReferenceEngine):
         super().__init__(config)
         self._rng = random.Random(os.urandom(8))
 
-    def schedule(self) -> SchedulerOutput:
-        out = super().schedule()
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        out = super().schedule(throttle_prefills)
         items = list(out.num_scheduled_tokens.items())
         if items and self._rng.random() < 0.2:
             rid, n = items[-1]
@@ -233,8 +233,8 @@ class _Mutating(ReferenceEngine):
             self._last.num_scheduled_tokens.clear()  # type: ignore[attr-defined]
         return finished
 
-    def schedule(self) -> SchedulerOutput:
-        self._last = super().schedule()
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        self._last = super().schedule(throttle_prefills)
         return self._last
 
 

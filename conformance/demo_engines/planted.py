@@ -62,9 +62,9 @@ class PerturbedEngine(ReferenceEngine):
         super().__init__(config)
         self.field, self.at_step, self.step = field, step, -1
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self.step += 1
-        out = super().schedule()
+        out = super().schedule(throttle_prefills)
         return _perturb_output(self.field, out) if self.step == self.at_step and self.field in OUTPUT_FIELDS else out
 
     def summary(self) -> StateSummary:
@@ -83,11 +83,11 @@ class FailingAt(ReferenceEngine):
         super().__init__(config)
         self.at_step, self.step, self.fail = step, -1, fail
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self.step += 1
         if self.step == self.at_step:
             return self.fail()  # type: ignore[return-value]
-        return super().schedule()
+        return super().schedule(throttle_prefills)
 
 
 def _raise() -> object:

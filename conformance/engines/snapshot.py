@@ -131,7 +131,7 @@ class Snapshotting:
         return decode("abort_request", encode("abort_request", self._engine.abort_request(request_id)))
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
-        out = self._engine.schedule(throttle_prefills=True) if throttle_prefills else self._engine.schedule()
+        out = self._engine.schedule(throttle_prefills=True) if throttle_prefills else self._engine.schedule()  # type: ignore[call-arg]
         return decode("schedule", encode("schedule", out))
 
     def summary(self) -> StateSummary:
