@@ -216,9 +216,10 @@ def config(
         "num_speculative_tokens": int(spec.num_speculative_tokens) if spec is not None else 0,
         "speculative_method": spec.method if spec is not None else "ngram",
         "async_scheduling": async_scheduling,
-        "pipeline_parallel_size": int(getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1) or 1),
+        # In `SchedulerConfig`'s field order: a capture's header is written byte for byte as a fixture's.
         "prefill_schedule_interval": int(getattr(sc, "prefill_schedule_interval", 1) or 1),
         "data_parallel_size": int(getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1),
+        "pipeline_parallel_size": int(getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1) or 1),
         "max_loras": vllm_config.lora_config.max_loras if getattr(vllm_config, "lora_config", None) else None,
         "vllm_version": release,
     }

@@ -113,6 +113,6 @@ def test_z5_needs_a_deeper_pipeline_than_the_engine_loop():
 def test_z5_is_killed_by_the_engine_loop_under_pipeline_parallel(checker, what):
     """A pipeline keeps a victim's output in flight at the next schedule(): the mutant is live in the loop."""
     finding = kill_by_campaign(
-        BY_NAME["Z5-skipped-reversed"], checker, examples=20, families=["pipeline-parallel"], shrink_calls=300
-    )
-    assert finding is not None and (finding.what, finding.examples, finding.size) == (what, 1, (3, 0, 23, 15, 3, 33))
+        BY_NAME["Z5-skipped-reversed"], checker, examples=20, families=["pipeline-parallel"], shrink_calls=0
+    )  # unshrunk: 300 shrink calls take it to 33 steps, at 8 s a checker
+    assert finding is not None and (finding.what, finding.examples, finding.size) == (what, 1, (3, 0, 23, 20, 4, 160))
