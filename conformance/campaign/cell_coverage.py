@@ -112,7 +112,8 @@ SYNC_OWES = (
     "finished on max_model_len): the pass grants each request it reaches something"
 )
 # Pipeline parallel keeps steps in flight in a synchronous engine too (a batch queue of pp_size), so a sync mode
-# reaches skips and stale output, except with spec decode, which the spec runs under PP only asynchronously.
+# reaches skips and stale output, except with spec decode, which the spec runs under PP only asynchronously. A
+# victim the pass passed over needs no skip in sync spec decode either: the prefill cadence holds prompt chunks.
 SYNC_SPEC_HAS_NO_PP = (
     "; and pipeline parallel, whose batch queue keeps a synchronous step in flight, is modelled with spec decode "
     "only under async scheduling (spec/config.py)"
@@ -137,7 +138,6 @@ IMPOSSIBLE: tuple[Impossible, ...] = (
         "FCFS preempts the tail, never a request behind the one being served",
     ),
     Impossible("skip", _sync_spec_decode, "sync spec decode", SYNC_OWES + SYNC_SPEC_HAS_NO_PP),
-    Impossible("preempt_skipped", _sync_spec_decode, "sync spec decode", "it needs a skip: " + SYNC_OWES),
     Impossible(
         "length_clamp",
         lambda m: not m.async_scheduling and not m.spec_decode,

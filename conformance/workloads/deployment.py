@@ -129,15 +129,53 @@ def with_prefill_cadence(d: Draw, workload: Workload) -> Workload:
     """`workload` with `prefill_schedule_interval` 2 to 4. Half the draws are a data-parallel rank
     (`data_parallel_size` 2), whose DP engine core throttles every step off its cadence (`step % interval != 0`,
     the counter all ranks share, here never reset by an idle wave); the other half keep the cadence themselves,
-    which only 0.33.0 does (`local-prefill-cadence`: older releases ignore the knob without DP)."""
+    which only 0.33.0 does (`local-prefill-cadence`: older releases ignore the knob without DP). Half the PRIORITY
+    draws are instead the episode of `held_chunk_preempted`, in the draw's modes."""
     interval = d.choice([2, 2, 3, 4])
     config = dataclasses.replace(workload.config, prefill_schedule_interval=interval)
+    if config.policy == "priority" and d.bool():
+        return held_chunk_preempted(d, config)
     if not d.bool():
         return workload.replace(config=config)
     config = dataclasses.replace(config, data_parallel_size=2)
     horizon = min(workload.max_steps, MAX_THROTTLED_STEPS * interval // (interval - 1))
     throttled = tuple(s for s in range(horizon) if s % interval)
     return workload.replace(config=config, throttle_prefills=throttled)
+
+
+def held_chunk_preempted(d: Draw, config: SchedulerConfig) -> Workload:
+    """A DP rank's throttled steps hold a long prompt's chunks back while a decode behind it grows into a full pool.
+
+    `low` (a worse priority) arrives alone and is admitted first; `high` arrives a step later and is admitted
+    behind it in `running`. From step 2 every step is throttled, so the pass passes over `low`'s next chunk, and
+    when `high`'s decode needs a block the pool has none: PRIORITY preempts `low`, a request the pass has already
+    passed over (`preempt_skipped`), in the synchronous spec-decode modes too, where nothing else skips.
+    """
+    config = dataclasses.replace(
+        config,
+        block_size=4,
+        num_gpu_blocks=d.int(5, 6),
+        max_model_len=64,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        long_prefill_token_threshold=4,
+        long_prefill_token_threshold_adaptive=False,
+        enable_chunked_prefill=True,
+        scheduler_reserve_full_isl=False,
+        watermark=0.0,
+        max_num_scheduled_tokens=None,
+        max_num_active_seqs=None,
+        data_parallel_size=2,
+    )
+    low = Request("low", tuple(d.int(10, 15) for _ in range(d.int(12, 20))), 4, priority=5, arrival_time=0.0)
+    high = Request(
+        "high", tuple(d.int(10, 15) for _ in range(d.int(1, 3))), d.int(12, 20), priority=0, arrival_time=1.0
+    )
+    # A one-token companion arrives with `low`, so two are eligible and the threshold cuts `low` into chunks (a lone
+    # request is never cut, from 0.31.0); its priority is the worst, so it runs behind `low` and finishes at once.
+    companion = Request("companion", (d.int(10, 15),), 1, priority=9, arrival_time=0.5)
+    requests = (WorkloadRequest(low, 0), WorkloadRequest(companion, 0), WorkloadRequest(high, 1))
+    return Workload(config, requests, max_steps=120, throttle_prefills=tuple(range(2, 60)))
 
 
 MAX_THROTTLED_STEPS = 400  # a workload file stays small; past them every step is on the cadence

@@ -135,3 +135,16 @@ def test_the_prefix_caching_family_draws_the_token_patterns_of_vllm_s_tests():
                 common = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
                 seen["parting inside a block"] += common is not None and common >= bs and common % bs != 0
     assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize("family", ["structured-output", "lora", "pipeline-parallel", "prefill-cadence"])
+def test_a_deployment_family_draws_only_configs_the_spec_accepts(family):
+    """Each episode overrides some of the mixed draw's knobs and inherits the rest: every combination must still be
+    a config the spec accepts (a PRIORITY episode once inherited chunked prefill off under a budget below L)."""
+    from schedspec.conformance.workloads.families import at_release
+    from schedspec.spec.versions import RELEASES
+
+    for seed in range(4):
+        for index in range(64):
+            w = generate(family, seed, index)  # the Workload's own checks run here
+            at_release(w, RELEASES[0])
