@@ -94,8 +94,8 @@ def waiting_pass(
     if st.any_grammar:
         skip = skip | (blocked(st, order) & valid)
     take = valid & ~skip
-    if defer is not None:  # C = 0 here (no prefix cache): any T > 1 has prompt to compute
-        held = defer[:, None] & rules.admits_a_prefill(zeros, T)
+    # The prefill cadence ends the pass at a request with prompt to compute: with C = 0 here, any T > 1.
+    held = defer[:, None] & rules.admits_a_prefill(zeros, T) if defer is not None else torch.zeros_like(valid)
     k = st.k[:, None]
     room = st.padding_needs_room_to_sample[:, None]
     pad = (
@@ -130,7 +130,7 @@ def waiting_pass(
                 (left > 0)
                 & ~rules.padded_admission_breaks(pad, k, left, zeros, L, room)  # "prefer to not schedule ..."
                 & (st.chunked[:, None] | (ask <= left))
-                & ~(held if defer is not None else torch.zeros_like(valid))
+                & ~held
                 & (torch.maximum(slots, full) + watermark <= st.free[:, None] - before)
             )
         )

@@ -101,19 +101,8 @@ def victim_in_flight(d: Draw, config: SchedulerConfig) -> Workload:
     over (`preempt_skipped`); FCFS preempts the tail instead.
     """
     # Measured over 30 draws each: 7 blocks of 4 with a threshold of 2 give the PRIORITY episode in 24.
-    config = dataclasses.replace(
-        config,
-        block_size=4,
-        num_gpu_blocks=d.choice([6, 7, 7, 8]),
-        max_model_len=32,
-        max_num_batched_tokens=32,
-        max_num_seqs=4,
-        long_prefill_token_threshold=2,
-        scheduler_reserve_full_isl=False,
-        watermark=0.0,
-        max_num_scheduled_tokens=None,
-        max_num_active_seqs=None,
-        long_prefill_token_threshold_adaptive=False,
+    config = _episode_config(
+        config, num_gpu_blocks=d.choice([6, 7, 7, 8]), max_model_len=32, long_prefill_token_threshold=2
     )
     first = Request("r0", tuple(d.int(10, 15) for _ in range(d.int(2, 5))), d.int(12, 20), priority=5, arrival_time=0.0)
     requests = [WorkloadRequest(first, 0)]
@@ -123,6 +112,23 @@ def victim_in_flight(d: Draw, config: SchedulerConfig) -> Workload:
             WorkloadRequest(Request(f"r{i}", prompt, d.int(2, 4), priority=0, arrival_time=float(i)), d.int(1, 3))
         )
     return Workload(config, tuple(requests), max_steps=160)
+
+
+def _episode_config(config: SchedulerConfig, **knobs: object) -> SchedulerConfig:
+    """An episode's config: the mixed draw's modes (policy, async, spec decode, caching, release) kept, the knobs an
+    episode is measured against pinned (blocks of 4, a budget of 32, four sequences, no watermark, no other limit),
+    and `knobs` on top."""
+    pinned: dict[str, object] = {
+        "block_size": 4,
+        "max_num_batched_tokens": 32,
+        "max_num_seqs": 4,
+        "long_prefill_token_threshold_adaptive": False,
+        "scheduler_reserve_full_isl": False,
+        "watermark": 0.0,
+        "max_num_scheduled_tokens": None,
+        "max_num_active_seqs": None,
+    }
+    return dataclasses.replace(config, **{**pinned, **knobs})  # type: ignore[arg-type]
 
 
 def with_prefill_cadence(d: Draw, workload: Workload) -> Workload:
@@ -151,20 +157,12 @@ def held_chunk_preempted(d: Draw, config: SchedulerConfig) -> Workload:
     when `high`'s decode needs a block the pool has none: PRIORITY preempts `low`, a request the pass has already
     passed over (`preempt_skipped`), in the synchronous spec-decode modes too, where nothing else skips.
     """
-    config = dataclasses.replace(
+    config = _episode_config(
         config,
-        block_size=4,
         num_gpu_blocks=d.int(5, 6),
         max_model_len=64,
-        max_num_batched_tokens=32,
-        max_num_seqs=4,
         long_prefill_token_threshold=4,
-        long_prefill_token_threshold_adaptive=False,
         enable_chunked_prefill=True,
-        scheduler_reserve_full_isl=False,
-        watermark=0.0,
-        max_num_scheduled_tokens=None,
-        max_num_active_seqs=None,
         data_parallel_size=2,
     )
     low = Request("low", tuple(d.int(10, 15) for _ in range(d.int(12, 20))), 4, priority=5, arrival_time=0.0)
