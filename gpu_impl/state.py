@@ -141,6 +141,7 @@ class BatchState:
     capacity_bound: Tensor  # bool: prefill_capacity_bound
     num_executed: Tensor  # num_executed_steps
     last_prefill: Tensor  # last_prefill_step
+    pause: Tensor  # spec.controls.PauseState, as the engine core set it (`controls.py`)
 
     # ---- per instance [B], bool: the release (`vllm_version`, spec/versions.py), one column per variant --
     # True where the instance's release has the variant's newer behaviour (`holds(name, vllm_version)`),
@@ -158,6 +159,7 @@ class BatchState:
     loras_counted_over_all_running: Tensor  # every running request's adapter counts against max_loras (0.33.0)
     async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
     local_prefill_cadence: Tensor  # config-only (0.33.0): `local_interval` is the config's, which reads it
+    paused_new_runs_waiting_pass: Tensor  # under PAUSED_NEW the waiting pass runs, taking nobody (0.30.0)
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
     ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
@@ -289,6 +291,7 @@ class BatchState:
         self.capacity_bound = torch.zeros(B, dtype=BOOL, device=dev)
         self.num_executed = torch.zeros(B, dtype=I64, device=dev)
         self.last_prefill = -self.local_interval  # one interval back: the first step is never held
+        self.pause = torch.zeros(B, dtype=I64, device=dev)  # UNPAUSED
         for v in VARIANTS:  # once per batch: a step reads the columns, never the version strings
             sides = [holds(v.name, x.vllm_version) for x in c]
             setattr(self, release_column(v.name), col(sides, BOOL))

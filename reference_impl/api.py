@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..spec.config import SchedulerConfig
+from ..spec.controls import PauseState
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.state import PrefillCadence, SchedulerState
@@ -64,6 +65,8 @@ def thaw(state: SchedulerState, scheduler_class: type[Scheduler] = Scheduler) ->
         current_step=state.current_step,
         grammar_compile_error_reqs=set(state.grammar_compile_error_reqs),
         prefill_cadence=state.prefill_cadence,
+        pause_state=PauseState(state.pause_state),
+        reset_preempted_req_ids=set(state.reset_preempted_req_ids),
     )
 
 
@@ -88,6 +91,8 @@ def freeze(scheduler: Scheduler) -> SchedulerState:
             scheduler.num_executed_steps,
             None if scheduler.last_prefill_step < 0 else scheduler.last_prefill_step,  # the initial one interval back
         ),
+        pause_state=int(scheduler.pause_state),
+        reset_preempted_req_ids=frozenset(scheduler.reset_preempted_req_ids),
     )
 
 

@@ -104,6 +104,16 @@ class BlockPool:
         the tail, so the cache evicts least recently used first."""
         return block not in self.block_hash or not self.enable_caching
 
+    def reset_prefix_cache(self, num_gpu_blocks: int) -> bool:
+        """Forget every hash, only when every block but the null one is free (vllm/v1/core/block_pool.py:
+        BlockPool.reset_prefix_cache (871-905)). The free queue keeps its order: blocks that were cached stay where
+        they wait, and no longer hit."""
+        if len(self.free_block_queue) != num_gpu_blocks - 1:
+            return False
+        self.cached_block_hash_to_block.clear()
+        self.block_hash.clear()
+        return True
+
     def free_blocks(self, ordered_blocks: Iterable[int]) -> None:
         """Drop one reference from each; the released go to the front (unhashed) or the tail (hashed)."""
         to_front = self.to_front or self.frees_to_front

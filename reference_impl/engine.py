@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from ..spec import engine as engine_loop
 from ..spec.config import SchedulerConfig
+from ..spec.controls import PauseState
 from ..spec.engine import DECLARED_FEATURES, gc_paused
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
@@ -53,6 +54,12 @@ class ReferenceEngine:
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
         self.scheduler.grammar_compiled(request_id, compiled)
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        return self.scheduler.reset_prefix_cache(reset_running_requests)
+
+    def set_pause_state(self, pause_state: PauseState) -> None:
+        self.scheduler.set_pause_state(pause_state)
 
     def summary(self) -> StateSummary:
         s = self.scheduler

@@ -4,7 +4,7 @@ Read it beside vllm/v1/core/sched/scheduler.py:Scheduler.schedule. The structure
 is the same: the preamble, the RUNNING pass with its allocate-or-preempt loop, the WAITING pass
 (skipped entirely in a step that preempted), the output, and
 `_update_after_schedule`. What vLLM does for subsystems outside our scope
-(connectors, encoders, LoRA, mamba, streaming, pauses, prefill cadence) is
+(connectors, encoders, mamba, streaming) is
 left out, not stubbed, because each is inert in the configurations we model.
 
 Every request is owed `num_tokens_with_spec + num_output_placeholders -
@@ -32,12 +32,14 @@ from __future__ import annotations
 from collections import deque
 
 from ..spec.config import SchedulerConfig
+from ..spec.controls import PauseState
 from ..spec.output import CachedRequestData, NewRequestData, SchedulerOutput
 from ..spec.request import BLOCKED_STATUSES, GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, Request, RequestStatus
 from ..spec.rules import preempted_counters, victim_key
 from ..spec.state import PrefillCadence
 from . import rules
 from .block_pool import BlockPool
+from .controls import SchedulerControls
 from .kv_cache_manager import KVCacheManager
 from .live_request import LiveRequest
 from .request_queue import RequestQueue
@@ -50,7 +52,7 @@ NUM_LOOKAHEAD_TOKENS = 0
 NO_PREFILL_CADENCE = PrefillCadence()  # a fresh state: nothing deferred, no step counted
 
 
-class Scheduler(SchedulerUpdates):
+class Scheduler(SchedulerUpdates, SchedulerControls):
     def __init__(
         self,
         config: SchedulerConfig,
@@ -62,6 +64,8 @@ class Scheduler(SchedulerUpdates):
         current_step: int,
         grammar_compile_error_reqs: set[str] | None = None,
         prefill_cadence: PrefillCadence = NO_PREFILL_CADENCE,
+        pause_state: PauseState = PauseState.UNPAUSED,
+        reset_preempted_req_ids: set[str] | None = None,
     ) -> None:
         self.config = config
         self.requests = requests
@@ -72,6 +76,9 @@ class Scheduler(SchedulerUpdates):
         block_pool.to_front = self.freed_block_to_front  # where a released block goes is this scheduler's call
         self.finished_req_ids = finished_req_ids
         self.current_step = current_step
+        self.pause_state = pause_state  # spec/controls.py: set between steps by the engine core
+        # Preempted since the last schedule(), which reports them: its own preemptions, and reset_prefix_cache's.
+        self.reset_preempted_req_ids: set[str] = reset_preempted_req_ids or set()
         # Requests whose grammar failed to compile, found by schedule(), finished by the next update.
         self.grammar_compile_error_reqs: set[str] = grammar_compile_error_reqs or set()
         self.max_model_len = config.max_model_len
@@ -110,7 +117,8 @@ class Scheduler(SchedulerUpdates):
         req_to_new_blocks: dict[str, list[int]] = {}
         num_scheduled_tokens: dict[str, int] = {}
         scheduled_spec_decode_tokens: dict[str, tuple[int, ...]] = {}
-        token_budget = config.token_budget
+        # Under PAUSED_ALL nothing is scheduled (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (723-725)).
+        token_budget = rules.paused_token_budget(self.pause_state, config.token_budget)
         input_budget = config.max_num_batched_tokens
         draft_slots = DRAFT_SLOTS
         prefill_scheduled = False
@@ -230,12 +238,15 @@ class Scheduler(SchedulerUpdates):
             # fails alike (docs/features.md, "vLLM behaviour the spec declares a bug").
             assert len(scheduled_loras) <= config.max_loras
 
-        # ---- Next, schedule the WAITING requests, unless this step preempted. ----
-        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616)
-        if self.admission_allowed(len(preempted_reqs)):
+        # ---- Next, schedule the WAITING requests, unless this step preempted or a pause holds them. ----
+        # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1049-1616). PAUSED_NEW lets only requests that hold KV
+        # blocks through (none in the spec's scope): the pass runs and takes nobody.
+        if self.admission_allowed(len(preempted_reqs)) and rules.pause_runs_waiting_pass(
+            self.pause_state, config.vllm_version
+        ):
             step_skipped_waiting: deque[LiveRequest] = deque()
             while token_budget > 0:
-                if not self.waiting or input_budget <= draft_slots:
+                if not self.waiting or not rules.pause_admits_waiting(self.pause_state) or input_budget <= draft_slots:
                     break
                 if len(self.running) >= config.max_num_active_reqs:
                     break
@@ -363,7 +374,7 @@ class Scheduler(SchedulerUpdates):
                 for r in scheduled_running_reqs
             ),
             scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
-            preempted_req_ids=frozenset(r.request_id for r in preempted_reqs),
+            preempted_req_ids=frozenset(self.reset_preempted_req_ids),
             finished_req_ids=frozenset(self.finished_req_ids),
         )
         self._update_after_schedule(output)
@@ -419,9 +430,10 @@ class Scheduler(SchedulerUpdates):
         than kept for the prefix cache at the tail (vllm/v1/core/block_pool.py:BlockPool.free_blocks)."""
         return self.block_pool.frees_to_front(block)
 
-    def _preempt_request(self, request: LiveRequest) -> None:
+    def _preempt_request(self, request: LiveRequest, drop_stale_output: bool = False) -> None:
         """Preemption by recompute (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request); the caller has
-        already removed it from `running`.
+        already removed it from `running`. `drop_stale_output`: `reset_prefix_cache`'s, whose
+        in-flight output is dropped.
 
         The new counter values come from `spec.rules.preempted_counters`, which the
         Z3 encoding applies too. This method only stores them, field by field and
@@ -435,6 +447,7 @@ class Scheduler(SchedulerUpdates):
             request.num_stale_output_tokens,
             request.drop_stale_output,
             request.num_preemptions,
+            drop_stale_output,
         )
         self.kv_cache_manager.free(request)
         request.status = after.status
@@ -445,6 +458,7 @@ class Scheduler(SchedulerUpdates):
         request.num_output_placeholders = after.num_output_placeholders
         request.num_preemptions = after.num_preemptions
         self.waiting.prepend_request(request)
+        self.reset_preempted_req_ids.add(request.request_id)
 
     def _update_after_schedule(self, output: SchedulerOutput) -> None:
         """C advances when a step is scheduled, not when it finishes: it counts optimistically
@@ -457,3 +471,4 @@ class Scheduler(SchedulerUpdates):
                 request.num_tokens + request.num_output_placeholders
             )
         self.finished_req_ids = set()
+        self.reset_preempted_req_ids = set()

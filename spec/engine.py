@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import ParamSpec, Protocol, TypeVar
 
 from .config import SchedulerConfig
+from .controls import ControlCall, EngineControls
 from .errors import SpecError
 from .output import ModelRunnerOutput, SchedulerOutput
 from .request import Request, RequestStatus
@@ -60,13 +61,19 @@ class Engine(Protocol):
     # finished compiling (`compiled`) or failed, before the next schedule(); vLLM's compile future becoming
     # done. An id that is no longer live is ignored. An engine without it declares structured output outside
     # its scope (`FEATURE_METHODS`, `workload.Grammar`).
+    # `reset_prefix_cache(reset_running_requests: bool) -> bool` and `set_pause_state(pause_state: PauseState)`,
+    # the scheduler's calls outside schedule() (`spec.controls`): vLLM's `Scheduler` methods of those names.
 
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
 
 # The protocol's optional methods that declare a deployment feature: an engine without one declares the feature
 # outside its scope, and a campaign leaves that feature's workloads out (`conformance/engines/declared_scope.py`).
-FEATURE_METHODS: dict[str, str] = {"grammar_compiled": "structured output"}
+FEATURE_METHODS: dict[str, str] = {
+    "grammar_compiled": "structured output",
+    "reset_prefix_cache": "the engine's calls outside schedule() (reset_prefix_cache, set_pause_state: spec/controls.py)",
+    "set_pause_state": "the engine's calls outside schedule() (reset_prefix_cache, set_pause_state: spec/controls.py)",
+}
 # The deployment features that reach an engine through the config and the requests alone (LoRA: `max_loras`,
 # `Request.lora_int_id`): an engine declares it models one by naming it in a class attribute `features`.
 DECLARED_FEATURES: dict[str, str] = {
@@ -183,12 +190,31 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         yield from _batch_queue_steps(engine, workload)
         return
     drafter = Drafter(workload) if workload.config.num_speculative_tokens > 0 else None
+    controls = _controls_for(engine, workload)
+    unreported = False  # finished ids the next schedule() reports
     for step in range(workload.max_steps):
+        idle_calls = controls.when_idle(unreported, in_flight=False)
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
+        calls, paused_aborts = _apply_controls(controls, engine, workload, step, bool(finished) or unreported, False, finished)
+        aborted += paused_aborts
+        unreported = unreported or bool(finished)
+        before = engine.summary()
+        if controls.pause_state and not controls.has_requests(bool(before.running), bool(before.waiting), unreported):
+            # Paused with nothing the pause lets run: EngineCore.step returns before schedule() (EngineCore.step). The
+            # loop has always called an unpaused schedule(), idle or not, as vLLM's own tests do; only a pause skips.
+            idle = StepRecord(
+                step, added, aborted, SchedulerOutput(), ModelRunnerOutput(), before, finished,
+                updated_step=None, scheduled=False, grammars=grammars, controls=idle_calls + calls,
+            )  # fmt: skip
+            yield idle
+            if drained_after(idle, workload):
+                return
+            continue
         output = _schedule(engine, workload, step)
         model_output = fake_model(workload, output, engine.summary())
         mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
         finished.update(engine.update_from_output(output, model_output))
+        unreported = any(rid not in aborted for rid in finished)
         drafts: dict[str, tuple[int, ...]] = {}
         if drafter is not None and output.total_num_scheduled_tokens > 0:  # vllm/v1/engine/core.py:EngineCore.post_step
             drafts = drafter.propose(output, model_output, engine.summary())
@@ -206,10 +232,44 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
             aborted_mid_step=mid_step,
             grammars=grammars,
             throttle_prefills=workload.throttled_at(step),
+            controls=idle_calls + calls,
         )
         yield record
         if drained_after(record, workload):
             return
+
+
+def _controls_for(engine: Engine, workload: Workload) -> EngineControls:
+    """The run's `EngineControls`; an engine without the scheduler's control methods is refused up front when the
+    workload has controls."""
+    if workload.controls:
+        for method in ("reset_prefix_cache", "set_pause_state"):
+            if not callable(getattr(engine, method, None)):
+                raise SpecError(
+                    f"engine {engine.name!r}",
+                    method,
+                    "is missing: the workload calls the engine outside schedule() (controls), which is outside the "
+                    "engine's declared scope (docs/engines.md)",
+                )
+    return EngineControls(engine)
+
+
+def _apply_controls(
+    controls: EngineControls,
+    engine: Engine,
+    workload: Workload,
+    step: int,
+    unreported: bool,
+    in_flight: bool,
+    finished: dict[str, FinishedRequest],
+) -> tuple[tuple[ControlCall, ...], tuple[str, ...]]:
+    """The step's controls, after its arrivals (which `controls` learns the order of), aborts and grammars."""
+    for request in workload.arrivals_at(step):
+        controls.added[request.request_id] = None
+    step_controls = workload.controls_at(step)
+    if not step_controls:
+        return (), ()
+    return controls.apply(step_controls, unreported, in_flight, lambda ids: _abort(engine, ids, finished))
 
 
 def _schedule(engine: Engine, workload: Workload, step: int) -> SchedulerOutput:
@@ -285,20 +345,29 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
     batch_queue: deque[tuple[int, SchedulerOutput, ModelRunnerOutput]] = deque()
     unreported: set[str] = set()
     carried: list[str] = []  # mid-step aborts of a step that absorbed no output: the input queue's copy, next step
+    controls = _controls_for(engine, workload)
     for step in range(workload.max_steps):
+        idle_calls = controls.when_idle(bool(unreported or carried), bool(batch_queue))
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
         aborted += _abort(engine, carried, finished)
         carried = []
         unreported |= set(finished)
+        calls, paused_aborts = _apply_controls(controls, engine, workload, step, bool(unreported), bool(batch_queue), finished)
+        aborted += paused_aborts
+        unreported |= set(finished)
+        calls = idle_calls + calls
         before = engine.summary()
         output, model_output, scheduled, updated_step = SchedulerOutput(), ModelRunnerOutput(), False, None
-        if before.running or before.waiting or unreported:  # Scheduler.has_requests()
+        if controls.has_requests(bool(before.running), bool(before.waiting), bool(unreported)):  # has_requests()
             output, scheduled, unreported = _schedule(engine, workload, step), True, set()
             model_output = fake_model(workload, output, engine.summary())
             batch_queue.appendleft((step, output, model_output))
             after = engine.summary()
             full = len(batch_queue) >= workload.config.max_concurrent_batches
-            if not full and (output.total_num_scheduled_tokens > 0 or after.running or after.waiting):
+            if not full and (
+                output.total_num_scheduled_tokens > 0
+                or controls.has_requests(bool(after.running), bool(after.waiting), False)
+            ):
                 carried = workload.mid_step_aborts_at(step)  # no update in this step drains the aborts queue
                 batch_queue_steps = tuple(s for s, _, _ in reversed(batch_queue))
                 yield StepRecord(
@@ -313,6 +382,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
                     in_flight=batch_queue_steps,
                     grammars=grammars,
                     throttle_prefills=workload.throttled_at(step),
+                    controls=calls,
                 )
                 continue
         mid_step: tuple[str, ...] = ()
@@ -339,6 +409,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
             aborted_mid_step=mid_step,
             grammars=grammars,
             throttle_prefills=scheduled and workload.throttled_at(step),
+            controls=calls,
         )
         yield record
         if not batch_queue and not unreported and not carried and drained_after(record, workload):

@@ -90,7 +90,11 @@ class PreemptedCounters(NamedTuple):
 
 
 def preempted_counters(
-    num_in_flight_tokens: Int, num_stale_output_tokens: Int, drop_stale_output: Bool, num_preemptions: Int
+    num_in_flight_tokens: Int,
+    num_stale_output_tokens: Int,
+    drop_stale_output: Bool,
+    num_preemptions: Int,
+    drop: Bool = False,
 ) -> PreemptedCounters:
     """Preemption by recompute: vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1812-1842).
 
@@ -98,7 +102,9 @@ def preempted_counters(
     every block, the drafts and the output placeholders go to 0, so it is
     recomputed from scratch when it is admitted again. Output still in flight
     becomes stale. It is still delivered, but it may no longer move the reset
-    counters. A drop-mode share that has not drained stays dropped. Where the
+    counters, unless the caller drops it (`drop`: `reset_prefix_cache`, whose
+    same-step resume would deliver tokens out of order). A drop-mode share that
+    has not drained stays dropped. Where the
     victim goes (the head of the FCFS deque, or into the PRIORITY heap) is the
     queue's `prepend_request`, not a counter. The caller frees the blocks and
     requeues the request.
@@ -115,7 +121,7 @@ def preempted_counters(
         num_spec_tokens=0,
         num_output_placeholders=0,
         num_stale_output_tokens=num_in_flight_tokens,
-        drop_stale_output=and_(drop_stale_output, num_stale_output_tokens > 0),
+        drop_stale_output=or_(drop, and_(drop_stale_output, num_stale_output_tokens > 0)),
         num_preemptions=num_preemptions + 1,
     )
 
@@ -446,3 +452,29 @@ def admits_a_prefill(num_computed_tokens: Int, num_tokens: Int) -> Any:
     the waiting pass, where it ends the pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1290-1293)),
     and what stamps the local cadence's last prefill step (1590)."""
     return num_computed_tokens < num_tokens - 1
+
+
+# ---- Deployment features (issue #36): the engine's calls outside schedule() (spec/controls.py). ----
+
+
+def paused_token_budget(pause_state: Int, token_budget: Int) -> Int:
+    """The step's token budget under a pause: 0 under PAUSED_ALL, so neither pass schedules anything
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (723-725))."""
+    return ite(pause_state == 2, 0, token_budget)
+
+
+def pause_runs_waiting_pass(pause_state: Int, release: str = DEFAULT_RELEASE) -> Any:
+    """Whether the waiting pass runs at all under a pause: not under PAUSED_ALL, and before 0.30.0 only UNPAUSED
+    (spec.versions `paused-new-runs-waiting-pass`). A pass that takes nobody still records whether the queue could
+    drain (the prefill cadence's capacity bound), so the two differ under PAUSED_NEW
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050))."""
+    if holds("paused-new-runs-waiting-pass", release):
+        return pause_state != 2
+    return pause_state == 0
+
+
+def pause_admits_waiting(pause_state: Int) -> Any:
+    """Whether the waiting pass may take from the waiting queue: only UNPAUSED. PAUSED_NEW drains only the requests
+    that hold KV blocks (`kv_holding_waiting`: connector loads and parked streaming sessions, none in the spec's
+    scope), and PAUSED_ALL runs no waiting pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050-1067))."""
+    return pause_state == 0

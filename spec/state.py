@@ -176,6 +176,10 @@ class SchedulerState:
     # `skipped_waiting` (spec.versions `one-waiting-queue`). 0 elsewhere.
     num_skipped_waiting: int = 0
     prefill_cadence: PrefillCadence = PrefillCadence()
+    # The engine's calls outside schedule() (spec/controls.py): the pause state the engine core set (vLLM's
+    # PauseState value), and the requests reset_prefix_cache preempted, which the next schedule() reports.
+    pause_state: int = 0
+    reset_preempted_req_ids: frozenset[str] = frozenset()
 
     @classmethod
     def initial(cls, config: SchedulerConfig) -> SchedulerState:
@@ -247,6 +251,8 @@ def state_to_json(s: SchedulerState) -> dict[str, Any]:
         ),
         **({"num_skipped_waiting": s.num_skipped_waiting} if s.num_skipped_waiting else {}),
         **({"prefill_cadence": s.prefill_cadence.to_json()} if s.prefill_cadence != PrefillCadence() else {}),
+        **({"pause_state": s.pause_state} if s.pause_state else {}),
+        **({"reset_preempted_req_ids": sorted(s.reset_preempted_req_ids)} if s.reset_preempted_req_ids else {}),
     }
 
 
@@ -279,6 +285,8 @@ def state_from_json(d: dict[str, Any], where: str = "state") -> SchedulerState:
             prefill_cadence=PrefillCadence.from_json(d["prefill_cadence"])
             if "prefill_cadence" in d
             else PrefillCadence(),
+            pause_state=d.get("pause_state", 0),
+            reset_preempted_req_ids=frozenset(d.get("reset_preempted_req_ids", ())),
         )
     except SpecError:
         raise

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .controls import ControlCall
 from .errors import SpecError
 from .jsonio import read_json, validate
 from .output import ModelRunnerOutput, SchedulerOutput
@@ -131,6 +132,9 @@ class StepRecord:
     grammars: Mapping[str, bool] = field(default_factory=dict)
     # Data parallel: this step's schedule() was called with throttle_prefills=True (`Workload.throttle_prefills`).
     throttle_prefills: bool = False
+    # The scheduler calls the workload's controls made before this step's schedule(), in order (`spec.controls`);
+    # requests an `abort` pause aborted are in `aborted`.
+    controls: tuple[ControlCall, ...] = ()
 
     def __post_init__(self) -> None:
         if self.updated_step == -1:
@@ -161,6 +165,8 @@ class StepRecord:
             d["grammars"] = dict(self.grammars)
         if self.throttle_prefills:
             d["throttle_prefills"] = True
+        if self.controls:
+            d["controls"] = [c.to_json() for c in self.controls]
         return d
 
     @classmethod
@@ -183,6 +189,7 @@ class StepRecord:
             aborted_mid_step=tuple(d.get("aborted_mid_step", ())),
             grammars=dict(d.get("grammars", {})),
             throttle_prefills=d.get("throttle_prefills", False),
+            controls=tuple(ControlCall.from_json(c) for c in d.get("controls", ())),
         )
 
 

@@ -78,11 +78,30 @@ VARIANTS: tuple[Variant, ...] = (
         "version-lone-threshold",
     ),
     Variant(
+        "paused-new-runs-waiting-pass",
+        "0.32.0",
+        "under PAUSED_NEW the waiting pass does not run, so a release step leaves the prefill cadence's capacity "
+        "bound as it was",
+        "it runs and takes nobody (only requests holding KV blocks may pass), and a release step records whether the "
+        "waiting queue could drain",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.schedule",
+        "version-paused-waiting-pass",
+    ),
+    Variant(
         "active-seqs-and-adaptive-threshold",
         "0.31.0",
         "SchedulerConfig has no max_num_active_seqs and no long_prefill_token_threshold_adaptive",
         "both exist (admission capped at max_num_active_seqs; the threshold raised to budget / eligible)",
         "vllm/config/scheduler.py:SchedulerConfig",
+        "",
+    ),
+    Variant(
+        "release-kv-cache-memory",
+        "0.31.0",
+        "EngineCore has no release_kv_cache_memory: a workload that calls it is refused",
+        "a paused engine core with no work may release its KV cache memory, resetting the cache with the running "
+        "requests first",
+        "vllm/v1/engine/core.py:EngineCore.release_kv_cache_memory",
         "",
     ),
     Variant(

@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import SchedulerConfig
+from .controls import Control
 from .errors import SpecError
 from .jsonio import read_json, validate
 from .request import Request
+from .versions import holds
 
 WORKLOAD_VERSION = 1
 DEFAULT_FILLER_TOKEN_ID = 7
@@ -99,6 +101,9 @@ class Workload:
     # `throttle_prefills=True` (vllm/v1/engine/core.py:DPEngineCoreProc._should_throttle_prefills: off the cadence
     # of its step counter, which all ranks share; vLLM's own tests call it so on any scheduler). Ascending, once each.
     throttle_prefills: tuple[int, ...] = ()
+    # The engine's calls outside schedule(), by step (`spec.controls`): applied after the step's arrivals, aborts and
+    # grammars, in this order. Steps ascending; several at one step apply in turn.
+    controls: tuple[Control, ...] = ()
     _by_id: dict[str, WorkloadRequest] = field(init=False, repr=False, compare=False)
     # The engine loop asks for each step's arrivals and aborts: indexed once, so a step
     # costs what arrives in it, not a scan of every request (50k requests, 12k steps).
@@ -107,7 +112,8 @@ class Workload:
     _mid_step_aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _grammars: dict[int, tuple[tuple[str, bool], ...]] = field(init=False, repr=False, compare=False)
     _throttled: frozenset[int] = field(init=False, repr=False, compare=False)
-    last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival or abort
+    _controls: dict[int, tuple[Control, ...]] = field(init=False, repr=False, compare=False)
+    last_event_step: int = field(init=False, repr=False, compare=False)  # the last arrival, abort, grammar or control
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {r.request_id: r for r in self.requests})
@@ -128,7 +134,12 @@ class Workload:
                 grammars.setdefault(r.grammar.ready_step, []).append((r.request_id, not r.grammar.fails))
         object.__setattr__(self, "_grammars", {k: tuple(v) for k, v in grammars.items()})
         object.__setattr__(self, "_throttled", frozenset(self.throttle_prefills))
-        object.__setattr__(self, "last_event_step", max((*arrivals, *aborts, *mid_step, *grammars), default=0))
+        controls: dict[int, list[Control]] = {}
+        for c in self.controls:
+            controls.setdefault(c.step, []).append(c)
+        object.__setattr__(self, "_controls", {k: tuple(v) for k, v in controls.items()})
+        last = max((*arrivals, *aborts, *mid_step, *grammars, *controls), default=0)
+        object.__setattr__(self, "last_event_step", last)
 
     def request(self, request_id: str) -> WorkloadRequest:
         return self._by_id[request_id]
@@ -166,6 +177,10 @@ class Workload:
         """Whether the DP engine core calls `step`'s schedule() with `throttle_prefills=True`."""
         return step in self._throttled
 
+    def controls_at(self, step: int) -> list[Control]:
+        """The engine's calls outside schedule() before `step`'s schedule(), in workload order."""
+        return list(self._controls.get(step, ()))
+
     def replace(self, **changes: Any) -> Workload:
         keys = (
             "config",
@@ -176,6 +191,7 @@ class Workload:
             "max_steps",
             "filler_token_id",
             "throttle_prefills",
+            "controls",
         )
         fields = {k: getattr(self, k) for k in keys}
         fields.update(changes)
@@ -197,6 +213,7 @@ class Workload:
                 for a in self.aborts
             ],
             **({"throttle_prefills": list(self.throttle_prefills)} if self.throttle_prefills else {}),
+            **({"controls": [c.to_json() for c in self.controls]} if self.controls else {}),
         }
 
     @classmethod
@@ -207,6 +224,7 @@ class Workload:
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
         aborts = tuple(Abort(a["step"], a["request_id"], a.get("mid_step", False)) for a in data.get("aborts", []))
         try:
+            controls = tuple(Control.from_json(c, f"workload.controls[{i}]") for i, c in enumerate(data.get("controls", [])))
             return cls(
                 config=config,
                 requests=requests,
@@ -216,6 +234,7 @@ class Workload:
                 max_steps=data.get("max_steps", DEFAULT_MAX_STEPS),
                 filler_token_id=data.get("filler_token_id", DEFAULT_FILLER_TOKEN_ID),
                 throttle_prefills=tuple(data.get("throttle_prefills", ())),
+                controls=controls,
             )
         except SpecError as e:
             raise SpecError(e.where.replace("workload", where, 1), e.value, e.why) from None
@@ -353,6 +372,15 @@ def _check(w: Workload) -> None:
             raise SpecError(f"workload.aborts[{i}].request_id", a.request_id, "names no request in this workload")
         if a.step < 0:
             raise SpecError(f"workload.aborts[{i}].step", a.step, "must be >= 0")
+    for i, c in enumerate(w.controls):
+        if c.step < 0 or (i and c.step < w.controls[i - 1].step):
+            raise SpecError(f"workload.controls[{i}].step", c.step, "must be a step >= 0, in ascending order")
+        if c.call == "release_kv_cache_memory" and not holds("release-kv-cache-memory", w.config.vllm_version):
+            raise SpecError(
+                f"workload.controls[{i}].call",
+                c.call,
+                f"needs vLLM 0.31.0 or later (config.vllm_version is {w.config.vllm_version})",
+            )
     if w.max_steps < 1:
         raise SpecError("workload.max_steps", w.max_steps, "must be >= 1")
 

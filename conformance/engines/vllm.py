@@ -223,6 +223,18 @@ class VllmEngine:
         self._summary = None
         self._call("grammar", self.step_timeout_s, request_id=request_id, compiled=compiled)
 
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """vLLM's `Scheduler.reset_prefix_cache` between steps (spec/controls.py): whether the cache was emptied."""
+        self._summary = None
+        reply = self._call("reset", self.step_timeout_s, reset_running_requests=reset_running_requests)
+        self._summary = reply.get("summary")
+        return self._parse("reset_prefix_cache", reply.get("result"), _a_bool)
+
+    def set_pause_state(self, pause_state: int) -> None:
+        """vLLM's `Scheduler.set_pause_state`, with vLLM's PauseState value."""
+        self._summary = None
+        self._call("pause", self.step_timeout_s, pause_state=int(pause_state))
+
     def reset_unchecked(self, config: Mapping[str, Any]) -> None:
         """A fresh scheduler from a raw config dict that the spec may refuse: only to pin vLLM's known bugs.
 
@@ -313,6 +325,12 @@ class VllmEngine:
         raise InfrastructureError(
             self._where(op), f"exit code {code}", why + (f"; last stderr line: {tail}" if tail else ""), kind=kind
         )
+
+
+def _a_bool(answer: Any) -> bool:
+    if not isinstance(answer, bool):
+        raise ValueError(f"{answer!r} is of type {type(answer).__name__}, not 'boolean'")
+    return answer
 
 
 def _finished(d: Mapping[str, Any]) -> FinishedRequest:

@@ -2,7 +2,7 @@
 
 * `tokens`: `num_scheduled_tokens`, values and order, and the drafts
   scheduled with them (`scheduled_spec_decode_tokens`): both are the grant.
-* `lifecycle`: also the new, resumed, preempted and finished ids, the queue
+* `lifecycle`: also what `reset_prefix_cache` answered (`controls`), the new, resumed, preempted and finished ids, the queue
   orders, the free-block count, each live request's status,
   num_computed_tokens and num_tokens, and how finished requests ended.
 * `blocks`: also the block ids handed to the model runner, and the
@@ -41,6 +41,8 @@ def _tokens(r: StepRecord) -> Iterator[tuple[str, Any]]:
 
 def _lifecycle(r: StepRecord) -> Iterator[tuple[str, Any]]:
     o, s = r.output, r.state
+    if r.controls:  # what reset_prefix_cache answered (the loop makes the same calls for both engines)
+        yield "controls", [c.to_json() for c in r.controls]
     yield "output.preempted_req_ids", sorted(o.preempted_req_ids)
     yield "output.scheduled_new_reqs (new)", [n.req_id for n in o.scheduled_new_reqs if not n.resumed]
     yield "output.scheduled_new_reqs (resumed)", [n.req_id for n in o.scheduled_new_reqs if n.resumed]

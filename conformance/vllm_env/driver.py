@@ -128,6 +128,7 @@ from vllm.lora.request import LoRARequest  # noqa: E402
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.interface import PauseState  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
@@ -236,6 +237,15 @@ class Driver:
         aborted = self._sched().finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
         self.live.pop(request_id, None)
         return {"finished": _finished(aborted[0]) if aborted else None}
+
+    def op_reset(self, reset_running_requests: bool) -> dict:
+        """vLLM's `Scheduler.reset_prefix_cache`, as the engine core calls it between steps (spec/controls.py)."""
+        return {"result": self._sched().reset_prefix_cache(reset_running_requests), "summary": self.op_summary()}
+
+    def op_pause(self, pause_state: int) -> dict:
+        """vLLM's `Scheduler.set_pause_state` (the engine core's pause_scheduler and resume_scheduler)."""
+        self._sched().set_pause_state(PauseState(pause_state))
+        return {"ok": True}
 
     def op_schedule(self, throttle_prefills: bool = False) -> dict:
         s = self._sched()

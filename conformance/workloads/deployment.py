@@ -22,6 +22,12 @@ coverage map gets the same share.
   rank whose DP engine core throttles the steps off its cadence, or (from
   0.33.0) as an engine that keeps the cadence itself; prefill chunks and
   admissions wait while decodes fill the step, unless the queue backs up.
+* `pause-and-reset`: the engine core's calls outside schedule(): cache
+  resets that preempt every running request (their in-flight output
+  dropped), pauses in each mode (abort, wait, keep) with and without the
+  cache clear, resumed a few steps later, and `release_kv_cache_memory`
+  while paused; so requests are preempted outside the step, admissions
+  wait out a pause, and prefix hits vanish.
 * `structured-output`: about half the requests carry a grammar
   (`spec.workload.Grammar`), most ready at arrival or a step or two after,
   some many steps later, one in five failing to compile. A grammar ready
@@ -36,7 +42,9 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ...spec.config import SchedulerConfig
+from ...spec.controls import Control
 from ...spec.request import Request
+from ...spec.versions import holds
 from ...spec.workload import Grammar, Workload, WorkloadRequest
 from .mixed import mixed
 
@@ -131,6 +139,30 @@ def _episode_config(config: SchedulerConfig, **knobs: object) -> SchedulerConfig
     return dataclasses.replace(config, **{**pinned, **knobs})  # type: ignore[arg-type]
 
 
+def with_controls(d: Draw, workload: Workload) -> Workload:
+    """`workload` with one to three of the engine core's calls outside schedule() (`spec.controls`), from the first
+    steps to a few after the last arrival: a cache reset with the running requests (the most often), one without,
+    and pauses in each mode, with or without the cache clear, each resumed 1 to 8 steps later; one pause in three
+    releases the KV cache memory while it holds (0.31.0 on)."""
+    last = max(r.arrival_step for r in workload.requests)
+    release = holds("release-kv-cache-memory", workload.config.vllm_version)
+    controls: list[Control] = []
+    step = d.int(0, max(1, last))
+    for _ in range(d.int(1, 3)):
+        kind = d.choice(["reset", "reset", "reset-alone", "pause", "pause"])
+        if kind != "pause":
+            controls.append(Control(step, "reset_prefix_cache", reset_running_requests=kind == "reset"))
+        else:
+            controls.append(Control(step, "pause", mode=d.choice(["abort", "wait", "keep", "keep"]), clear_cache=d.bool()))
+            hold = d.int(1, 8)
+            if release and d.int(0, 2) == 0:
+                controls.append(Control(step + d.int(0, hold), "release_kv_cache_memory"))
+            step += hold
+            controls.append(Control(step, "resume"))
+        step += d.int(1, 6)
+    return workload.replace(controls=tuple(controls))
+
+
 def with_prefill_cadence(d: Draw, workload: Workload) -> Workload:
     """`workload` with `prefill_schedule_interval` 2 to 4. Half the draws are a data-parallel rank
     (`data_parallel_size` 2), whose DP engine core throttles every step off its cadence (`step % interval != 0`,
@@ -201,4 +233,5 @@ DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
     "lora": DeploymentFamily("lora", with_adapters, "lora"),
     "pipeline-parallel": DeploymentFamily("pipeline-parallel", with_pipeline_parallel, "pipeline-parallel"),
     "prefill-cadence": DeploymentFamily("prefill-cadence", with_prefill_cadence, "prefill-cadence"),
+    "pause-and-reset": DeploymentFamily("pause-and-reset", with_controls, "reset_prefix_cache"),
 }

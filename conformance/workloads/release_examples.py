@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...spec.config import SchedulerConfig
+from ...spec.controls import Control
 from ...spec.request import Request
 from ...spec.workload import Grammar, Workload, WorkloadRequest
 
@@ -183,6 +184,40 @@ def prefill_cadence() -> Workload:
     return Workload(config, reqs, name="version-prefill-cadence", description=_first_line(prefill_cadence.__doc__))
 
 
+def paused_waiting_pass() -> Workload:
+    """A DP rank paused (mode wait) while `b` waits: from 0.32.0 `b` is admitted at once after the resume; before, it waits out the throttled steps.
+
+    `a` is admitted at step 0 and decodes. At step 1 a pause in mode `wait`
+    (PAUSED_NEW) holds new admissions, and `b` arrives at step 2, an
+    unthrottled step. From 0.32.0 the waiting pass runs under PAUSED_NEW and
+    takes nobody, and the step records that the queue could not drain (the
+    capacity bound), so after the resume at step 3 the throttled steps do not
+    defer `b`'s prefill. Before, the pass does not run under a pause, the flag
+    stays clear, and `b` waits while `a` decodes through the throttled steps.
+    """
+    config = SchedulerConfig(
+        max_num_batched_tokens=64,
+        max_model_len=64,
+        block_size=4,
+        num_gpu_blocks=40,
+        prefill_schedule_interval=2,
+        data_parallel_size=2,
+    )
+    reqs = (
+        WorkloadRequest(Request("a", tuple(range(10, 14)), max_tokens=12, ignore_eos=True)),
+        WorkloadRequest(Request("b", tuple(range(20, 28)), max_tokens=1, ignore_eos=True), arrival_step=2),
+    )
+    controls = (Control(1, "pause", mode="wait", clear_cache=False), Control(3, "resume"))
+    return Workload(
+        config,
+        reqs,
+        name="version-paused-waiting-pass",
+        description=_first_line(paused_waiting_pass.__doc__),
+        throttle_prefills=tuple(range(3, 12)),
+        controls=controls,
+    )
+
+
 VERSION_WORKLOADS = {
     "version-min-tokens": min_tokens,
     "version-padding-room": padding_room,
@@ -193,4 +228,5 @@ VERSION_WORKLOADS = {
     "version-grammar-queue": grammar_queue,
     "version-lora-count": lora_count,
     "version-prefill-cadence": prefill_cadence,
+    "version-paused-waiting-pass": paused_waiting_pass,
 }

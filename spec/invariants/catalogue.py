@@ -343,7 +343,11 @@ def progress_when_idle(v: StepView) -> Any:
         if v.rows
         else False
     )
-    return implies(and_(nothing_running, fits, 1 + k <= v.token_budget), sum_of([r.num_scheduled for r in v.rows]) > 0)
+    # A pause holds the waiting queue (controls-exact judges it).
+    return implies(
+        and_(nothing_running, fits, v.admits_waiting, 1 + k <= v.token_budget),
+        sum_of([r.num_scheduled for r in v.rows]) > 0,
+    )
 
 
 def stop_token_finishes(v: StepView) -> Any:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..controls import pause_state_after
 from ..engine import trace_end
 from ..request import RequestStatus
 from ..trace import StateSummary, StepRecord, Trace
@@ -109,21 +110,23 @@ class Consistency:
         where = f"steps[{i}]"
         if rec.step != i:
             report("trace-step-numbers", i, [f"{where}.step is {rec.step}, expected {i}"])
-        report("trace-inputs", i, _inputs(self.workload, i, rec, where, self.carried))
+        report("trace-inputs", i, _inputs(self.workload, i, rec, where, self.carried, replay.last))
         # A batch queue: a step that absorbed no output drained no aborts queue; its mid-step aborts come next step.
         self.carried = (
             tuple(self.workload.mid_step_aborts_at(i))
             if self.workload.config.max_concurrent_batches > 1 and rec.updated_step is None
             else ()
         )
-        report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
+        paused = bool(pause_state_after(replay.pause_state, rec.controls))
+        report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where, paused))
         self.queue = rec.in_flight
-        before = replay.last
+        before = replay.before(rec)  # with the step's controls applied: a cache reset preempts before schedule()
         u = rec.updated_step
         absorbed = rec if u == rec.step else None if u is None else replay.records.get(u)
         report("trace-membership", i, _membership(before, rec, where))
         view = replay.step(rec)
-        report("trace-counters", i, _counters(view, before, rec, absorbed, replay.last_preempted, where))
+        dropping = replay.dropped_in_update
+        report("trace-counters", i, _counters(view, before, rec, absorbed, replay.last_preempted, dropping, where))
         report("trace-counters", i, _aborted_outputs(before, rec, self.prompt, where))
         self.num_steps, self.last = i + 1, rec
         return view
@@ -136,11 +139,19 @@ class Consistency:
         return sorted(found.values(), key=lambda v: (v.step, order[v.invariant]))
 
 
-def _inputs(workload: Workload, i: int, rec: StepRecord, where: str, carried: tuple[str, ...]) -> Iterable[str]:
+def _inputs(
+    workload: Workload, i: int, rec: StepRecord, where: str, carried: tuple[str, ...], before: StateSummary
+) -> Iterable[str]:
     arrivals = tuple(r.request_id for r in workload.arrivals_at(i))
     if rec.added != arrivals:
         yield f"{where}.added is {list(rec.added)}, but the workload's arrivals at step {i} are {list(arrivals)}"
     aborts = tuple(workload.aborts_at(i)) + carried
+    if any(c.call == "pause" and c.mode == "abort" for c in workload.controls_at(i)):
+        # A pause in mode abort then aborts every live request, in the order they were added (spec/controls.py).
+        gone = set(aborts)
+        live = (set(before.requests) | set(arrivals)) - gone
+        added = sorted(workload.requests, key=lambda r: r.arrival_step)  # stable: workload order within a step
+        aborts += tuple(r.request_id for r in added if r.request_id in live)
     if rec.aborted != aborts:
         yield f"{where}.aborted is {list(rec.aborted)}, but the workload's aborts at step {i} are {list(aborts)}"
     drains = workload.config.max_concurrent_batches == 1 or rec.updated_step is not None
@@ -152,10 +163,16 @@ def _inputs(workload: Workload, i: int, rec: StepRecord, where: str, carried: tu
         )
 
 
-def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
+def _in_flight(
+    workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str, paused: bool = False
+) -> Iterable[str]:
     if not rec.scheduled and (rec.output.num_scheduled_tokens or rec.model_output.sampled_token_ids):
         yield f"{where}.output grants {rec.output.total_num_scheduled_tokens} tokens, but the step scheduled nothing"
     size = workload.config.max_concurrent_batches
+    if size == 1 and paused and not rec.scheduled:  # EngineCore.step returns at once: no schedule, no update
+        if rec.updated_step is not None or rec.in_flight:
+            yield f"{where}.updated_step is {rec.updated_step}, but a paused step that schedules nothing absorbs nothing"
+        return
     if size == 1:
         if rec.updated_step != rec.step:
             yield f"{where}.updated_step is {rec.updated_step}, but a synchronous step absorbs itself ({rec.step})"
@@ -210,6 +227,7 @@ def _counters(
     rec: StepRecord,
     absorbed: StepRecord | None,
     last_preempted: dict[str, int],
+    dropping: set[str],
     where: str,
 ) -> Iterable[str]:
     """The survivors' status, C and T from the view's `pre_` side (the replay's one rule for it) and the record."""
@@ -235,10 +253,10 @@ def _counters(
         if r.scheduled:
             c, how = c + r.num_scheduled, f"{how} + {r.num_scheduled} scheduled"
         returned: tuple[int, ...] = ()
-        if absorbed is not None and rid in absorbed.output.num_scheduled_tokens:
+        stale = absorbed is not None and absorbed.step < last_preempted.get(rid, -1)
+        if absorbed is not None and rid in absorbed.output.num_scheduled_tokens and not (stale and rid in dropping):
             returned = absorbed.model_output.sampled_token_ids.get(rid, ())
             drafts = absorbed.output.scheduled_spec_decode_tokens.get(rid, ())
-            stale = absorbed.step < last_preempted.get(rid, -1)
             if drafts and returned and not stale and c > 0:
                 rejected = len(drafts) - max(len(returned) - 1, 0)
                 c, how = c - rejected, f"{how} - {rejected} rejected"

@@ -30,6 +30,7 @@ so missed a PRIORITY self-preemption that `break`s instead of continuing).
 from __future__ import annotations
 
 from ..arith import lex_gt
+from ..controls import PauseState
 from ..rules import (
     allocation_fits,
     async_max_tokens_reached,
@@ -44,7 +45,7 @@ from ..rules import (
     self_preemption_continues,
     victim_key,
 )
-from .step_walk import CADENCE, GRANT, PREFILL, VICTIMS, WORK, StepWalk
+from .step_walk import CADENCE, CONTROLS, GRANT, PREFILL, VICTIMS, WORK, StepWalk
 
 
 def threshold(w: StepWalk) -> int:
@@ -179,6 +180,8 @@ def walk_running_pass(w: StepWalk) -> None:
         w.input_budget -= use
         i += 1
     for rid in running[i:]:
+        if rid in w.grants and w.pause_state == PauseState.PAUSED_ALL:
+            w.flag(CONTROLS, f"{rid} is scheduled under PAUSED_ALL, which schedules nothing")
         if rid in w.grants:
             w.flag(GRANT, f"{rid} is scheduled after the running pass ended ({ended})")
             w.allocate(rid)  # the shadow follows the engine

@@ -76,6 +76,9 @@ def walk_update(
         if absorbed is None or r is None or not r.pre_live or rid in rec.aborted_mid_step:
             continue  # finished or aborted before this update (after the model ran, too: `aborted_mid_step`)
         seen.add(rid)
+        stale = absorbed.step < last_preempted.get(rid, -1)
+        if stale and rid in w.dropping:
+            continue  # a cache reset's victim: its stale output is dropped whole (Scheduler.update_from_output)
         returned = absorbed.model_output.sampled_token_ids.get(rid, ())
         had = r.pre_num_tokens - r.num_prompt_tokens
         at, kind = _verdict(w, rid, had, returned)
@@ -99,7 +102,6 @@ def walk_update(
                     f"{had + at}: the tokens after it are trimmed",
                 )
         # Rejected drafts roll C back, unless the output is stale (the request was preempted since) or C is 0.
-        stale = absorbed.step < last_preempted.get(rid, -1)
         drafts = absorbed.output.scheduled_spec_decode_tokens.get(rid, ())
         if drafts and returned and not stale and computed[rid] > 0:
             computed[rid] -= num_rejected_drafts(len(drafts), len(returned))

@@ -36,10 +36,11 @@ from ..rules import (
     num_tokens_need_slot,
     padded_admission_breaks,
     pads_spec_decode,
+    pause_admits_waiting,
     waiting_num_new_tokens,
     waiting_pass_allowed,
 )
-from .step_walk import ADMISSION, BLOCK_CHOICE, GRAMMAR, GRANT, LORA, PREFILL, PREFIX_HIT, StepWalk
+from .step_walk import ADMISSION, BLOCK_CHOICE, CONTROLS, GRAMMAR, GRANT, LORA, PREFILL, PREFIX_HIT, StepWalk
 
 
 def _recorded_hit(w: StepWalk, rid: str, expected: list[int]) -> tuple[int, ...]:
@@ -74,6 +75,12 @@ def walk_waiting_pass(w: StepWalk) -> None:
     bs, L, k = c.block_size, c.max_model_len, c.num_speculative_tokens
     if not waiting_pass_allowed(len(w.victims_recorded)):
         return  # admissions in a step that preempted: no-admission-after-preemption's
+    if not pause_admits_waiting(w.pause_state):
+        for rid, data in w.new_reqs.items():  # a pause admits only requests holding KV blocks: none in scope
+            if rid in rows and rows[rid].pre_waiting:
+                w.flag(CONTROLS, f"{rid} is admitted under {('', 'PAUSED_NEW', 'PAUSED_ALL')[w.pause_state]}")
+                w.allocate(rid, data.block_ids[: data.num_computed_tokens // bs] if c.enable_prefix_caching else ())
+        return
     num_running = len(w.running)
     any_running_scheduled = bool(w.scheduled_running)
     # The adapters of the running requests as the running pass left them, or before 0.33.0 of those it scheduled
@@ -98,7 +105,7 @@ def walk_waiting_pass(w: StepWalk) -> None:
                 w.grammar_errors_found.append(rid)
             w.skipped.append(rid)
             continue
-        if r.pre_num_stale_output_tokens > 0:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
+        if r.pre_num_stale_output_tokens > 0 and rid not in w.dropping:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
             if rid in w.new_reqs:
                 w.flag(ADMISSION, f"{rid} is admitted while output from before its preemption is still in flight")
             w.skipped.append(rid)

@@ -50,8 +50,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..config import SchedulerConfig
+from ..controls import PauseState
 from ..request import Request, RequestStatus
-from ..rules import lora_counts_every_running, next_decode_eligible_step, waiting_pass_allowed
+from ..rules import (
+    lora_counts_every_running,
+    next_decode_eligible_step,
+    pause_runs_waiting_pass,
+    paused_token_budget,
+    waiting_pass_allowed,
+)
 from ..trace import StepRecord
 from .catalogue import INVARIANTS, Invariant
 from .decide_running import walk_running_pass
@@ -63,6 +70,7 @@ from .step_walk import (
     ADMISSION,
     BLOCK_CHOICE,
     CADENCE,
+    CONTROLS,
     GRAMMAR,
     GRANT,
     LORA,
@@ -91,6 +99,10 @@ def decide(
     grammar_errors: set[str] | None = None,
     cadence: DecodeCadence | None = None,
     prefill: PrefillCadenceShadow | None = None,
+    pause_state: PauseState = PauseState.UNPAUSED,
+    reset_victims: tuple[str, ...] = (),
+    dropping: set[str] | None = None,
+    reset_unreported: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """Walk one step (aborts, schedule(), update) through `shadow`; the first problem of each decision invariant.
 
@@ -100,7 +112,10 @@ def decide(
     last preemption (this step's included), `grammar_errors` the failed grammars found by a schedule() and not
     yet finished by an update (carried between steps: under async an update may come later; updated here),
     `cadence` the schedule() count and each request's next decode-eligible call (async; updated here), `prefill`
-    what the prefill cadence carries (`prefill_cadence.py`; updated here).
+    what the prefill cadence carries (`prefill_cadence.py`; updated here), `pause_state` the pause the step's
+    controls left, `reset_victims` the requests a cache reset preempted before schedule() (the tail first),
+    `dropping` the requests whose stale output is dropped, `reset_unreported` the victims the record's
+    `preempted_req_ids` leaves out.
     """
     grammar_errors = grammar_errors if grammar_errors is not None else set()
     for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
@@ -114,11 +129,17 @@ def decide(
         cadence.eligible.pop(rid, None)
     prefill.forget(rec.aborted)
     w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk, cadence.current_step, cadence.eligible)
+    _controls(w, reset_victims, reset_unreported)
+    w.pause_state = pause_state
+    w.token_budget = paused_token_budget(pause_state, w.token_budget)
+    w.dropping = dropping if dropping is not None else set()
     w.defer_prefills = prefill.defers(config, requests, rec, queues[0], prefill_chunk)
     if rec.scheduled:
         walk_running_pass(w)
         walk_waiting_pass(w)
-        ran = bool(waiting_pass_allowed(len(rec.output.preempted_req_ids)))
+        ran = bool(waiting_pass_allowed(len(rec.output.preempted_req_ids))) and bool(
+            pause_runs_waiting_pass(pause_state, config.vllm_version)
+        )
         admitted = sum(1 for n in rec.output.scheduled_new_reqs if n.req_id in queues[1])
         carried = w.prefill_scheduled or w.prefill_admitted
         prefill.after_passes(config, rec, w.defer_prefills, ran, len(queues[1]) - admitted, w.skipped, carried)
@@ -140,6 +161,32 @@ def decide(
         cadence.eligible.pop(rid, None)
     prefill.forget(rec.finished)
     return w.problems
+
+
+def _controls(w: StepWalk, reset_victims: tuple[str, ...], unreported: tuple[str, ...]) -> None:
+    """The step's calls outside schedule(), in order (`spec.controls`): the first reset with the running requests
+    frees the victims' blocks, tail first; each reset empties the cache exactly when every block is free, and
+    answers so (vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3227)). The victims are reported
+    by this step's schedule() (`reset_preempted_req_ids`)."""
+    victims = list(reset_victims)
+    for call in w.rec.controls:
+        if call.call != "reset_prefix_cache":
+            continue
+        if call.reset_running_requests:
+            for rid in victims:
+                w.shadow.free(rid)
+            victims = []
+        emptied = w.shadow.reset_cache()
+        if call.result != emptied:
+            held = sum(1 for n in w.shadow.refs.values() if n)
+            w.flag(
+                CONTROLS,
+                f"reset_prefix_cache(reset_running_requests={call.reset_running_requests}) answers {call.result}, "
+                f"but {'every block is free' if emptied else f'{held} blocks are held'}, so it "
+                f"{'empties' if emptied else 'cannot empty'} the cache",
+            )
+    if unreported and w.rec.scheduled:
+        w.flag(CONTROLS, f"{', '.join(unreported)} preempted by reset_prefix_cache, but not in preempted_req_ids")
 
 
 @dataclass

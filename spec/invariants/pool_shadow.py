@@ -207,6 +207,15 @@ class PoolShadow:
         self.queue.extend(back)
         self.num_cached.pop(rid, None)
 
+    def reset_cache(self) -> bool:
+        """vllm/v1/core/block_pool.py:BlockPool.reset_prefix_cache: every hash forgotten if every block is free (the
+        queue keeps its order); whether it was."""
+        if self.refs:
+            return False
+        self.hash_of.clear()
+        self.cached.clear()
+        return True
+
     def forget(self, rid: str) -> None:
         """A finished request: its blocks back to the pool, its tokens gone."""
         self.free(rid)

@@ -54,8 +54,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
+from ..controls import PauseState, pause_state_after
 from ..request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, RequestStatus
-from ..rules import decode_cadence_waits, heap_key
+from ..rules import decode_cadence_waits, heap_key, pause_admits_waiting, paused_token_budget
+from ..output import ModelRunnerOutput
 from ..trace import StateSummary, StepRecord, Trace
 from ..versions import holds
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
@@ -87,6 +89,10 @@ class ReplaySeed:
     deferred_waiting: frozenset[str] = frozenset()
     num_executed_steps: int = 0
     last_prefill_step: int | None = None
+    # The engine's calls outside schedule() (`spec.controls`): the pause state, and the requests whose stale output
+    # is dropped (vLLM's `drop_stale_output`, set by reset_prefix_cache's preemptions)
+    pause_state: int = 0
+    dropping: frozenset[str] = frozenset()
 
 
 class TraceReplay:
@@ -114,6 +120,10 @@ class TraceReplay:
         self.prefill_chunk: dict[str, bool] = {}
         self.cadence = DecodeCadence()  # schedule() calls so far, each request's next decode-eligible call
         self.prefill = PrefillCadenceShadow()  # the prefill cadence's carried state (`prefill_cadence.py`)
+        self.pause_state = PauseState.UNPAUSED  # as the records' controls set it (`spec.controls`)
+        self.dropping: set[str] = set()  # preempted by a cache reset, their stale output dropped, not delivered
+        self.reset_pending: set[str] = set()  # preempted by a cache reset, not yet reported by a schedule()
+        self.dropped_in_update: set[str] = set()  # `dropping` as the last step's update found it
         self.in_flight: tuple[int, ...] = ()  # the last record's steps in flight, for `reseed`
         self.stale = False  # a record was skipped: `step` needs a `reseed` first
 
@@ -151,8 +161,48 @@ class TraceReplay:
             r.grammar,
         )
 
+    def reset_victims(self, rec: StepRecord) -> tuple[str, ...]:
+        """The requests a `reset_prefix_cache(reset_running_requests=True)` preempted before this step's schedule(),
+        in the order it preempted them: the tail of `running` first (vllm/v1/core/sched/scheduler.py:
+        Scheduler.reset_prefix_cache (3184-3210)). The step's aborts came before it."""
+        if not any(c.call == "reset_prefix_cache" and c.reset_running_requests for c in rec.controls):
+            return ()
+        gone = set(rec.aborted)
+        return tuple(reversed([rid for rid in self.last.running if rid not in gone]))
+
+    def before(self, rec: StepRecord) -> StateSummary:
+        """The last summary with this step's controls applied: a cache reset's victims PREEMPTED with C = 0, at the
+        head of the waiting queue in their running order (FCFS), or in heap order (PRIORITY)."""
+        victims = self.reset_victims(rec)
+        last = self.last
+        if not victims:
+            return last
+        requests = dict(last.requests)
+        for rid in victims:
+            requests[rid] = dataclasses.replace(requests[rid], status=RequestStatus.PREEMPTED, num_computed_tokens=0)
+        ordered = tuple(reversed(victims))
+        if self.config.policy == "fcfs":
+            skipped = last.num_skipped_waiting  # before 0.31.0 a preempted request goes behind the skipped queue
+            waiting = last.waiting[:skipped] + ordered + last.waiting[skipped:]
+        else:
+            rq = self.requests
+            key = lambda rid: heap_key(rq[rid].priority, rq[rid].arrival_time, rid)  # noqa: E731
+            waiting = tuple(sorted(last.waiting + ordered, key=key))
+        running = tuple(rid for rid in last.running if rid not in victims)
+        return dataclasses.replace(last, running=running, waiting=waiting, requests=requests)
+
+    def _in_step(self, rec: StepRecord, victims: tuple[str, ...]) -> StepRecord:
+        """The record as its schedule() decided it: the cache reset's victims out of `preempted_req_ids` (the
+        engine reports them there, `controls-exact` checks that it does; every other check sees its own)."""
+        if not victims:
+            return rec
+        out = dataclasses.replace(rec.output, preempted_req_ids=rec.output.preempted_req_ids - set(victims))
+        return dataclasses.replace(rec, output=out)
+
     def skip(self, rec: StepRecord) -> None:
         """A record not judged: kept while in flight, its preemptions noted; the tables are stale until `reseed`."""
+        self.pause_state = pause_state_after(self.pause_state, rec.controls)
+        self.reset_pending = set() if rec.scheduled else self.reset_pending | set(self.reset_victims(rec))
         self.records[rec.step] = rec
         for rid in rec.output.preempted_req_ids:
             self.last_preempted[rid] = rec.step
@@ -172,6 +222,8 @@ class TraceReplay:
         self.prefill.deferred = set(seed.deferred_waiting)
         self.prefill.num_executed_steps = seed.num_executed_steps
         self.prefill.last_prefill_step = seed.last_prefill_step
+        self.pause_state = PauseState(seed.pause_state)
+        self.dropping = set(seed.dropping)
         self.shadow = PoolShadow.seeded(
             self.config, self.requests, seed.hash_source, seed.free_queue, seed.blocks, seed.cached, seed.num_cached
         )
@@ -181,8 +233,29 @@ class TraceReplay:
     def step(self, rec: StepRecord) -> StepView:
         if self.stale:
             raise RuntimeError(f"record {rec.step}: the replay skipped a record and was not reseeded")
-        config, last = self.config, self.last
+        config = self.config
+        victims = self.reset_victims(rec)
+        last = self.before(rec)
         self.records[rec.step] = rec
+        # A reset's victims are reported by the next schedule(), which may come steps later while paused.
+        self.reset_pending.update(victims)
+        unreported: tuple[str, ...] = ()
+        if rec.scheduled:
+            pending = tuple(sorted(self.reset_pending))
+            unreported = tuple(rid for rid in pending if rid not in rec.output.preempted_req_ids)
+            rec = self._in_step(rec, pending)
+            self.reset_pending = set()
+        pause_state = self.pause_state = pause_state_after(self.pause_state, rec.controls)
+        held_before = len(self._holders())
+        for rid in victims:  # _preempt_request: no blocks, drafts or placeholders; what is in flight turns stale
+            self.blocks.pop(rid, None)
+            _, in_flight_tokens, _ = self.counters.get(rid, (0, 0, 0))
+            self.counters[rid] = (0, in_flight_tokens, in_flight_tokens)
+            self.spec[rid] = 0
+            self.last_preempted[rid] = rec.step
+            if in_flight_tokens:
+                self.dropping.add(rid)
+        self.dropped_in_update = set(self.dropping)
         gone = set(rec.aborted)
         added = tuple(rid for rid in rec.added if rid not in gone)
         pre = {rid: self._counts(last, rid) for rid in last.requests if rid not in gone}
@@ -206,8 +279,8 @@ class TraceReplay:
                 sum(1 for r in skipped_before if r not in gone),
             ),
         )
-        # Aborted requests free their blocks before schedule(); a shared block stays held by the others.
-        held_before = len(self._holders())
+        # Aborted requests free their blocks before schedule(), and a cache reset's victims theirs; a shared block
+        # stays held by the others.
         for rid in rec.aborted:
             self.blocks.pop(rid, None)
         pre_free = last.num_free_blocks + held_before - len(self._holders())
@@ -235,7 +308,7 @@ class TraceReplay:
             pre_free,
             rec.state.num_free_blocks,
             Blocks(problem, shared_refs(self.blocks)),
-            absorbed.model_output if absorbed is not None else None,
+            self._delivered(absorbed),
             rec.finished,
             self.ranks,
             rec.state.num_skipped_waiting,
@@ -261,13 +334,34 @@ class TraceReplay:
             self.grammar_errors,
             self.cadence,
             self.prefill,
+            pause_state,
+            victims,
+            self.dropped_in_update,
+            unreported,
         )
         view = dataclasses.replace(
-            view, decision_problems=tuple(problems.items()), prefills_deferred=self.prefill.deferring
+            view,
+            decision_problems=tuple(problems.items()),
+            prefills_deferred=self.prefill.deferring,
+            token_budget=paused_token_budget(pause_state, view.token_budget),  # PAUSED_ALL: nothing may run
+            admits_waiting=bool(pause_admits_waiting(pause_state)),
         )
         self.last = rec.state
         self._forget(rec)
         return view
+
+    def _delivered(self, absorbed: StepRecord | None) -> ModelRunnerOutput | None:
+        """The absorbed step's model output as the update takes it: a cache reset's victims' stale output dropped
+        (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output, `drop_stale_output`)."""
+        if absorbed is None:
+            return None
+        dropped = {
+            rid for rid in self.dropped_in_update if absorbed.step < self.last_preempted.get(rid, -1)
+        } & set(absorbed.model_output.sampled_token_ids)
+        if not dropped:
+            return absorbed.model_output
+        kept = {rid: t for rid, t in absorbed.model_output.sampled_token_ids.items() if rid not in dropped}
+        return ModelRunnerOutput(kept)
 
     def _allocate(self, rec: StepRecord) -> str:
         """Replay this step's allocations into the block tables; the first block handed out that someone holds."""
@@ -299,6 +393,7 @@ class TraceReplay:
         for rid, drafts in rec.draft_token_ids.items():
             self.spec[rid] = len(drafts)
         self._counters(rec.in_flight)
+        self.dropping = {rid for rid in self.dropping if self.counters.get(rid, (0, 0, 0))[2] > 0}
 
     def _counters(self, steps_in_flight: tuple[int, ...]) -> None:
         self.counters = {}

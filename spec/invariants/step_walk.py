@@ -41,6 +41,7 @@ GRAMMAR = "grammar-wait-exact"
 LORA = "lora-limit-exact"
 CADENCE = "decode-cadence-exact"
 PREFILL = "prefill-cadence-exact"
+CONTROLS = "controls-exact"
 
 
 class StepWalk:
@@ -67,7 +68,7 @@ class StepWalk:
         self.grants: Mapping[str, int] = out.num_scheduled_tokens
         self.new_reqs: dict[str, NewRequestData] = {n.req_id: n for n in out.scheduled_new_reqs}
         self.cached_reqs: dict[str, CachedRequestData] = {c.req_id: c for c in out.scheduled_cached_reqs}
-        self.victims_recorded = out.preempted_req_ids
+        self.victims_recorded = out.preempted_req_ids  # this schedule()'s own: the replay takes a reset's out
         self.problems: dict[str, str] = {}
         # The pass state, as the running pass leaves it for the waiting pass.
         self.token_budget = config.token_budget
@@ -84,6 +85,8 @@ class StepWalk:
         self.skipped: list[str] = []  # the waiting requests the pass passed over for a reason of their own
         self.defer_prefills = False  # the prefill cadence holds every prefill back this step (`prefill_cadence.py`)
         self.prefill_admitted = False  # an admission with prompt left to compute
+        self.pause_state = 0  # spec.controls.PauseState, as the step's controls left it
+        self.dropping: set[str] = set()  # stale output dropped, not delivered (a cache reset's victims)
 
     def flag(self, invariant: str, detail: str) -> None:
         """Keep the first problem of each invariant in this step."""

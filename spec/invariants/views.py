@@ -123,6 +123,9 @@ class StepView:
     # The prefill cadence held every prefill back in this step (rebuilt by the trace replay, `prefill_cadence.py`;
     # False in a view from states or Z3 terms, which never draw an interval).
     prefills_deferred: Bool = False
+    # The pause lets the waiting pass take from the waiting queue (UNPAUSED; spec/controls.py). Rebuilt by the trace
+    # replay; True in a view from states or Z3 terms, which never pause.
+    admits_waiting: Bool = True
     vllm_version: str = DEFAULT_RELEASE  # concrete: the release whose rules the invariants state
     # Block-table entries beyond a block's first holder: > 0 only where prefix caching shares blocks.
     post_num_shared_block_refs: Int = 0
