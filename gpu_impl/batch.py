@@ -29,11 +29,13 @@ instance.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
 
+from ..spec import engine as engine_loop
 from ..spec.engine import drained_after
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import RequestStatus
@@ -41,6 +43,7 @@ from ..spec.trace import FinishedRequest, StepRecord, Trace
 from ..spec.workload import Workload
 from .batch_queue import BatchQueue
 from .device import cpu_threads, pick_device
+from .engine import TorchEngine
 from .fake_model import fake_model, propose, update_draft_token_ids
 from .load import Entry, load, priority_ranks
 from .materialize import STATUS, outputs, summaries
@@ -112,15 +115,22 @@ def run_batch(
 
     Workloads with prefix caching run in a batch of their own: they need the keyed free queue and the
     walking waiting pass (`lru_free_queue.py`, `waiting_cached.py`), which the others need not pay for.
+    A workload with controls (`spec.controls`: calls between steps, a host-side decision each) runs on its own
+    instance through the spec's engine loop (`TorchEngine`), the same tensor programs at B = 1.
     """
     workloads = list(workloads)
     if not workloads:
         return []
     dev = pick_device(device)
     groups: dict[bool, list[int]] = defaultdict(list)
+    alone = [i for i, w in enumerate(workloads) if w.controls]
     for i, w in enumerate(workloads):
-        groups[w.config.enable_prefix_caching or w.config.max_loras is not None].append(i)
+        if not w.controls:
+            groups[w.config.enable_prefix_caching or w.config.max_loras is not None].append(i)
     traces: dict[int, Trace] = {}
+    for i in alone:
+        trace = engine_loop.run(TorchEngine(workloads[i].config, dev), workloads[i])
+        traces[i] = dataclasses.replace(trace, engine=engine_name)
     with cpu_threads(dev):
         for members in groups.values():
             traces.update(zip(members, _run([workloads[i] for i in members], dev, engine_name)))

@@ -32,6 +32,7 @@ from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.request import Request, RequestStatus
 from ..spec.trace import FinishedRequest, StateSummary
 from .columnar import DeferredSchedulerOutput, OutputTokens, SampledTokens
+from .controls import reset_prefix_cache
 from .device import cpu_threads, pick_device
 from .fake_model import update_draft_token_ids
 from .load import Entry, load, priority_ranks
@@ -127,6 +128,16 @@ class TorchEngine:
         # Async scheduling schedules again before absorbing: outputs are absorbed oldest first.
         self._pending.append((out, result))
         return result
+
+    @_threads
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """vLLM's `Scheduler.reset_prefix_cache` between steps (`controls.py`)."""
+        asked = torch.tensor([reset_running_requests], device=self.st.device)
+        return bool(reset_prefix_cache(self.st, asked)[0])
+
+    def set_pause_state(self, pause_state: int) -> None:
+        """vLLM's `Scheduler.set_pause_state`: the next schedule() reads it."""
+        self.st.pause = torch.full_like(self.st.pause, int(pause_state))
 
     @_threads
     def summary(self) -> StateSummary:

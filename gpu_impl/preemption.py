@@ -73,14 +73,21 @@ def victim_key_twin(prio: Tensor, arrival: Tensor, alive: Tensor) -> Tensor:
 
 
 def preempted_counters_twin(
-    victims: Tensor, status: Tensor, C: Tensor, nspec: Tensor, P: Tensor, inflight: Tensor, stale: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    victims: Tensor,
+    status: Tensor,
+    C: Tensor,
+    nspec: Tensor,
+    P: Tensor,
+    inflight: Tensor,
+    stale: Tensor,
+    drop: Tensor,
+    dropping: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Tensor twin of `spec.rules.preempted_counters` for the `victims` mask [B, R]: (status, C, nspec, P,
-    stale), each kept where a slot is no victim.
+    stale, drop), each kept where a slot is no victim. `dropping`: the rule's `drop` (a cache reset's).
 
     The other counters of the rule are not tensors here. `push_free` zeroes the held blocks as it frees
-    them. `drop_stale_output` stays False, because nothing in the modelled scope drops stale output.
-    `num_preemptions` reaches no output or summary.
+    them. `num_preemptions` reaches no output or summary.
     """
     zeros = torch.zeros_like(C)
     return (
@@ -89,6 +96,7 @@ def preempted_counters_twin(
         torch.where(victims, zeros, nspec),
         torch.where(victims, zeros, P),
         torch.where(victims, inflight, stale),
+        torch.where(victims, (drop & (stale > 0)) | dropping, drop),
     )
 
 
@@ -170,8 +178,8 @@ def resolve_failures(p: RunningPass, failing: Tensor, jf: Tensor, n: Tensor, k: 
     in_slots = torch.zeros_like(p.alive).scatter(1, order, victims)
     # Drafts are dropped, placeholders reset, and output still in flight becomes stale
     # (vllm/v1/core/sched/scheduler.py:Scheduler._preempt_request (1823-1836)).
-    st.status, st.C, st.nspec, st.P, st.stale = preempted_counters_twin(
-        in_slots, st.status, st.C, st.nspec, st.P, st.inflight, st.stale
+    st.status, st.C, st.nspec, st.P, st.stale, st.drop = preempted_counters_twin(
+        in_slots, st.status, st.C, st.nspec, st.P, st.inflight, st.stale, st.drop
     )
     rank_in_slots = torch.zeros_like(st.wait_pos).scatter(1, victim_slots, idx)
     st.wait_pos = torch.where(in_slots, st.wait_head[:, None] - rank_in_slots, st.wait_pos)

@@ -226,3 +226,20 @@ def prefill_capacity_bound(num_waiting: Tensor, num_deferred_waiting: Tensor) ->
 def admits_a_prefill(num_computed_tokens: Tensor, num_tokens: Tensor) -> Tensor:
     """Tensor twin of `spec.rules.admits_a_prefill` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1290-1293))."""
     return num_computed_tokens < num_tokens - 1
+
+
+def paused_token_budget(pause: Tensor, token_budget: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.paused_token_budget` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (723-725))."""
+    return torch.where(pause == 2, torch.zeros_like(token_budget), token_budget)
+
+
+def pause_admits_waiting(pause: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.pause_admits_waiting` (vllm/v1/core/sched/scheduler.py:Scheduler.schedule
+    (1050-1067))."""
+    return pause == 0
+
+
+def pause_runs_waiting_pass(pause: Tensor, paused_new_runs_waiting_pass: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.pause_runs_waiting_pass`, the release column for its `release`
+    (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050))."""
+    return torch.where(paused_new_runs_waiting_pass, pause != 2, pause == 0)

@@ -159,7 +159,8 @@ class BatchState:
     loras_counted_over_all_running: Tensor  # every running request's adapter counts against max_loras (0.33.0)
     async_with_ngram_spec_decode: Tensor  # config-only (0.33.0): the config refuses the pair before
     local_prefill_cadence: Tensor  # config-only (0.33.0): `local_interval` is the config's, which reads it
-    paused_new_runs_waiting_pass: Tensor  # under PAUSED_NEW the waiting pass runs, taking nobody (0.30.0)
+    paused_new_runs_waiting_pass: Tensor  # under PAUSED_NEW the waiting pass runs, taking nobody (0.32.0)
+    release_kv_cache_memory: Tensor  # workload-only (0.31.0): the engine loop's call, no rule of the step
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
     ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
@@ -204,6 +205,8 @@ class BatchState:
     P: Annotated[Tensor, Slot(I64, 0)]  # num_output_placeholders (async)
     inflight: Annotated[Tensor, Slot(I64, 0)]  # tokens scheduled whose output is not absorbed yet (batch queue)
     stale: Annotated[Tensor, Slot(I64, 0)]  # of those, the ones scheduled before a preemption: stale output
+    drop: Annotated[Tensor, Slot(BOOL, False)]  # drop_stale_output: a cache reset's victim (`controls.py`)
+    reset_preempted: Annotated[Tensor, Slot(BOOL, False)]  # preempted by a cache reset; the next schedule() says so
     chunk: Annotated[Tensor, Slot(BOOL, False)]  # is_prefill_chunk as the last _update_after_schedule left it
     next_decode: Annotated[Tensor, Slot(I64, 0)]  # next_decode_eligible_step (async: the PP decode cadence)
     deferred: Annotated[Tensor, Slot(BOOL, False)]  # in vLLM's `deferred_waiting` (read while waiting)

@@ -73,7 +73,8 @@ def schedule(st: BatchState, calling: Tensor | None = None, throttle: Tensor | N
     any_running, any_waiting = torch.stack([running.any(), waiting.any()]).tolist()
 
     defer = _defers_prefills(st, running, throttle) if st.any_prefill_cadence else None
-    rp = running_pass(st, threshold, st.budget0, running, defer) if any_running else idle_pass(st, st.budget0)
+    budget0 = rules.paused_token_budget(st.pause, st.budget0)  # PAUSED_ALL schedules nothing (`controls.py`)
+    rp = running_pass(st, threshold, budget0, running, defer) if any_running else idle_pass(st, budget0)
     zeros = torch.zeros_like(st.C)
     big = torch.full_like(zeros, BIG)
     n_sched = zeros.scatter(1, rp.order, rp.grant)
@@ -83,6 +84,9 @@ def schedule(st: BatchState, calling: Tensor | None = None, throttle: Tensor | N
     preempted = torch.zeros_like(rp.preempted)
     if rp.rounds > 1:  # a single round means no allocation failed, so nothing was preempted
         preempted = preempted.scatter(1, rp.order, rp.preempted)
+    # Reported with this step's own: a cache reset's victims since the last schedule() (`reset_preempted_req_ids`).
+    reported = preempted | st.reset_preempted
+    st.reset_preempted = torch.zeros_like(st.reset_preempted)
     # Drafts the clamps left (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1010-1025)); a granted request's
     # spec_token_ids are consumed either way.
     n_spec, spec_vals = zeros, st.spec_tok
@@ -91,7 +95,8 @@ def schedule(st: BatchState, calling: Tensor | None = None, throttle: Tensor | N
         n_spec = torch.minimum(n_spec, st.nspec)
         spec_vals = st.spec_tok.clone()
         st.nspec = torch.where(n_sched > 0, zeros, st.nspec)
-    allowed = ~rp.preempted.any(1)  # no admission in a step that preempted (§9.A.6)
+    ran = ~rp.preempted.any(1) & rules.pause_runs_waiting_pass(st.pause, st.paused_new_runs_waiting_pass)
+    allowed = ran & rules.pause_admits_waiting(st.pause)  # none after a preemption (§9.A.6), nor under a pause
     running_granted = n_sched > 0
     prefill_scheduled = (running_granted & st.chunk).any(1)
     wp = None
@@ -119,10 +124,10 @@ def schedule(st: BatchState, calling: Tensor | None = None, throttle: Tensor | N
             n_spec = torch.where(padded, st.k[:, None].expand_as(n_spec), n_spec)
             spec_vals = torch.where(padded[..., None], torch.full_like(spec_vals, -1), spec_vals)
     if defer is not None:
-        _after_the_passes(st, defer, allowed, wp, n_sched, prefill_scheduled)
+        _after_the_passes(st, defer, ran, wp, n_sched, prefill_scheduled)
     c_before = st.C
     _update_after_schedule(st, n_sched, n_spec)
-    return StepOut(n_sched, sched_key, kind, c_before, old_held, preempted, finished, rp.rounds, n_spec, spec_vals)
+    return StepOut(n_sched, sched_key, kind, c_before, old_held, reported, finished, rp.rounds, n_spec, spec_vals)
 
 
 def _defers_prefills(st: BatchState, running: Tensor, throttle: Tensor | None) -> Tensor:

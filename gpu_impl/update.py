@@ -86,6 +86,8 @@ def update_from_output(
         stale = live & (st.stale > 0)
         st.stale = torch.where(stale, st.stale - n_sched, st.stale)
         fresh = live & ~stale
+        # A cache reset's victim drops its stale output whole (Scheduler.update_from_output, `drop_stale_output`).
+        g = torch.where(stale & st.drop, torch.zeros_like(g), g)
     if st.any_spec:
         rejected = torch.where(live & (n_spec > 0) & (g > 0), rules.num_rejected_drafts(n_spec, g), 0)
         st.C = torch.where(fresh & (st.C > 0), st.C - rejected, st.C)

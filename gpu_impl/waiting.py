@@ -90,7 +90,9 @@ def waiting_pass(
     L, bs, bud = st.L[:, None], st.bs[:, None], budget[:, None]
     idx = st.cols()
     zeros = torch.zeros_like(T)
-    skip = (st.stale.gather(1, order) > 0) & valid if st.any_queue else torch.zeros_like(valid)
+    # Stale output in flight skips the request, unless a cache reset marked it for dropping (vLLM's skip test)
+    stale = (st.stale > 0) & ~st.drop
+    skip = stale.gather(1, order) & valid if st.any_queue else torch.zeros_like(valid)
     if st.any_grammar:
         skip = skip | (blocked(st, order) & valid)
     take = valid & ~skip

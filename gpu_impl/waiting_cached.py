@@ -93,7 +93,7 @@ def cached_waiting_pass(
         if not bool(here.any()):
             break
         ended = here & ((nrun >= st.max_active) | (bud <= 0))  # before the skip rules look at the request
-        skip = here & (st.stale[rows, s] > 0)
+        skip = here & (st.stale[rows, s] > 0) & ~st.drop[rows, s]  # dropped stale output does not hold it back
         if st.any_grammar:
             skip = skip | (here & blocked(st, s))
         if adapters is not None:  # after the grammar and stale checks, as vLLM asks them

@@ -263,6 +263,16 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         ("prefill-cadence",),
     ),
     Mutant(
+        "pause-admits-waiting",
+        "classic",
+        "a pause holds nothing back in the waiting pass: PAUSED_NEW admits new requests as if unpaused",
+        "spec.rules:pause_admits_waiting",
+        "return pause_state == 0",
+        "return True",
+        ("controls-exact",),
+        ("pause-and-reset",),
+    ),
+    Mutant(
         "grammar-error-dropped",
         "classic",
         "the update forgets the failed grammars the pass found: the request waits for its grammar for good",

@@ -38,6 +38,7 @@ step that finds none calls no `schedule()` (`StepRecord.scheduled`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ CALLS: dict[str, tuple[str, ...]] = {
     "resume": (),
     "release_kv_cache_memory": (),
 }
-PAUSE_MODES = ("abort", "wait", "keep")  # vllm/v1/engine/core.py:PauseMode
+PAUSE_MODES = ("abort", "wait", "keep")  # vLLM's PauseMode, vllm/v1/engine/core.py:EngineCore.pause_scheduler
 
 
 class PauseState(enum.IntEnum):
@@ -101,17 +102,22 @@ class ControlCall:
     reset_running_requests: bool = False
     result: bool = True  # reset_prefix_cache's answer: whether the cache was emptied
     pause_state: PauseState = PauseState.UNPAUSED
+    # Made before the step's arrivals and aborts: a pending pause's cache clear, when the engine found itself idle.
+    before_inputs: bool = False
 
     def to_json(self) -> dict[str, Any]:
         if self.call == "set_pause_state":
             return {"call": self.call, "pause_state": self.pause_state.name}
-        return {"call": self.call, "reset_running_requests": self.reset_running_requests, "result": self.result}
+        d = {"call": self.call, "reset_running_requests": self.reset_running_requests, "result": self.result}
+        return {**d, "before_inputs": True} if self.before_inputs else d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ControlCall:
         if d["call"] == "set_pause_state":
             return cls("set_pause_state", pause_state=PauseState[d["pause_state"]])
-        return cls("reset_prefix_cache", d["reset_running_requests"], d["result"])
+        return cls(
+            "reset_prefix_cache", d["reset_running_requests"], d["result"], before_inputs=d.get("before_inputs", False)
+        )
 
 
 def pause_state_after(pause_state: PauseState, calls: tuple[ControlCall, ...]) -> PauseState:
@@ -161,7 +167,7 @@ class EngineControls:
         if not self.pending_clears or not self._idle(unreported, in_flight):
             return ()
         pending, self.pending_clears = self.pending_clears, 0
-        return tuple(self._reset(True) for _ in range(pending))
+        return tuple(dataclasses.replace(self._reset(True), before_inputs=True) for _ in range(pending))
 
     def apply(
         self, controls: list[Control], unreported: bool, in_flight: bool, abort: Any

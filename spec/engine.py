@@ -195,7 +195,9 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     for step in range(workload.max_steps):
         idle_calls = controls.when_idle(unreported, in_flight=False)
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
-        calls, paused_aborts = _apply_controls(controls, engine, workload, step, bool(finished) or unreported, False, finished)
+        calls, paused_aborts = _apply_controls(
+            controls, engine, workload, step, bool(finished) or unreported, False, finished
+        )
         aborted += paused_aborts
         unreported = unreported or bool(finished)
         before = engine.summary()
@@ -352,7 +354,9 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
         aborted += _abort(engine, carried, finished)
         carried = []
         unreported |= set(finished)
-        calls, paused_aborts = _apply_controls(controls, engine, workload, step, bool(unreported), bool(batch_queue), finished)
+        calls, paused_aborts = _apply_controls(
+            controls, engine, workload, step, bool(unreported), bool(batch_queue), finished
+        )
         aborted += paused_aborts
         unreported |= set(finished)
         calls = idle_calls + calls

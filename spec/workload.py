@@ -224,7 +224,9 @@ class Workload:
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
         aborts = tuple(Abort(a["step"], a["request_id"], a.get("mid_step", False)) for a in data.get("aborts", []))
         try:
-            controls = tuple(Control.from_json(c, f"workload.controls[{i}]") for i, c in enumerate(data.get("controls", [])))
+            controls = tuple(
+                Control.from_json(c, f"workload.controls[{i}]") for i, c in enumerate(data.get("controls", []))
+            )
             return cls(
                 config=config,
                 requests=requests,

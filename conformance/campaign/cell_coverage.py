@@ -66,6 +66,8 @@ EVENTS: dict[str, str] = {
     "than pp_size schedule() calls ago",
     "prefill_deferred": "the prefill cadence: a step deferred prefills (a DP throttle, or the local interval) and held "
     "back a prompt chunk or a waiting request's prefill",
+    "reset_preempted": "a cache reset with reset_running_requests preempted a running request outside schedule()",
+    "paused": "a pause held a live request back: PAUSED_NEW a waiting one, PAUSED_ALL any",
 }
 
 

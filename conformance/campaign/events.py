@@ -25,7 +25,10 @@ claims an event only where the records prove it:
   whose adapter would exceed `max_loras` passed over while one behind it
   was admitted); pipeline parallel: `decode_cadence` (the decode cadence
   passed a running request over); the prefill cadence: `prefill_deferred`
-  (a step held back a prompt chunk or a waiting request's prefill);
+  (a step held back a prompt chunk or a waiting request's prefill); the
+  engine's calls outside schedule(): `reset_preempted` (a cache reset
+  preempted a running request) and `paused` (a pause held a live request
+  back);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -37,6 +40,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from ...spec.controls import PauseState, pause_state_after
 from ...spec.invariants.replay import TraceReplay
 from ...spec.invariants.views import StepView
 from ...spec.request import RequestStatus
@@ -71,15 +75,27 @@ class EventTracker:
         self.livelocked = False  # a summary came back with nothing appended in between
         self.last_step = -1
         self.unexplained = 0  # steps whose RUNNING pass the replay could not reproduce
+        self.pause_state = PauseState.UNPAUSED  # as the records' controls set it
+        self.pending_outside: set[str] = set()  # a cache reset's victims the next schedule() reports
+        self.reported_outside: set[str] = set()  # those this step's schedule() reported
 
     def step(self, rec: StepRecord, view: StepView | None = None) -> Counter[str]:
         """This record's events. `view`: the record's view from a replay the caller runs anyway (the monitors'
         `check_trace(on_view=...)`); then this tracker's own replay stays idle, and must stay so for the run."""
         seen: Counter[str] = Counter()
+        victims = self.replay.reset_victims(rec) if view is None else self._reset_victims(rec)
+        self.pause_state = pause_state_after(self.pause_state, rec.controls)
         view = self.replay.step(rec) if view is None else view
+        seen["reset_preempted"] += len(victims)
+        seen["paused"] += self._paused(rec)
         seen["stale_output"] += self.features.observe(rec)["stale_output"]
         seen.update(self._aborts(rec))
         self.tables.drop(rec.aborted)
+        self.tables.drop(victims)
+        self.pending_outside |= set(victims)  # reported by the next schedule()
+        self.reported_outside = set(self.pending_outside) if rec.scheduled else set()
+        if rec.scheduled:
+            self.pending_outside = set()
         log = self._running_pass(view, rec)
         self.unexplained += not log.explained
         if log.explained:
@@ -116,6 +132,25 @@ class EventTracker:
         keep = set(rec.in_flight)
         self.records = {s: r for s, r in self.records.items() if s in keep}
         return +seen
+
+    def _reset_victims(self, rec: StepRecord) -> tuple[str, ...]:
+        """The running requests a cache reset preempted before this step's schedule() (`TraceReplay.reset_victims`)."""
+        resets = [c for c in rec.controls if c.call == "reset_prefix_cache" and c.reset_running_requests]
+        if not resets:
+            return ()
+        gone = () if resets[0].before_inputs else rec.aborted  # a pending pause's clear preempts before the aborts
+        return tuple(rid for rid in self.last.running if rid not in gone)
+
+    def _paused(self, rec: StepRecord) -> int:
+        """1 if the step's pause held a live request back: PAUSED_ALL any, PAUSED_NEW one waiting that was not
+        waiting for its grammar."""
+        if self.pause_state == PauseState.UNPAUSED:
+            return 0
+        s = rec.state
+        if self.pause_state == PauseState.PAUSED_ALL:
+            return int(bool(s.running or s.waiting))
+        blocked = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+        return int(any(s.requests[rid].status != blocked for rid in s.waiting if rid in s.requests))
 
     def _aborts(self, rec: StepRecord) -> Counter[str]:
         seen: Counter[str] = Counter()
@@ -178,8 +213,10 @@ class EventTracker:
         ]
         num_waiting = sum(r.pre_waiting for r in view.rows)
         holders = self.tables.holders()
-        log = replay_running_pass(self.config, running, num_waiting, view.pre_num_free_blocks, holders)
-        return check_against(log, rec.output)
+        log = replay_running_pass(
+            self.config, running, num_waiting, view.pre_num_free_blocks, holders, int(view.token_budget)
+        )
+        return check_against(log, rec.output, self.reported_outside)
 
     def _admissions(self, view: StepView, rec: StepRecord) -> Counter[str]:
         seen: Counter[str] = Counter()

@@ -100,6 +100,7 @@ def replay_running_pass(
     num_waiting: int,
     num_free_blocks: int,
     holders: Mapping[int, int],
+    token_budget: int | None = None,
 ) -> PassLog:
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037), on numbers, as `reference_impl/scheduler.py`
     runs it."""
@@ -116,7 +117,9 @@ def replay_running_pass(
     queue = list(running)
     refs = Counter(holders)
     new_blocks: dict[str, int] = {}
-    free, token_budget, input_budget = num_free_blocks, config.token_budget, config.max_num_batched_tokens
+    # `token_budget`: the step's own, where a pause took it away (PAUSED_ALL: 0); else the config's.
+    token_budget = config.token_budget if token_budget is None else token_budget
+    free, input_budget = num_free_blocks, config.max_num_batched_tokens
 
     def release(victim: Running) -> int:
         """Blocks a preemption returns to the free queue: its own unshared ones, and what it got this step."""
@@ -187,9 +190,11 @@ def replay_running_pass(
     return log
 
 
-def check_against(log: PassLog, out: SchedulerOutput) -> PassLog:
-    """Mark the replay unexplained unless its grants and victims are the record's."""
+def check_against(log: PassLog, out: SchedulerOutput, preempted_outside: Iterable[str] = ()) -> PassLog:
+    """Mark the replay unexplained unless its grants and victims are the record's (less `preempted_outside`: a
+    cache reset's victims, which the step reports beside its own)."""
     running_ids = {c.req_id for c in out.scheduled_cached_reqs}
     granted = [(rid, n) for rid, n in out.num_scheduled_tokens.items() if rid in running_ids]
-    log.explained = granted == list(log.granted.items()) and {v for v, _ in log.victims} == out.preempted_req_ids
+    victims = out.preempted_req_ids - set(preempted_outside)
+    log.explained = granted == list(log.granted.items()) and {v for v, _ in log.victims} == victims
     return log

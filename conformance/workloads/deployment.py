@@ -153,7 +153,9 @@ def with_controls(d: Draw, workload: Workload) -> Workload:
         if kind != "pause":
             controls.append(Control(step, "reset_prefix_cache", reset_running_requests=kind == "reset"))
         else:
-            controls.append(Control(step, "pause", mode=d.choice(["abort", "wait", "keep", "keep"]), clear_cache=d.bool()))
+            controls.append(
+                Control(step, "pause", mode=d.choice(["abort", "wait", "keep", "keep"]), clear_cache=d.bool())
+            )
             hold = d.int(1, 8)
             if release and d.int(0, 2) == 0:
                 controls.append(Control(step + d.int(0, hold), "release_kv_cache_memory"))

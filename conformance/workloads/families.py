@@ -395,7 +395,9 @@ def at_release(workload: Workload, version: str) -> Workload:
       adapters, so a request the async skip rule passes over lends its slot for a step, and when both adapters'
       requests are scheduled again vLLM fails its own `len(scheduled_loras) <= max_loras` assertion (the engine
       dies; `docs/features.md`, bugs the spec declares). Async is turned off, as for a crash the spec cannot
-      certify around.
+      certify around;
+    * `release_kv_cache_memory` does not exist before 0.31.0 (vllm/v1/engine/core.py:EngineCore): those
+      controls are dropped.
 
     Raises `SpecError` for a `version` outside `spec.versions.RELEASES`.
     """
@@ -422,11 +424,18 @@ def at_release(workload: Workload, version: str) -> Workload:
         changes["pipeline_parallel_size"] = 1
     if not holds("loras-counted-over-all-running", version) and c.max_loras is not None and c.async_scheduling:
         changes["async_scheduling"] = False
-    if c.vllm_version == version and not changes:
+    controls = workload.controls
+    if not holds("release-kv-cache-memory", version):
+        controls = tuple(x for x in controls if x.call != "release_kv_cache_memory")
+    released = len(workload.controls) - len(controls)
+    if c.vllm_version == version and not changes and not released:
         return workload
     config = dataclasses.replace(c, vllm_version=version, **changes)  # type: ignore[arg-type]
     description = workload.description
-    if changes:
-        dropped = ", ".join(f"{k}={getattr(c, k)!r} -> {v!r}" for k, v in changes.items())
+    if changes or released:
+        dropped = ", ".join(
+            [f"{k}={getattr(c, k)!r} -> {v!r}" for k, v in changes.items()]
+            + ([f"{released} release_kv_cache_memory call(s) dropped"] if released else [])
+        )
         description = f"{description}; mapped to vLLM {version}: {dropped}".lstrip("; ")
-    return workload.replace(config=config, description=description)
+    return workload.replace(config=config, description=description, controls=controls)

@@ -105,7 +105,9 @@ def walk_waiting_pass(w: StepWalk) -> None:
                 w.grammar_errors_found.append(rid)
             w.skipped.append(rid)
             continue
-        if r.pre_num_stale_output_tokens > 0 and rid not in w.dropping:  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
+        if (
+            r.pre_num_stale_output_tokens > 0 and rid not in w.dropping
+        ):  # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1084-1089)
             if rid in w.new_reqs:
                 w.flag(ADMISSION, f"{rid} is admitted while output from before its preemption is still in flight")
             w.skipped.append(rid)

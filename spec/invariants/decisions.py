@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..config import SchedulerConfig
-from ..controls import PauseState
+from ..controls import ControlCall, PauseState
 from ..request import Request, RequestStatus
 from ..rules import (
     lora_counts_every_running,
@@ -118,6 +118,9 @@ def decide(
     `preempted_req_ids` leaves out.
     """
     grammar_errors = grammar_errors if grammar_errors is not None else set()
+    early = [c for c in rec.controls if c.before_inputs]  # a pending pause's clear: before the step's inputs
+    problems = _controls(shadow, early, reset_victims)
+    reset_victims = () if any(c.reset_running_requests for c in early) else reset_victims
     for rid in rec.aborted:  # finish_requests frees each in the order given, before schedule()
         shadow.forget(rid)
         prefill_chunk.pop(rid, None)
@@ -129,7 +132,12 @@ def decide(
         cadence.eligible.pop(rid, None)
     prefill.forget(rec.aborted)
     w = StepWalk(config, requests, shadow, view, rec, queues, prefill_chunk, cadence.current_step, cadence.eligible)
-    _controls(w, reset_victims, reset_unreported)
+    late = [c for c in rec.controls if not c.before_inputs]
+    for detail in (*problems.values(), *_controls(shadow, late, reset_victims).values()):
+        w.flag(CONTROLS, detail)
+    if reset_unreported and rec.scheduled:
+        unreported = ", ".join(reset_unreported)
+        w.flag(CONTROLS, f"{unreported} preempted by reset_prefix_cache, but not in preempted_req_ids")
     w.pause_state = pause_state
     w.token_budget = paused_token_budget(pause_state, w.token_budget)
     w.dropping = dropping if dropping is not None else set()
@@ -163,30 +171,30 @@ def decide(
     return w.problems
 
 
-def _controls(w: StepWalk, reset_victims: tuple[str, ...], unreported: tuple[str, ...]) -> None:
-    """The step's calls outside schedule(), in order (`spec.controls`): the first reset with the running requests
-    frees the victims' blocks, tail first; each reset empties the cache exactly when every block is free, and
-    answers so (vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3227)). The victims are reported
-    by this step's schedule() (`reset_preempted_req_ids`)."""
+def _controls(shadow: PoolShadow, calls: list[ControlCall], reset_victims: tuple[str, ...]) -> dict[str, str]:
+    """The step's calls outside schedule() in order (`spec.controls`), through the shadow: the first reset with the
+    running requests frees the victims' blocks, tail first; each reset empties the cache exactly when every block
+    is free, and answers so (vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3227)). The first
+    wrong answer, keyed by the invariant."""
     victims = list(reset_victims)
-    for call in w.rec.controls:
+    found: dict[str, str] = {}
+    for call in calls:
         if call.call != "reset_prefix_cache":
             continue
         if call.reset_running_requests:
             for rid in victims:
-                w.shadow.free(rid)
+                shadow.free(rid)
             victims = []
-        emptied = w.shadow.reset_cache()
+        emptied = shadow.reset_cache()
         if call.result != emptied:
-            held = sum(1 for n in w.shadow.refs.values() if n)
-            w.flag(
+            held = sum(1 for n in shadow.refs.values() if n)
+            found.setdefault(
                 CONTROLS,
                 f"reset_prefix_cache(reset_running_requests={call.reset_running_requests}) answers {call.result}, "
                 f"but {'every block is free' if emptied else f'{held} blocks are held'}, so it "
                 f"{'empties' if emptied else 'cannot empty'} the cache",
             )
-    if unreported and w.rec.scheduled:
-        w.flag(CONTROLS, f"{', '.join(unreported)} preempted by reset_prefix_cache, but not in preempted_req_ids")
+    return found
 
 
 @dataclass
@@ -318,6 +326,13 @@ def prefill_cadence_exact(v: StepView) -> bool:
     return not _problem(v, PREFILL)
 
 
+def controls_exact(v: StepView) -> bool:
+    """Monitor-only. The scheduler's calls outside schedule(): a cache reset empties the cache exactly when every
+    block is free (after preempting the running requests, if asked) and answers so; its victims are reported by the
+    next schedule(); PAUSED_NEW admits nothing from the waiting queue, and PAUSED_ALL schedules nothing."""
+    return not _problem(v, CONTROLS)
+
+
 def rollback_exact(v: StepView) -> bool:
     """Monitor-only. C after the step is the schedule's (the hit or 0 on admission or preemption, plus the grant) less
     the drafts the absorbed output rejected, and T grew by every returned token."""
@@ -441,6 +456,17 @@ DECISIONS: tuple[Invariant, ...] = (
         f"{S} (750-791, 820-824, 1290-1293, 1612-1629)",
         ("CADENCE", "DECISION"),
         prefill_cadence_exact,
+    ),
+    Invariant(
+        CONTROLS,
+        "The engine's calls outside schedule(): reset_prefix_cache answers whether it emptied the cache, which it "
+        "does exactly when every block is free (with reset_running_requests, after preempting every running "
+        "request from the tail, their in-flight output dropped), and the next schedule() reports its victims in "
+        "preempted_req_ids; under PAUSED_NEW the waiting pass admits nothing from the waiting queue, and under "
+        "PAUSED_ALL nothing is scheduled.",
+        f"{S} (723-725, 1050-1067); vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3227)",
+        ("CONTROLS", "DECISION"),
+        controls_exact,
     ),
 )
 

@@ -55,9 +55,9 @@ import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 from ..controls import PauseState, pause_state_after
+from ..output import ModelRunnerOutput
 from ..request import GRAMMAR_COMPILED, GRAMMAR_COMPILING, GRAMMAR_FAILED, RequestStatus
 from ..rules import decode_cadence_waits, heap_key, pause_admits_waiting, paused_token_budget
-from ..output import ModelRunnerOutput
 from ..trace import StateSummary, StepRecord, Trace
 from ..versions import holds
 from .build import Blocks, Counts, arrival_ranks, ids_problem, make_view, shared_refs
@@ -164,10 +164,12 @@ class TraceReplay:
     def reset_victims(self, rec: StepRecord) -> tuple[str, ...]:
         """The requests a `reset_prefix_cache(reset_running_requests=True)` preempted before this step's schedule(),
         in the order it preempted them: the tail of `running` first (vllm/v1/core/sched/scheduler.py:
-        Scheduler.reset_prefix_cache (3184-3210)). The step's aborts came before it."""
-        if not any(c.call == "reset_prefix_cache" and c.reset_running_requests for c in rec.controls):
+        Scheduler.reset_prefix_cache (3184-3210)). The step's aborts came before it, unless it came before them."""
+        resets = [c for c in rec.controls if c.call == "reset_prefix_cache" and c.reset_running_requests]
+        if not resets:
             return ()
-        gone = set(rec.aborted)
+        # A pending pause's clear comes before the step's aborts (`before_inputs`): it preempts them too.
+        gone = set() if resets[0].before_inputs else set(rec.aborted)
         return tuple(reversed([rid for rid in self.last.running if rid not in gone]))
 
     def before(self, rec: StepRecord) -> StateSummary:
@@ -355,9 +357,9 @@ class TraceReplay:
         (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output, `drop_stale_output`)."""
         if absorbed is None:
             return None
-        dropped = {
-            rid for rid in self.dropped_in_update if absorbed.step < self.last_preempted.get(rid, -1)
-        } & set(absorbed.model_output.sampled_token_ids)
+        dropped = {rid for rid in self.dropped_in_update if absorbed.step < self.last_preempted.get(rid, -1)} & set(
+            absorbed.model_output.sampled_token_ids
+        )
         if not dropped:
             return absorbed.model_output
         kept = {rid: t for rid, t in absorbed.model_output.sampled_token_ids.items() if rid not in dropped}

@@ -85,28 +85,31 @@ def test_preempted_counters_twin_resets_what_the_rule_resets():
     victims = [rng.random() < 0.5 for _ in range(CASES)]
     status = [rng.choice([RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED]) for _ in range(CASES)]
     C, nspec, P, inflight, stale = (ints(rng, 0, 9) for _ in range(5))
-    out = [
-        x.tolist()
-        for x in preempted_counters_twin(
-            t(victims), t([int(s) for s in status]), t(C), t(nspec), t(P), t(inflight), t(stale)
-        )
-    ]
-    for i in range(CASES):
-        after = spec_rules.preempted_counters(inflight[i], stale[i], False, 0)
-        # What the engine does not keep as tensors: drop stays False, and the blocks go in `push_free`.
-        assert after.drop_stale_output is False and after.num_blocks == 0
-        expected = (
-            (
-                int(after.status),
-                after.num_computed_tokens,
-                after.num_spec_tokens,
-                after.num_output_placeholders,
-                after.num_stale_output_tokens,
+    drop = [rng.random() < 0.5 for _ in range(CASES)]
+    for dropping in (False, True):  # an in-step preemption, or a cache reset's (`drop`)
+        out = [
+            x.tolist()
+            for x in preempted_counters_twin(
+                t(victims), t([int(s) for s in status]), t(C), t(nspec), t(P), t(inflight), t(stale), t(drop), dropping
             )
-            if victims[i]
-            else (int(status[i]), C[i], nspec[i], P[i], stale[i])
-        )
-        assert tuple(x[i] for x in out) == expected, i
+        ]
+        for i in range(CASES):
+            after = spec_rules.preempted_counters(inflight[i], stale[i], drop[i], 0, dropping)
+            # What the engine does not keep as tensors: the blocks go in `push_free`.
+            assert after.num_blocks == 0
+            expected = (
+                (
+                    int(after.status),
+                    after.num_computed_tokens,
+                    after.num_spec_tokens,
+                    after.num_output_placeholders,
+                    after.num_stale_output_tokens,
+                    bool(after.drop_stale_output),
+                )
+                if victims[i]
+                else (int(status[i]), C[i], nspec[i], P[i], stale[i], drop[i])
+            )
+            assert tuple(x[i] for x in out) == expected, i
 
 
 def test_num_owed_tokens_twin():
@@ -310,3 +313,16 @@ def test_prompt_hashes_twin_the_spec_s_block_hash_on_structured_prompts():
                 for tok in p:
                     r = (r * base + tok + TOKEN_OFFSET) % MODULUS
                 assert int(h[i]) == r
+
+
+def test_pause_twins():
+    rng = random.Random(22)
+    pause, budget = ints(rng, 0, 2), ints(rng, 0, 64)
+    rel = releases(rng)
+    got = twin.paused_token_budget(t(pause), t(budget)).tolist()
+    assert got == [rules.paused_token_budget(pause[i], budget[i]) for i in range(CASES)]
+    got = twin.pause_admits_waiting(t(pause)).tolist()
+    assert got == [bool(rules.pause_admits_waiting(pause[i])) for i in range(CASES)]
+    column = t([holds("paused-new-runs-waiting-pass", r) for r in rel])
+    got = twin.pause_runs_waiting_pass(t(pause), column).tolist()
+    assert got == [bool(rules.pause_runs_waiting_pass(pause[i], rel[i])) for i in range(CASES)]

@@ -36,6 +36,7 @@ from schedspec.conformance.workloads.families import FAMILIES, generate
 from schedspec.conformance.workloads.mixed import MIXED_FAMILIES
 from schedspec.reference_impl import simulate
 from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.controls import Control
 from schedspec.spec.request import Request
 from schedspec.spec.workload import Abort, Grammar, Workload, WorkloadRequest
 
@@ -75,6 +76,7 @@ PASSED = w(
     [r("r0", 1, 2, prio=1), r("r1", 2, 2, at=1, prio=0)], num_gpu_blocks=3, policy="priority", async_scheduling=True
 )  # r0 is skipped (its last token is in flight, Z2) when r1 needs a block: the victim is behind the pass
 THROTTLED = w([r("r0", 4, 6), r("r1", 4, 2, at=1)], prefill_schedule_interval=2, data_parallel_size=2)
+TWO_RUNNING = w([r("r0", 4, 8), r("r1", 4, 8, at=1)])
 ADAPTIVE = dict(long_prefill_token_threshold=4, long_prefill_token_threshold_adaptive=True)
 TWINS = [r("r0", 9, 2, tokens=range(9)), r("r1", 9, 2, at=4, tokens=range(9))]  # r1 hits r0's two full blocks
 STRANGERS = [r("r0", 8, 1, tokens=range(8)), r("r1", 8, 1, at=3, tokens=range(20, 28))]
@@ -150,6 +152,14 @@ GOLDEN = {
         (w([r("r0", 4, 2, grammar=Grammar(1, fails=True)), r("r1", 4, 2)]), 1),
         w([r("r0", 4, 2, grammar=Grammar(1)), r("r1", 4, 2)]),
     ),
+    "reset_preempted": (  # the reset at step 2 preempts r0 and r1, running; one without the running ones does not
+        (TWO_RUNNING.replace(controls=(Control(2, "reset_prefix_cache", reset_running_requests=True),)), 2),
+        TWO_RUNNING.replace(controls=(Control(2, "reset_prefix_cache"),)),
+    ),
+    "paused": (  # PAUSED_NEW at step 1 holds r1 (arriving then) back until the resume; a pause after the last arrival
+        (TWO_RUNNING.replace(controls=(Control(1, "pause", mode="wait"), Control(3, "resume"))), 2),
+        TWO_RUNNING.replace(controls=(Control(1, "pause", mode="wait", clear_cache=False), Control(1, "resume"))),
+    ),
 }
 
 
@@ -196,7 +206,7 @@ def test_the_map_names_every_cell_once_and_every_impossible_rule_has_a_reason():
     assert len(MODES) == 16 and len(set(ALL_CELLS)) == len(EVENTS) * 16
     assert all(i.event in EVENTS and i.reason and i.modes for i in IMPOSSIBLE)
     assert all(any(i.where(m) for m in MODES) for i in IMPOSSIBLE)  # no rule that covers nothing
-    assert len(POSSIBLE_CELLS) == 372 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 60
+    assert len(POSSIBLE_CELLS) == 404 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 60
 
 
 def test_no_impossible_cell_is_reached_on_a_bounded_sample():
@@ -213,12 +223,12 @@ def test_no_impossible_cell_is_reached_on_a_bounded_sample():
 def test_the_summary_lists_what_was_never_reached_and_the_markdown_shows_it():
     reached = Counter({cell("skip", MODES[4]): 3})  # fcfs-async
     s = summary(reached)
-    assert s["cells_reached"] == 1 and s["cells_possible"] == 372 and len(s["never_reached"]) == 371
+    assert s["cells_reached"] == 1 and s["cells_possible"] == 404 and len(s["never_reached"]) == 403
     # A sync skip needs pipeline parallel's batch queue, which the spec has without spec decode only.
     assert s["counts"][cell("skip", MODES[4])] == 3 and "skip@fcfs-sync-spec" not in s["counts"]
     text = "\n".join(markdown_lines(s))
-    assert "1 of 372 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
-    assert "Never reached (371 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
+    assert "1 of 404 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
+    assert "Never reached (403 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
     assert "- skip: fcfs-sync, fcfs-sync-caching, fcfs-async-caching, fcfs-async-spec," in text
 
 
