@@ -36,6 +36,7 @@ from vllm.logger import init_logger  # type: ignore[import-not-found]
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # type: ignore[import-not-found]
 from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore[import-not-found]
 
+from ..spec.controls import ControlCall, PauseState
 from .session import LiveSession
 from .settings import LiveSettingsError
 
@@ -99,20 +100,29 @@ class MonitoredSchedulerMixin:
         return so
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if not self.__dict__.get("_live_in_schedule") and (live := self._session()) is not None:
-            live.scope_out(
-                "a preemption outside schedule() (reset_prefix_cache(reset_running_requests=True), or a paused "
-                "scheduler's KV cache released)"
-            )
+        inside = self.__dict__.get("_live_in_schedule") or self.__dict__.get("_live_in_reset")
+        if not inside and (live := self._session()) is not None:
+            live.scope_out("a preemption outside schedule() and reset_prefix_cache()")
         return super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
 
     def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's (reset_running_requests=False, reset_connector=False), judged as the next step's input."""
         self._live_before("A")
-        done = super().reset_prefix_cache(*args, **kwargs)  # type: ignore[misc]
-        if done and (live := self._session()) is not None and getattr(self, "cache_config", None) is not None:
-            if self.cache_config.enable_prefix_caching:  # type: ignore[attr-defined]
-                live.scope_out("reset_prefix_cache(): the prefix cache emptied outside schedule()")
+        self.__dict__["_live_in_reset"] = True
+        try:
+            done = super().reset_prefix_cache(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self.__dict__["_live_in_reset"] = False
+        if (live := self._session()) is not None:
+            running = bool(kwargs.get("reset_running_requests", args[0] if args else False))
+            live.on_control(ControlCall("reset_prefix_cache", running, bool(done)))
         return done
+
+    def set_pause_state(self, pause_state: Any) -> None:
+        self._live_before("A")
+        super().set_pause_state(pause_state)  # type: ignore[misc]
+        if (live := self._session()) is not None:
+            live.on_control(ControlCall("set_pause_state", pause_state=PauseState(int(pause_state))))
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         self._live_before("U")

@@ -18,7 +18,7 @@ Design notes
   FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
   decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots),
   structured output's grammar wait, LoRA's `max_loras`, async scheduling, pipeline parallel (its batch queue and
-  decode cadence)
+  decode cadence), the prefill cadence, and the calls outside schedule() (cache resets, pauses)
   (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import datetime
 import os
 import uuid
@@ -34,6 +35,7 @@ from typing import Any
 
 from ..spec.capture_format import CAPTURE_FORMAT, CAPTURE_VERSION, TokenHasher, identity
 from ..spec.config import SchedulerConfig
+from ..spec.controls import ControlCall
 from ..spec.errors import SpecError
 from ..spec.invariants.monitor import Violation
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
@@ -93,6 +95,7 @@ class LiveSession:
         # Structured output: each live request's grammar as the scheduler last found it (the summary reports this,
         # not the compile future, which finishes on its own time: `vllm_json.grammar_events`).
         self.grammar_seen: dict[str, str] = {}
+        self.aborts_in_step = 0  # aborts since the last schedule() or update: a reset before them is `before_inputs`
         release = self._release()
         self.config_json = vllm_json.config(
             scheduler.vllm_config, scheduler.kv_cache_config.num_blocks, scheduler.block_size, async_scheduling, release
@@ -269,6 +272,12 @@ class LiveSession:
         try:
             if status.name != "FINISHED_ABORTED":
                 self.scope_out(f"requests finished from outside as {status.name}")
+            self.aborts_in_step += 1
+            if self.assembler is not None and self.assembler.abort_follows_reset():
+                self.scope_out(
+                    "an abort after a cache reset that followed an abort, in one step (a record orders "
+                    "a step's aborts before such a reset)"
+                )
             # In the order vLLM freed them (`finished` is in its processing order, which may be a set's), then the
             # ids that finished nothing: the order decides the free queue, and so the next step's block ids.
             done = {r.request_id: _finished(r) for r in finished}
@@ -292,6 +301,22 @@ class LiveSession:
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
 
+    def on_control(self, call: ControlCall) -> None:
+        """A call outside schedule(): `reset_prefix_cache` (with what it answered) or `set_pause_state`
+        (`spec.controls`), an input of the next step, judged with it (`controls-exact`)."""
+        if not self.on:
+            return
+        try:
+            if not self.aborts_in_step:  # before the step's aborts, as the record keeps it (`spec.controls`)
+                call = dataclasses.replace(call, before_inputs=True)
+            if self.assembler is not None and not self.assembler.control(call):
+                self.scope_out("a call outside schedule() between a synchronous step's schedule and its update")
+                return
+            if self.capture is not None:
+                self._write({"kind": "control", "step": self.schedule_calls, "call": call.to_json()})
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
+
     def on_schedule(self, so: Any, throttled: bool = False) -> None:
         """`throttled`: the call had `throttle_prefills=True` (`Workload.throttle_prefills`)."""
         if not self.on:
@@ -299,6 +324,7 @@ class LiveSession:
         try:
             step = self.schedule_calls
             self.schedule_calls += 1
+            self.aborts_in_step = 0
             self.awaiting += so.total_num_scheduled_tokens > 0
             if self.assembler is None and self.capture is None:
                 return
@@ -365,6 +391,7 @@ class LiveSession:
         if not self.on or sampled is None:
             return
         self.awaiting = max(0, self.awaiting - 1)
+        self.aborts_in_step = 0
         if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
             self.scope_out("update_from_output() before any schedule()")
             return

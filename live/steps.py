@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..spec.controls import ControlCall
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
 from ..spec.trace import FinishedRequest, StateSummary, StepRecord
 
@@ -60,6 +61,7 @@ class _Open:
     drafts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     grammars: dict[str, bool] = field(default_factory=dict)  # compiles its schedule() found done
     throttled: bool = False  # its schedule() had throttle_prefills=True
+    controls: list[ControlCall] = field(default_factory=list)  # reset_prefix_cache and set_pause_state calls
     state: StateSummary | None = None
     in_flight: tuple[int, ...] = ()
     last: str = ""  # the last event: "A", "S", "U" or "D"
@@ -121,6 +123,26 @@ class StepAssembler:
         rec = self._open("A")
         (rec.aborted_mid_step if self.mid_step(rec) else rec.aborted).extend(rids)
         rec.finished.update(finished)
+
+    def control(self, call: ControlCall) -> bool:
+        """A call outside schedule() (`spec.controls`): an input of the next step, as arrivals and aborts are. The
+        engine core makes it between steps, never between a schedule and its update, so it closes the open record
+        (a mid-step abort would not). False if it cannot be placed: a synchronous schedule still awaits its update."""
+        cur = self.current
+        if cur is not None and cur.last in ("S", "U", "D"):
+            if cur.scheduled and not cur.updated and not self.batch_queue and cur.own is None:
+                return False
+            self.close()
+        self._open("A").controls.append(call)
+        return True
+
+    def abort_follows_reset(self) -> bool:
+        """Whether the open record has a reset with the running requests after some of its aborts: another abort
+        now would fall between them, which a record cannot order (its aborts come before such a reset)."""
+        cur = self.current
+        return cur is not None and any(
+            c.call == "reset_prefix_cache" and c.reset_running_requests and not c.before_inputs for c in cur.controls
+        )
 
     def schedule(
         self,
@@ -204,5 +226,6 @@ class StepAssembler:
                 aborted_mid_step=tuple(rec.aborted_mid_step),
                 grammars=dict(rec.grammars),
                 throttle_prefills=rec.throttled,
+                controls=tuple(rec.controls),
             )
             self.emit(record, rec.schedule_call)

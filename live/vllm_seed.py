@@ -51,6 +51,12 @@ def replay_seed(scheduler: Any, hash_source: Callable[[str], Sequence[Hashable]]
         deferred_waiting=frozenset(r.request_id for r in _deferred(scheduler)),
         num_executed_steps=int(getattr(scheduler, "num_executed_steps", 0)),
         last_prefill_step=_last_prefill(scheduler),
+        pause_state=int(getattr(scheduler, "_pause_state", 0)),
+        dropping=frozenset(
+            r.request_id
+            for r in requests
+            if getattr(r, "drop_stale_output", False) and getattr(r, "num_stale_output_tokens", 0) > 0
+        ),
     )
 
 

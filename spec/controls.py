@@ -31,14 +31,16 @@ own calls, which are all an engine sees and all a trace records
   pause lets run, no batch in flight. Then it resets as above. Otherwise vLLM
   raises to the caller and nothing changes: the loop records nothing.
 
-While paused, the engine core steps only when the scheduler has requests
-by its pause-aware count (`Scheduler.get_num_unfinished_requests`), so a
-step that finds none calls no `schedule()` (`StepRecord.scheduled`).
+With a batch queue (async scheduling or pipeline parallel) the engine core
+steps only when the scheduler has requests by its pause-aware count
+(`Scheduler.get_num_unfinished_requests`), so a paused step that finds none
+calls no `schedule()` (`StepRecord.scheduled`). The synchronous loop calls
+`schedule()` at every step, paused or not, as it always has and as vLLM's own
+tests do: under PAUSED_ALL that schedule grants nothing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,10 +50,10 @@ from .errors import SpecError
 
 # The workload's calls, and the arguments each takes (every other key is refused).
 CALLS: dict[str, tuple[str, ...]] = {
-    "reset_prefix_cache": ("reset_running_requests",),
-    "pause": ("mode", "clear_cache"),
-    "resume": (),
-    "release_kv_cache_memory": (),
+    "reset_prefix_cache": ("reset_running_requests", "before_inputs"),
+    "pause": ("mode", "clear_cache", "before_inputs"),
+    "resume": ("before_inputs",),
+    "release_kv_cache_memory": ("before_inputs",),
 }
 PAUSE_MODES = ("abort", "wait", "keep")  # vLLM's PauseMode, vllm/v1/engine/core.py:EngineCore.pause_scheduler
 
@@ -73,11 +75,14 @@ class Control:
     reset_running_requests: bool = False  # reset_prefix_cache
     mode: str = "abort"  # pause
     clear_cache: bool = True  # pause
+    # Made before the step's arrivals and aborts, not after them (a live capture's order, `replay-live`).
+    before_inputs: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"step": self.step, "call": self.call}
         for name in CALLS.get(self.call, ()):
-            d[name] = getattr(self, name)
+            if name != "before_inputs" or self.before_inputs:
+                d[name] = getattr(self, name)
         return d
 
     @classmethod
@@ -90,6 +95,8 @@ class Control:
                 raise SpecError(f"{where}.{key}", d[key], f"is not an argument of {call}")
         if call == "pause" and d.get("mode", "abort") not in PAUSE_MODES:
             raise SpecError(f"{where}.mode", d["mode"], f"is not one of {', '.join(PAUSE_MODES)}")
+        if call == "pause" and d.get("mode", "abort") == "abort" and d.get("before_inputs"):
+            raise SpecError(f"{where}.before_inputs", True, "is not for a pause in mode abort, whose aborts come last")
         return cls(d["step"], call, **{k: d[k] for k in CALLS[call] if k in d})
 
 
@@ -102,19 +109,26 @@ class ControlCall:
     reset_running_requests: bool = False
     result: bool = True  # reset_prefix_cache's answer: whether the cache was emptied
     pause_state: PauseState = PauseState.UNPAUSED
-    # Made before the step's arrivals and aborts: a pending pause's cache clear, when the engine found itself idle.
+    # Made before the step's arrivals and aborts: a pending pause's cache clear, when the engine found itself idle,
+    # or a control so placed (`Control.before_inputs`).
     before_inputs: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any]
         if self.call == "set_pause_state":
-            return {"call": self.call, "pause_state": self.pause_state.name}
-        d = {"call": self.call, "reset_running_requests": self.reset_running_requests, "result": self.result}
+            d = {"call": self.call, "pause_state": self.pause_state.name}
+        else:
+            d = {"call": self.call, "reset_running_requests": self.reset_running_requests, "result": self.result}
         return {**d, "before_inputs": True} if self.before_inputs else d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ControlCall:
         if d["call"] == "set_pause_state":
-            return cls("set_pause_state", pause_state=PauseState[d["pause_state"]])
+            return cls(
+                "set_pause_state",
+                pause_state=PauseState[d["pause_state"]],
+                before_inputs=d.get("before_inputs", False),
+            )
         return cls(
             "reset_prefix_cache", d["reset_running_requests"], d["result"], before_inputs=d.get("before_inputs", False)
         )
@@ -167,42 +181,44 @@ class EngineControls:
         if not self.pending_clears or not self._idle(unreported, in_flight):
             return ()
         pending, self.pending_clears = self.pending_clears, 0
-        return tuple(dataclasses.replace(self._reset(True), before_inputs=True) for _ in range(pending))
+        return tuple(self._reset(True, before_inputs=True) for _ in range(pending))
 
     def apply(
         self, controls: list[Control], unreported: bool, in_flight: bool, abort: Any
     ) -> tuple[tuple[ControlCall, ...], tuple[str, ...]]:
-        """Apply a step's controls in order; `abort(ids)` aborts requests as the loop does and returns their ids.
-        Returns the scheduler calls made and the requests an `abort` pause aborted."""
+        """Apply controls in order; `abort(ids)` aborts requests as the loop does and returns their ids. Returns
+        the scheduler calls made (a reset of a `before_inputs` control says so) and the requests an `abort` pause
+        aborted."""
         calls: list[ControlCall] = []
         aborted: tuple[str, ...] = ()
         for c in controls:
             if c.call == "reset_prefix_cache":
-                calls.append(self._reset(c.reset_running_requests))
+                calls.append(self._reset(c.reset_running_requests, c.before_inputs))
             elif c.call == "resume":
                 # A pending pause's callback stays registered: it still clears the cache when the engine next idles.
-                calls.append(self._set(PauseState.UNPAUSED))
+                calls.append(self._set(PauseState.UNPAUSED, c.before_inputs))
             elif c.call == "pause":
                 if c.mode == "abort":
                     live = self.engine.summary().requests
                     aborted += abort([rid for rid in self.added if rid in live])
                     unreported = unreported or bool(aborted)
-                calls.append(self._set(PauseState.PAUSED_ALL if c.mode == "keep" else PauseState.PAUSED_NEW))
+                state = PauseState.PAUSED_ALL if c.mode == "keep" else PauseState.PAUSED_NEW
+                calls.append(self._set(state, c.before_inputs))
                 if c.clear_cache and self._idle(unreported, in_flight):  # EngineCoreProc._pause_complete
-                    calls.append(self._reset(True))
+                    calls.append(self._reset(True, c.before_inputs))
                 elif c.clear_cache:
                     self.pending_clears += 1
             elif self.pause_state != PauseState.UNPAUSED and self._idle(unreported, in_flight):
-                calls.append(self._reset(True))  # release_kv_cache_memory after a completed pause
+                calls.append(self._reset(True, c.before_inputs))  # release_kv_cache_memory after a completed pause
         return tuple(calls), aborted
 
-    def _reset(self, reset_running_requests: bool) -> ControlCall:
+    def _reset(self, reset_running_requests: bool, before_inputs: bool = False) -> ControlCall:
         result = self.engine.reset_prefix_cache(reset_running_requests)
         if not isinstance(result, bool):
             raise SpecError(f"engine {self.engine.name!r}", result, "answered reset_prefix_cache() with a non-bool")
-        return ControlCall("reset_prefix_cache", reset_running_requests, result)
+        return ControlCall("reset_prefix_cache", reset_running_requests, result, before_inputs=before_inputs)
 
-    def _set(self, pause_state: PauseState) -> ControlCall:
+    def _set(self, pause_state: PauseState, before_inputs: bool = False) -> ControlCall:
         self.pause_state = pause_state
         self.engine.set_pause_state(pause_state)
-        return ControlCall("set_pause_state", pause_state=pause_state)
+        return ControlCall("set_pause_state", pause_state=pause_state, before_inputs=before_inputs)

@@ -194,24 +194,14 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
     unreported = False  # finished ids the next schedule() reports
     for step in range(workload.max_steps):
         idle_calls = controls.when_idle(unreported, in_flight=False)
+        early, _ = _apply_controls(controls, engine, workload, step, unreported, False, {}, early=True)
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
+        idle_calls += early
         calls, paused_aborts = _apply_controls(
             controls, engine, workload, step, bool(finished) or unreported, False, finished
         )
         aborted += paused_aborts
         unreported = unreported or bool(finished)
-        before = engine.summary()
-        if controls.pause_state and not controls.has_requests(bool(before.running), bool(before.waiting), unreported):
-            # Paused with nothing the pause lets run: EngineCore.step returns before schedule() (EngineCore.step). The
-            # loop has always called an unpaused schedule(), idle or not, as vLLM's own tests do; only a pause skips.
-            idle = StepRecord(
-                step, added, aborted, SchedulerOutput(), ModelRunnerOutput(), before, finished,
-                updated_step=None, scheduled=False, grammars=grammars, controls=idle_calls + calls,
-            )  # fmt: skip
-            yield idle
-            if drained_after(idle, workload):
-                return
-            continue
         output = _schedule(engine, workload, step)
         model_output = fake_model(workload, output, engine.summary())
         mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
@@ -264,11 +254,14 @@ def _apply_controls(
     unreported: bool,
     in_flight: bool,
     finished: dict[str, FinishedRequest],
+    early: bool = False,
 ) -> tuple[tuple[ControlCall, ...], tuple[str, ...]]:
-    """The step's controls, after its arrivals (which `controls` learns the order of), aborts and grammars."""
-    for request in workload.arrivals_at(step):
-        controls.added[request.request_id] = None
-    step_controls = workload.controls_at(step)
+    """The step's controls after its arrivals (which `controls` learns the order of), aborts and grammars; `early`:
+    those before them instead (`Control.before_inputs`)."""
+    if not early:
+        for request in workload.arrivals_at(step):
+            controls.added[request.request_id] = None
+    step_controls = [c for c in workload.controls_at(step) if c.before_inputs == early]
     if not step_controls:
         return (), ()
     return controls.apply(step_controls, unreported, in_flight, lambda ids: _abort(engine, ids, finished))
@@ -350,7 +343,11 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
     controls = _controls_for(engine, workload)
     for step in range(workload.max_steps):
         idle_calls = controls.when_idle(bool(unreported or carried), bool(batch_queue))
+        early, _ = _apply_controls(
+            controls, engine, workload, step, bool(unreported or carried), bool(batch_queue), {}, early=True
+        )
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
+        idle_calls += early
         aborted += _abort(engine, carried, finished)
         carried = []
         unreported |= set(finished)

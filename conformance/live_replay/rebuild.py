@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...spec.controls import Control, ControlCall
 from ...spec.errors import SpecError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
@@ -25,6 +26,7 @@ class _LoopStep:
     aborts: list[Line] = field(default_factory=list)
     schedule: Line | None = None
     mid_step_aborts: list[Line] = field(default_factory=list)  # after the schedule, before the update
+    controls: list[Line] = field(default_factory=list)  # calls outside schedule(), inputs of the step
     update: Line | None = None
     drafts: Line | None = None
 
@@ -111,12 +113,15 @@ def _loop_steps(s: Session, notes: list[str]) -> list[_LoopStep]:
                 )
             cur.mid_step_aborts.append(line)
             continue
-        if kind in ("add", "abort", "schedule") and (cur.schedule or cur.update) or kind == "update" and cur.update:
+        inputs = ("add", "abort", "control", "schedule")
+        if kind in inputs and (cur.schedule or cur.update) or kind == "update" and cur.update:
             out.append(cur)
             cur = _LoopStep()
-        if kind in ("add", "abort", "schedule") and d["step"] != schedules:
+        if kind in inputs and d["step"] != schedules:
             raise SpecError(line.at(f"{kind}.step"), d["step"], f"must be {schedules}, the schedule() calls before it")
-        if kind == "add":
+        if kind == "control":
+            cur.controls.append(line)
+        elif kind == "add":
             cur.adds.append(line)
         elif kind == "abort":
             cur.aborts.append(line)
@@ -310,6 +315,7 @@ def _workload(
             throttle_prefills=tuple(
                 i for i, st in enumerate(loop) if st.schedule is not None and st.schedule.data.get("throttle_prefills")
             ),
+            controls=tuple(_control(i, line) for i, st in enumerate(loop) for line in st.controls),
         )
     except SpecError as e:  # name the capture's line, not the rebuilt workload's index
         head, _, rest = e.where.partition("]")
@@ -362,7 +368,24 @@ def _record(
         aborted_mid_step=tuple(rid for line in st.mid_step_aborts for rid in line.data["request_ids"]),
         grammars=dict(st.schedule.data.get("grammars", {})) if st.schedule is not None else {},
         throttle_prefills=st.schedule is not None and bool(st.schedule.data.get("throttle_prefills")),
+        controls=tuple(ControlCall.from_json(line.data["call"]) for line in st.controls),
     )
+
+
+# The engine core's call a captured scheduler call stands for: a pause's mode is the state it set (`abort`'s aborts
+# are captured as aborts), and its cache clear is captured as the reset it made.
+_PAUSES = {"UNPAUSED": ("resume", "abort"), "PAUSED_NEW": ("pause", "wait"), "PAUSED_ALL": ("pause", "keep")}
+
+
+def _control(step: int, line: Line) -> Control:
+    """The workload's control for a captured scheduler call (`spec.controls`)."""
+    call = ControlCall.from_json(line.data["call"])
+    if call.call == "reset_prefix_cache":
+        return Control(
+            step, call.call, reset_running_requests=call.reset_running_requests, before_inputs=call.before_inputs
+        )
+    name, mode = _PAUSES[call.pause_state.name]
+    return Control(step, name, mode=mode, clear_cache=False, before_inputs=call.before_inputs)
 
 
 def _added_before(requests: Mapping[str, tuple[Request, int, Line]], rid: str, step: int, line: Line) -> bool:

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..controls import pause_state_after
 from ..engine import trace_end
 from ..request import RequestStatus
 from ..trace import StateSummary, StepRecord, Trace
@@ -117,8 +116,7 @@ class Consistency:
             if self.workload.config.max_concurrent_batches > 1 and rec.updated_step is None
             else ()
         )
-        paused = bool(pause_state_after(replay.pause_state, rec.controls))
-        report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where, paused))
+        report("trace-in-flight", i, _in_flight(self.workload, self.queue, rec, where))
         self.queue = rec.in_flight
         before = replay.before(rec)  # with the step's controls applied: a cache reset preempts before schedule()
         u = rec.updated_step
@@ -163,16 +161,10 @@ def _inputs(
         )
 
 
-def _in_flight(
-    workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str, paused: bool = False
-) -> Iterable[str]:
+def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, where: str) -> Iterable[str]:
     if not rec.scheduled and (rec.output.num_scheduled_tokens or rec.model_output.sampled_token_ids):
         yield f"{where}.output grants {rec.output.total_num_scheduled_tokens} tokens, but the step scheduled nothing"
     size = workload.config.max_concurrent_batches
-    if size == 1 and paused and not rec.scheduled:  # EngineCore.step returns at once: no schedule, no update
-        if rec.updated_step is not None or rec.in_flight:
-            yield f"{where}.updated_step is {rec.updated_step}, but a paused step that schedules nothing absorbs nothing"
-        return
     if size == 1:
         if rec.updated_step != rec.step:
             yield f"{where}.updated_step is {rec.updated_step}, but a synchronous step absorbs itself ({rec.step})"

@@ -106,6 +106,7 @@ DECISION_ONLY = {
     "lora-limit-ignored",  # LoRA: no contract draws an adapter either
     "decode-cadence-ignored",  # pipeline parallel: no contract draws a pipeline
     "prefill-cadence-ignored",  # the prefill cadence: no contract draws an interval
+    "pause-admits-waiting",  # the engine's calls outside schedule(): no contract draws a pause
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

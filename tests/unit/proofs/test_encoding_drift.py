@@ -310,7 +310,9 @@ def test_no_feature_drift_at_an_older_release(release):
 
     checked = 0
     # Calls outside schedule() (`spec.controls`) are outside the encoding's scope, as the deployment features are.
-    variants = [make() for make in VERSION_WORKLOADS.values() if not make().config.async_scheduling and not make().controls]
+    variants = [
+        make() for make in VERSION_WORKLOADS.values() if not make().config.async_scheduling and not make().controls
+    ]
     family = [w for f in ("spec-decode", "prefix-caching") for w in feature_workloads(f, 8)]
     for w in [at_release(w, release) for w in family + variants]:
         for step in spec_steps(w):
