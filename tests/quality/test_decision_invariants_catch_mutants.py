@@ -62,7 +62,7 @@ PINNED = {
     # The prefill cadence (#36): a deferring step schedules a prompt chunk all the same.
     "prefill-cadence-ignored": ("prefill-cadence-exact", 1, (2, 0, 8, 3, 24, 14)),
     # Preemption outside schedule() (#36): a pause that holds nothing back.
-    "pause-admits-waiting": ("controls-exact", 8, (2, 0, 2, 2, 10, 7)),
+    "pause-admits-waiting": ("controls-exact", 1, (1, 0, 1, 1, 12, 13)),
 }
 SLOW = {"watermark-ignored", "async-skip-breaks", "victim-index-not-adjusted"}
 
