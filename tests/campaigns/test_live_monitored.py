@@ -178,6 +178,7 @@ SYNC = [
     ("pipeline-parallel", 8),  # a synchronous pipeline: steps in flight, a victim whose decode is in flight
     ("prefill-cadence", 0),  # the local cadence (0.33.0): prefills held while decodes fill the steps
     ("prefill-cadence", 3),  # a DP rank: schedule(throttle_prefills=True) off the cadence, captured and judged
+    ("pause-and-reset", 1),  # a cache reset of the running requests, a keep pause whose clear waits for idle
 ]
 ASYNC = [
     ("async", 0),
@@ -186,6 +187,7 @@ ASYNC = [
     ("structured-output", 6),
     ("pipeline-parallel", 4),
     ("prefill-cadence", 6),
+    ("pause-and-reset", 12),  # PRIORITY: a reset while a step is in flight (its output dropped), a keep pause
 ]
 
 
