@@ -94,7 +94,9 @@ def test_release_kv_cache_memory_needs_a_completed_pause():
     assert 2 not in calls(unpaused)  # vLLM raises to its caller; nothing changes
     paused = simulate(
         workload(
-            Control(2, "pause", mode="keep", clear_cache=False), Control(2, "release_kv_cache_memory"), Control(5, "resume")
+            Control(2, "pause", mode="keep", clear_cache=False),
+            Control(2, "release_kv_cache_memory"),
+            Control(5, "resume"),
         )
     )
     assert calls(paused)[2][-1] == {"call": "reset_prefix_cache", "reset_running_requests": True, "result": True}
