@@ -32,6 +32,7 @@ def plan_file(tmp_path_factory):
         yield path
 
 
+@pytest.mark.slow_ok("every way an engine ends its program, in both modes and both job counts: 40 drawn cases")
 @settings(max_examples=40, derandomize=True, deadline=None)
 @given(
     way=st.sampled_from(sorted(EXITS)),
