@@ -36,7 +36,6 @@ from vllm.logger import init_logger  # type: ignore[import-not-found]
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # type: ignore[import-not-found]
 from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore[import-not-found]
 
-from ..spec.controls import ControlCall, PauseState
 from .session import LiveSession
 from .settings import LiveSettingsError
 
@@ -114,15 +113,14 @@ class MonitoredSchedulerMixin:
         finally:
             self.__dict__["_live_in_reset"] = False
         if (live := self._session()) is not None:
-            running = bool(kwargs.get("reset_running_requests", args[0] if args else False))
-            live.on_control(ControlCall("reset_prefix_cache", running, bool(done)))
+            live.on_reset(args, kwargs, done)
         return done
 
     def set_pause_state(self, pause_state: Any) -> None:
         self._live_before("A")
         super().set_pause_state(pause_state)  # type: ignore[misc]
         if (live := self._session()) is not None:
-            live.on_control(ControlCall("set_pause_state", pause_state=PauseState(int(pause_state))))
+            live.on_pause(pause_state)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         self._live_before("U")

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..spec.capture_format import CAPTURE_FORMAT, CAPTURE_VERSION, TokenHasher, identity
 from ..spec.config import SchedulerConfig
-from ..spec.controls import ControlCall
+from ..spec.controls import ControlCall, PauseState
 from ..spec.errors import SpecError
 from ..spec.invariants.monitor import Violation
 from ..spec.output import ModelRunnerOutput, SchedulerOutput
@@ -298,6 +298,21 @@ class LiveSession:
                         "finished": {k: self._finished_json(v) for k, v in done.items()},
                     }
                 )
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
+
+    def on_reset(self, args: tuple[Any, ...], kwargs: dict[str, Any], done: Any) -> None:
+        """vLLM's `reset_prefix_cache(reset_running_requests=False, reset_connector=False)` returned `done`."""
+        try:
+            running = bool(kwargs.get("reset_running_requests", args[0] if args else False))
+            self.on_control(ControlCall("reset_prefix_cache", running, bool(done)))
+        except Exception as e:  # noqa: BLE001 - see guard
+            self.guard(e)
+
+    def on_pause(self, pause_state: Any) -> None:
+        """vLLM's `set_pause_state(pause_state)` (a `PauseState`, an IntEnum)."""
+        try:
+            self.on_control(ControlCall("set_pause_state", pause_state=PauseState(int(pause_state))))
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
 

@@ -301,3 +301,34 @@ def test_a_declaration_that_fails_switches_the_session_off_and_raises_nothing():
     s.schedule_calls, s.on, s.wrapper_error, s.logger = 3, True, None, logging.getLogger("test")
     s.scope_out("schedule(throttle_prefills=True)")  # raises nothing
     assert not s.on and "OSError: disk full" in s.wrapper_error and s.capture.reason == "wrapper-error"
+
+
+def test_a_control_the_session_cannot_read_switches_it_off_and_raises_nothing():
+    """`reset_prefix_cache` and `set_pause_state` reach the session from vLLM's own calls: a pause state that is no
+    PauseState, or a capture that cannot be written, must switch the session off, never raise into vLLM."""
+    import logging
+
+    from schedspec.live.session import LiveSession
+
+    class Broken:
+        full = False
+
+        def write(self, line):
+            raise OSError("disk full")
+
+        def close(self, step, reason="shutdown"):
+            self.reason = reason
+
+    def session():
+        s = object.__new__(LiveSession)
+        s.out_of_scope, s.monitor, s.assembler, s.capture = [], None, None, Broken()
+        s.schedule_calls, s.on, s.wrapper_error, s.logger = 3, True, None, logging.getLogger("test")
+        s.aborts_in_step = 0
+        return s
+
+    s = session()
+    s.on_pause("sideways")  # raises nothing
+    assert not s.on and "ValueError" in s.wrapper_error
+    s = session()
+    s.on_reset((True,), {}, True)  # the capture fails: raises nothing
+    assert not s.on and "OSError: disk full" in s.wrapper_error and s.capture.reason == "wrapper-error"
