@@ -5,8 +5,10 @@ model's vocabulary is `t3` ... `t999`), a random `max_tokens`, sometimes a
 stop token, streamed. A drawn share of the clients close the connection
 after a few chunks: vLLM's server turns the disconnect into an abort, which
 EngineCore drains between a step's execution and its update (`Abort.mid_step`).
-Bursts (many clients at once) force preemption in a small KV pool. Only the
-standard library: the point is a real HTTP client, not a particular one.
+Bursts (many clients at once) force preemption in a small KV pool. In the
+`controls` variant an operator resets the prefix cache and pauses and resumes
+generation beside them. Only the standard library: the point is a real HTTP
+client, not a particular one.
 """
 
 from __future__ import annotations
@@ -106,8 +108,53 @@ def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
         conn.close()
 
 
-def drive(port: int, model: str, todo: list[Plan], concurrency: int) -> Tally:
+def drive(port: int, model: str, todo: list[Plan], concurrency: int, controls_seed: int | None = None) -> Tally:
+    """Every planned request, `concurrency` at a time; with `controls_seed`, an operator's calls beside them."""
     tally = Tally()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda p: one(port, model, p, tally), todo))
+    done = threading.Event()
+    operator = None
+    if controls_seed is not None:
+        operator = threading.Thread(target=controls, args=(port, random.Random(controls_seed), done, tally))
+        operator.start()
+    try:
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(lambda p: one(port, model, p, tally), todo))
+    finally:
+        done.set()
+        if operator is not None:
+            operator.join()
     return tally
+
+
+# The operator's calls (vLLM's development endpoints, `VLLM_SERVER_DEV_MODE`): a weight update's cache reset, with
+# the running requests preempted or not, and a pause in mode keep (new requests queue, none is refused) that a
+# resume ends. vLLM's engine core turns them into the scheduler's `reset_prefix_cache` and `set_pause_state`,
+# which the live mode judges (`spec/controls.py`).
+CALLS = (
+    "/reset_prefix_cache?reset_running_requests=true",
+    "/reset_prefix_cache?reset_running_requests=true",
+    "/reset_prefix_cache",
+    "/pause?mode=keep",
+)
+
+
+def controls(port: int, rng: random.Random, done: threading.Event, tally: Tally) -> None:
+    """Until `done`: a call every 0.05 to 0.4 s, a pause resumed 0.05 to 0.3 s later; each counted by its path."""
+    while not done.wait(rng.uniform(0.05, 0.4)):
+        path = rng.choice(CALLS)
+        _post(port, path, tally)
+        if path.startswith("/pause"):
+            time.sleep(rng.uniform(0.05, 0.3))
+            _post(port, "/resume", tally)
+
+
+def _post(port: int, path: str, tally: Tally) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        conn.request("POST", path)
+        ok = conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        ok = False
+    finally:
+        conn.close()
+    tally.add(f"control {path.split('?')[0]}" if ok else "control failed")

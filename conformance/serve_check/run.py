@@ -42,7 +42,7 @@ class VariantResult:
     @property
     def passed(self) -> bool:
         clean = not self.reports and self.replays and all(r["agrees"] for r in self.replays)
-        served = not self.outcomes.get("refused") and not self.outcomes.get("failed")
+        served = not any(self.outcomes.get(k) for k in ("refused", "failed", "control failed"))
         return bool(clean and served and self.error is None)
 
     def to_json(self) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def run_variant(
         result.ready_s = round(server.wait_ready(), 1)
         t0 = time.monotonic()
         todo = plans(requests, seed, disconnect_rate, VARIANTS[variant].priority)
-        tally = drive(port, str(model), todo, concurrency)
+        tally = drive(port, str(model), todo, concurrency, seed if VARIANTS[variant].controls else None)
         result.serve_s = round(time.monotonic() - t0, 1)
         result.outcomes, result.tokens = dict(tally.outcomes), tally.tokens
         if not server.alive:

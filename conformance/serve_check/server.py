@@ -32,6 +32,9 @@ class Variant:
     name: str
     flags: tuple[str, ...]
     priority: bool = False  # requests carry `priority` (the server runs PRIORITY)
+    # A client of vLLM's development endpoints resets the prefix cache and pauses and resumes generation while the
+    # requests run (`clients.controls`); the server needs VLLM_SERVER_DEV_MODE for them.
+    controls: bool = False
 
 
 VARIANTS = {
@@ -49,6 +52,7 @@ VARIANTS = {
     # vLLM's CPU platform forces async scheduling off (docs/live.md): the flag is accepted and the engine runs
     # its synchronous loop with the async class; the capture's header says which.
     "async": Variant("async", ("--no-enable-prefix-caching", "--async-scheduling")),
+    "controls": Variant("controls", ("--enable-prefix-caching",), controls=True),
 }
 
 
@@ -104,6 +108,7 @@ class Server:
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the default share of the NUMA node can exceed a busy machine's
+            **({"VLLM_SERVER_DEV_MODE": "1"} if variant.controls else {}),  # /reset_prefix_cache, /pause, /resume
         }
         self._log = open(log, "wb")
         # Its own folder as the working directory: `python -m` puts the cwd first on sys.path, and a checkout's

@@ -79,3 +79,19 @@ def test_a_served_run_with_client_disconnects_is_judged_and_replays(tmp_path):
     assert v["passed"] and v["outcomes"].get("disconnected", 0) > 0 and v["outcomes"].get("refused", 0) == 0
     assert rep["monitor_reports"] == 0 and v["replays"] and all(r["agrees"] for r in v["replays"])
     assert rep["steps_judged"] > 40 and (out / "junit.xml").is_file() and (out / "capture-sync.jsonl").is_file()
+
+
+@needs_engine
+@pytest.mark.slow_ok("one real vllm serve with prefix caching and the development endpoints, 120 requests over HTTP")
+def test_a_served_run_with_cache_resets_and_pauses_is_judged_and_replays(tmp_path):
+    """An operator resets the prefix cache and pauses and resumes generation while clients stream (#36's calls
+    outside schedule()): in mode=raise every call is judged as the engine core makes it, and the capture replays."""
+    out = tmp_path / "sc"
+    argv = ["serve-check", "--variant", "controls", "--requests", "120", "--concurrency", "16"]
+    assert main([*argv, "--mode", "raise", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (v,) = rep["variants"]
+    assert v["passed"] and v["outcomes"].get("control /reset_prefix_cache", 0) > 0, v["outcomes"]
+    lines = [json.loads(x) for x in (out / "capture-controls.jsonl").read_text().splitlines()]
+    assert any(line["kind"] == "control" for line in lines)
+    assert rep["monitor_reports"] == 0 and v["replays"] and all(r["agrees"] for r in v["replays"])
