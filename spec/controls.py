@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SpecError
+from .errors import InfrastructureError, SpecError
 
 # The workload's calls, and the arguments each takes (every other key is refused).
 CALLS: dict[str, tuple[str, ...]] = {
@@ -214,8 +214,13 @@ class EngineControls:
 
     def _reset(self, reset_running_requests: bool, before_inputs: bool = False) -> ControlCall:
         result = self.engine.reset_prefix_cache(reset_running_requests)
-        if not isinstance(result, bool):
-            raise SpecError(f"engine {self.engine.name!r}", result, "answered reset_prefix_cache() with a non-bool")
+        if not isinstance(result, bool):  # a mistyped answer is the engine's failure, never a verdict (exit 3)
+            raise InfrastructureError(
+                f"engine {self.engine.name!r}: reset_prefix_cache()",
+                result,
+                f"answered malformed output: {result!r} is of type {type(result).__name__}, not 'boolean'",
+                kind="malformed",
+            )
         return ControlCall("reset_prefix_cache", reset_running_requests, result, before_inputs=before_inputs)
 
     def _set(self, pause_state: PauseState, before_inputs: bool = False) -> ControlCall:

@@ -202,3 +202,21 @@ def test_an_engine_without_the_control_methods_is_refused_in_one_line():
     w = workload(Control(1, "resume"))
     with pytest.raises(SpecError, match="reset_prefix_cache"):
         Trace(w, tuple(run(Plain(w.config), w).steps))
+
+
+def test_a_reset_answered_with_no_bool_is_the_engine_s_failure_never_a_verdict():
+    from schedspec.conformance.harness.differ import diff
+    from schedspec.spec.errors import InfrastructureError
+
+    class Mistyped(ReferenceEngine):
+        name = "mistyped"
+
+        def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+            super().reset_prefix_cache(reset_running_requests)
+            return "yes"  # type: ignore[return-value]
+
+    w = workload(Control(2, "reset_prefix_cache"))
+    with pytest.raises(InfrastructureError, match="malformed output"):
+        run(Mistyped(w.config), w)
+    result = diff(w, ReferenceEngine, Mistyped, "blocks")
+    assert result.divergence is None and result.error is not None and result.error.kind == "malformed"
