@@ -33,8 +33,11 @@ from ..spec.config import SPECULATIVE_METHODS
 from ..spec.versions import RELEASES
 
 
-def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: Any = None) -> list[str]:
-    """The unmodelled features a VllmConfig (and the built scheduler) turns on, each as `name (what)`."""
+def config_features(
+    vllm_config: Any, kv_cache_config: Any = None, scheduler: Any = None, async_scheduling: bool = False
+) -> list[str]:
+    """The unmodelled features a VllmConfig (and the built scheduler, async if `async_scheduling`: its class) turns
+    on, each as `name (what)`."""
     found: list[str] = []
     g = getattr
     model, parallel = g(vllm_config, "model_config", None), g(vllm_config, "parallel_config", None)
@@ -74,6 +77,11 @@ def config_features(vllm_config: Any, kv_cache_config: Any = None, scheduler: An
             scheduler is not None and g(scheduler, "num_lookahead_tokens", 0)
         ):
             found.append(f"spec-decode with lookahead or draft slots (method={method})")
+    pp = (g(parallel, "pipeline_parallel_size", 1) or 1) if parallel is not None else 1
+    if pp > 1 and async_scheduling and scheduler is not None and g(scheduler, "use_v2_model_runner", True) is False:
+        # vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule stamps the PP decode cadence
+        # only for the V2 model runner, whose layout the spec models (spec/config.py).
+        found.append("async pipeline parallel on the V1 model runner (no decode cadence)")
     if kv_cache_config is not None:
         groups = g(kv_cache_config, "kv_cache_groups", ())
         kinds = {type(g(grp, "kv_cache_spec", None)).__name__ for grp in groups}

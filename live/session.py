@@ -100,7 +100,7 @@ class LiveSession:
         self.config_json = vllm_json.config(
             scheduler.vllm_config, scheduler.kv_cache_config.num_blocks, scheduler.block_size, async_scheduling, release
         )
-        features = scope.config_features(scheduler.vllm_config, scheduler.kv_cache_config, scheduler)
+        features = scope.config_features(scheduler.vllm_config, scheduler.kv_cache_config, scheduler, async_scheduling)
         why = scope.release_feature(getattr(self._vllm(), "__version__", "unknown"))
         features += [why] if why else []
         self.config: SchedulerConfig | None = None

@@ -152,6 +152,17 @@ def test_scope_names_each_unmodelled_feature(changes, name):
     assert name in found
 
 
+def test_scope_declares_async_pipeline_parallel_on_the_v1_model_runner():
+    """AsyncScheduler stamps the PP decode cadence only for the V2 model runner, whose layout the spec models
+    (vLLM 0.28.0's own PP test builds a V1 one); synchronous PP, or PP on the V2 runner, stays in scope."""
+    pp = fake_config(parallel_config=SimpleNamespace(pipeline_parallel_size=2))
+    v1, v2 = SimpleNamespace(use_v2_model_runner=False), SimpleNamespace(use_v2_model_runner=True)
+    (found,) = scope.config_features(pp, None, v1, async_scheduling=True)
+    assert "V1 model runner" in found
+    assert scope.config_features(pp, None, v1, async_scheduling=False) == []
+    assert scope.config_features(pp, None, v2, async_scheduling=True) == []
+
+
 def test_scope_of_a_built_scheduler_changed_between_calls():
     """vLLM's tests turn these on after construction; the session reads them before every call."""
     plain = SimpleNamespace(defer_block_free=False, connector=None)
