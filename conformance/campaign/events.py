@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ...spec.controls import PauseState, pause_state_after
-from ...spec.invariants.replay import TraceReplay
+from ...spec.invariants.replay import TraceReplay, reset_victims
 from ...spec.invariants.views import StepView
 from ...spec.request import RequestStatus
 from ...spec.trace import StateSummary, StepRecord, Trace
@@ -83,7 +83,7 @@ class EventTracker:
         """This record's events. `view`: the record's view from a replay the caller runs anyway (the monitors'
         `check_trace(on_view=...)`); then this tracker's own replay stays idle, and must stay so for the run."""
         seen: Counter[str] = Counter()
-        victims = self.replay.reset_victims(rec) if view is None else self._reset_victims(rec)
+        victims = reset_victims(self.last.running, rec)
         self.pause_state = pause_state_after(self.pause_state, rec.controls)
         view = self.replay.step(rec) if view is None else view
         seen["reset_preempted"] += len(victims)
@@ -132,14 +132,6 @@ class EventTracker:
         keep = set(rec.in_flight)
         self.records = {s: r for s, r in self.records.items() if s in keep}
         return +seen
-
-    def _reset_victims(self, rec: StepRecord) -> tuple[str, ...]:
-        """The running requests a cache reset preempted before this step's schedule() (`TraceReplay.reset_victims`)."""
-        resets = [c for c in rec.controls if c.call == "reset_prefix_cache" and c.reset_running_requests]
-        if not resets:
-            return ()
-        gone = () if resets[0].before_inputs else rec.aborted  # a pending pause's clear preempts before the aborts
-        return tuple(rid for rid in self.last.running if rid not in gone)
 
     def _paused(self, rec: StepRecord) -> int:
         """1 if the step's pause held a live request back: PAUSED_ALL any, PAUSED_NEW one waiting that was not

@@ -95,6 +95,18 @@ class ReplaySeed:
     dropping: frozenset[str] = frozenset()
 
 
+def reset_victims(running: tuple[str, ...], rec: StepRecord) -> tuple[str, ...]:
+    """The requests a `reset_prefix_cache(reset_running_requests=True)` preempted before this step's schedule(),
+    `running` being the last step's, in the order it preempted them: the tail first
+    (vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3210)). The step's aborts came before it,
+    unless it came before them (`before_inputs`: a pending pause's clear, or a control so placed)."""
+    resets = [c for c in rec.controls if c.call == "reset_prefix_cache" and c.reset_running_requests]
+    if not resets:
+        return ()
+    gone = set() if resets[0].before_inputs else set(rec.aborted)
+    return tuple(reversed([rid for rid in running if rid not in gone]))
+
+
 class TraceReplay:
     """Fed the records in order (`step`); reads only `trace.workload`, so a `StreamedTrace` serves as well.
 
@@ -162,15 +174,7 @@ class TraceReplay:
         )
 
     def reset_victims(self, rec: StepRecord) -> tuple[str, ...]:
-        """The requests a `reset_prefix_cache(reset_running_requests=True)` preempted before this step's schedule(),
-        in the order it preempted them: the tail of `running` first (vllm/v1/core/sched/scheduler.py:
-        Scheduler.reset_prefix_cache (3184-3210)). The step's aborts came before it, unless it came before them."""
-        resets = [c for c in rec.controls if c.call == "reset_prefix_cache" and c.reset_running_requests]
-        if not resets:
-            return ()
-        # A pending pause's clear comes before the step's aborts (`before_inputs`): it preempts them too.
-        gone = set() if resets[0].before_inputs else set(rec.aborted)
-        return tuple(reversed([rid for rid in self.last.running if rid not in gone]))
+        return reset_victims(self.last.running, rec)
 
     def before(self, rec: StepRecord) -> StateSummary:
         """The last summary with this step's controls applied: a cache reset's victims PREEMPTED with C = 0, at the
