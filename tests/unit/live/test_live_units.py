@@ -291,25 +291,35 @@ def test_live_imports_only_spec_and_itself():
     assert not broken
 
 
-def test_a_declaration_that_fails_switches_the_session_off_and_raises_nothing():
-    """`scope_out` is called from the scheduler's overrides outside any other guard: a capture that cannot be
-    written there must switch the session off, never raise into vLLM's call."""
+class BrokenCapture:
+    """A capture whose every write fails (a full disk)."""
+
+    full = False
+
+    def write(self, line):
+        raise OSError("disk full")
+
+    def close(self, step, reason="shutdown"):
+        self.reason = reason
+
+
+def broken_session():
+    """A live session, built without vLLM, whose capture cannot be written."""
     import logging
 
     from schedspec.live.session import LiveSession
 
-    class Broken:
-        full = False
-
-        def write(self, line):
-            raise OSError("disk full")
-
-        def close(self, step, reason="shutdown"):
-            self.reason = reason
-
     s = object.__new__(LiveSession)
-    s.out_of_scope, s.monitor, s.assembler, s.capture = [], None, None, Broken()
+    s.out_of_scope, s.monitor, s.assembler, s.capture = [], None, None, BrokenCapture()
     s.schedule_calls, s.on, s.wrapper_error, s.logger = 3, True, None, logging.getLogger("test")
+    s.aborts_in_step = 0
+    return s
+
+
+def test_a_declaration_that_fails_switches_the_session_off_and_raises_nothing():
+    """`scope_out` is called from the scheduler's overrides outside any other guard: a capture that cannot be
+    written there must switch the session off, never raise into vLLM's call."""
+    s = broken_session()
     s.scope_out("schedule(throttle_prefills=True)")  # raises nothing
     assert not s.on and "OSError: disk full" in s.wrapper_error and s.capture.reason == "wrapper-error"
 
@@ -317,29 +327,9 @@ def test_a_declaration_that_fails_switches_the_session_off_and_raises_nothing():
 def test_a_control_the_session_cannot_read_switches_it_off_and_raises_nothing():
     """`reset_prefix_cache` and `set_pause_state` reach the session from vLLM's own calls: a pause state that is no
     PauseState, or a capture that cannot be written, must switch the session off, never raise into vLLM."""
-    import logging
-
-    from schedspec.live.session import LiveSession
-
-    class Broken:
-        full = False
-
-        def write(self, line):
-            raise OSError("disk full")
-
-        def close(self, step, reason="shutdown"):
-            self.reason = reason
-
-    def session():
-        s = object.__new__(LiveSession)
-        s.out_of_scope, s.monitor, s.assembler, s.capture = [], None, None, Broken()
-        s.schedule_calls, s.on, s.wrapper_error, s.logger = 3, True, None, logging.getLogger("test")
-        s.aborts_in_step = 0
-        return s
-
-    s = session()
+    s = broken_session()
     s.on_pause("sideways")  # raises nothing
     assert not s.on and "ValueError" in s.wrapper_error
-    s = session()
+    s = broken_session()
     s.on_reset((True,), {}, True)  # the capture fails: raises nothing
     assert not s.on and "OSError: disk full" in s.wrapper_error and s.capture.reason == "wrapper-error"
