@@ -5,8 +5,8 @@ counters, the max-tokens skip rule, placeholder decrements in
 `update_from_output`) except one thing, the only place placeholders grow
 (`vllm/v1/core/sched/async_scheduler.py:AsyncScheduler._update_after_schedule`):
 after the base class has advanced C, every scheduled request that is not
-mid-prefill is owed its sampled token (plus any drafts) as an output
-placeholder, and gets `[-1] * k` placeholder
+mid-prefill is owed its sampled token (none for a pooling model from
+0.32.0) plus any drafts as output placeholders, and gets `[-1] * k` placeholder
 drafts, which the worker fills in. So the next step already schedules
 1 + k tokens for it, one step ahead of its output (§6, D2). With pipeline
 parallel it also may not decode again for `pp_size` schedule() calls (the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..spec.output import SchedulerOutput
 from . import rules
-from .scheduler import NUM_SAMPLED_TOKENS_PER_STEP, Scheduler
+from .scheduler import Scheduler
 
 
 class AsyncScheduler(Scheduler):
@@ -29,7 +29,7 @@ class AsyncScheduler(Scheduler):
             if request.is_prefill_chunk:
                 continue
             num_spec_tokens = len(output.scheduled_spec_decode_tokens.get(req_id, ()))
-            request.num_output_placeholders += NUM_SAMPLED_TOKENS_PER_STEP + num_spec_tokens
+            request.num_output_placeholders += self.num_sampled_tokens_per_step + num_spec_tokens
             request.spec_token_ids = list(spec_token_placeholders)
             # The V2 model runner's PP decode cadence (the spec's layout is the V2 runner's: SchedulerConfig).
             request.next_decode_eligible_step = rules.next_decode_eligible_step(

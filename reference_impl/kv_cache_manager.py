@@ -46,8 +46,9 @@ class KVCacheManager:
 
     def get_computed_blocks(self, request: LiveRequest) -> tuple[list[int], int]:
         """The prefix-cache hit: the blocks, and the tokens they cover
-        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks)."""
-        if not self.enable_caching:
+        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks); none for a request that skips reading
+        the cache."""
+        if not rules.prefix_cache_lookup_enabled(self.enable_caching, request.request.skip_reading_prefix_cache):
             return [], 0
         hit_blocks = []
         max_hit_blocks = rules.max_prefix_hit_blocks(request.num_tokens, self.block_size)

@@ -45,7 +45,6 @@ from .live_request import LiveRequest
 from .request_queue import RequestQueue
 from .update import SchedulerUpdates
 
-NUM_SAMPLED_TOKENS_PER_STEP = 1  # generate models; 0 only for pooling and diffusion
 DRAFT_SLOTS = 0  # max_num_new_slots_for_drafting: 0 for ngram-like drafters, as for none
 # ngram-like drafters need no lookahead slots (vllm/config/vllm.py:VllmConfig.num_lookahead_tokens)
 NUM_LOOKAHEAD_TOKENS = 0
@@ -83,6 +82,8 @@ class Scheduler(SchedulerUpdates, SchedulerControls):
         self.grammar_compile_error_reqs: set[str] = grammar_compile_error_reqs or set()
         self.max_model_len = config.max_model_len
         self.num_spec_tokens = config.num_speculative_tokens
+        # 0 for a pooling model from 0.32.0 (spec.rules.sampled_tokens_per_step): it samples nothing after a prefill.
+        self.num_sampled_tokens_per_step = config.num_sampled_tokens_per_step
         # The prefill cadence (spec.state.PrefillCadence): kept for every config, as any schedule() may be throttled.
         self.prefill_capacity_bound = prefill_cadence.prefill_capacity_bound
         self.deferred_waiting: set[str] = set(prefill_cadence.deferred_waiting)
@@ -391,7 +392,7 @@ class Scheduler(SchedulerUpdates, SchedulerControls):
             token_budget,
             self.max_model_len,
             request.num_computed_tokens,
-            NUM_SAMPLED_TOKENS_PER_STEP,
+            self.num_sampled_tokens_per_step,
         )
         return num_new_tokens
 

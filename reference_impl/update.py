@@ -86,6 +86,11 @@ class SchedulerUpdates:
                     self.kv_cache_manager.cache_blocks(
                         request, request.num_computed_tokens - request.num_in_flight_tokens
                     )
+            elif self.config.runner == "pooling" and req_id in model_runner_output.pooler_output:
+                # Pooling stops as soon as there is output, stale or not (vllm/v1/core/sched/scheduler.py:
+                # Scheduler.update_from_output (2416-2419)).
+                request.status = RequestStatus.FINISHED_STOPPED
+                stopped = True
             if stopped:
                 finished[req_id] = FinishedRequest(request.status, tuple(request.output_token_ids))
                 self._free_request(request)

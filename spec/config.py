@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import SpecError
+from .rules import sampled_tokens_per_step
 from .versions import BY_NAME as VARIANTS, DEFAULT_RELEASE, holds, parse, problem as version_problem
 
 Policy = Literal["fcfs", "priority"]
+# vllm/config/model.py:ModelConfig.runner_type: a generative model samples a token per decode; a pooling model
+# (embedding, classification, reward) pools the prompt's hidden states once and samples nothing.
+Runner = Literal["generate", "pooling"]
 SpeculativeMethod = Literal["ngram", "ngram_gpu"]
 # vllm/config/speculative.py: `ngram` drafts on the CPU; `ngram_gpu` (NgramGPUTypes) on the device, inside the
 # model runner. The drafters with lookahead slots (EAGLE, MTP, draft models, DFlash, DSpark) are outside the spec.
@@ -64,6 +68,9 @@ class SchedulerConfig:
     # LoRA (LoRAConfig.max_loras): at most this many adapters among the running requests; None: no LoRA config,
     # and no request may name an adapter (vLLM refuses one).
     max_loras: int | None = None
+    # The model's runner (ModelConfig.runner_type). Under "pooling" every request is a pooling request
+    # (PoolingParams; max_tokens 1, no sampled token), finished by the step that pools its whole prompt.
+    runner: Runner = "generate"
     # The release whose semantics apply (spec/versions.py): one switch for the reference and the monitors.
     vllm_version: str = DEFAULT_RELEASE
 
@@ -111,6 +118,11 @@ class SchedulerConfig:
         """Steps between two decodes of one request under async scheduling
         (vllm/v1/core/sched/async_scheduler.py:AsyncScheduler.__init__: `pp_size` off XPU)."""
         return self.pipeline_parallel_size
+
+    @property
+    def num_sampled_tokens_per_step(self) -> int:
+        """vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (152-161), by `spec.rules.sampled_tokens_per_step`."""
+        return sampled_tokens_per_step(self.runner == "pooling", self.vllm_version)
 
     @property
     def watermark_blocks(self) -> int:
@@ -200,6 +212,14 @@ def _validate(c: SchedulerConfig) -> None:
     ):
         need(name, isinstance(getattr(c, name), bool), "must be true or false")
     need("policy", c.policy in ("fcfs", "priority"), "must be 'fcfs' or 'priority'")
+    need("runner", c.runner in ("generate", "pooling"), "must be 'generate' or 'pooling'")
+    # Not a vLLM check: the spec's drafters propose from sampled tokens, which a pooling model never has.
+    need(
+        "runner",
+        c.runner == "generate" or c.num_speculative_tokens == 0,
+        "must be 'generate' with spec decode (num_speculative_tokens > 0): a pooling model samples no token to draft "
+        "from",
+    )
     need(
         "speculative_method",
         c.speculative_method in SPECULATIVE_METHODS,

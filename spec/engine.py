@@ -28,6 +28,7 @@ from .controls import ControlCall, EngineControls
 from .errors import SpecError
 from .output import ModelRunnerOutput, SchedulerOutput
 from .request import Request, RequestStatus
+from .rules import pooler_output_ready
 from .trace import FinishedRequest, StateSummary, StepRecord, Trace
 from .workload import Workload
 
@@ -125,8 +126,20 @@ def fake_model(workload: Workload, output: SchedulerOutput, after_schedule: Stat
     draft that equals the model's own token at its position is accepted and
     the model samples on; the first mismatch ends the run, so `len(gen)` is
     accepted + 1. The placeholder drafts `-1` (padding, async) never match.
+
+    A pooling runner samples nothing, and pools each request whose scheduled
+    tokens end exactly at its prompt's end (`spec.rules.pooler_output_ready`).
     """
     sampled: dict[str, tuple[int, ...]] = {}
+    if workload.config.runner == "pooling":
+        pooled = frozenset(
+            rid
+            for rid, n in output.num_scheduled_tokens.items()
+            if pooler_output_ready(
+                after_schedule.requests[rid].num_computed_tokens - n, n, workload.request(rid).request.num_prompt_tokens
+            )
+        )
+        return ModelRunnerOutput({rid: () for rid in output.num_scheduled_tokens}, pooled)
     for rid in output.num_scheduled_tokens:
         r = after_schedule.requests[rid]
         if r.num_computed_tokens < r.num_tokens:

@@ -8,7 +8,9 @@ table (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1642-1644)). `resumed
 comparison can still tell a resume from a first admission.
 
 `ModelRunnerOutput` is the fake runner's answer: the sampled tokens per
-scheduled request, `()` for a partial prefill chunk.
+scheduled request, `()` for a partial prefill chunk, and under a pooling
+runner the requests it pooled (their `pooler_output` is not None; the value
+itself, a tensor, decides nothing in the scheduler).
 """
 
 from __future__ import annotations
@@ -96,9 +98,13 @@ class SchedulerOutput:
 
 @dataclass(frozen=True)
 class ModelRunnerOutput:
-    """Sampled tokens per scheduled request, in `num_scheduled_tokens` order."""
+    """Sampled tokens per scheduled request, in `num_scheduled_tokens` order; the pooled requests (a pooling runner).
+
+    A trace step writes `pooler_output` beside `model_output` (`StepRecord.to_json`), so the sampled tokens keep
+    their one shape."""
 
     sampled_token_ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    pooler_output: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, list[int]]:
         return {k: list(v) for k, v in self.sampled_token_ids.items()}

@@ -84,6 +84,10 @@ class Request:
     # LoRA: the adapter's `LoRARequest.lora_int_id` (>= 1), 0 without one. Its blocks are cached apart from other
     # adapters' (vllm/v1/core/kv_cache_utils.py:_gen_lora_extra_hash_keys), and an adapter counts against max_loras.
     lora_int_id: int = 0
+    # SamplingParams/PoolingParams.skip_reading_prefix_cache: the request takes no prefix hit (a pooling task that
+    # needs every prompt position's output, or prompt logprobs) but caches what it computes
+    # (vllm/v1/request.py:Request.get_skip_reading_prefix_cache).
+    skip_reading_prefix_cache: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The request's fields, as workloads, traces, states and live captures all write them."""
@@ -99,6 +103,7 @@ class Request:
             "arrival_time": self.arrival_time,
             **({"structured_output": True} if self.structured_output else {}),
             **({"lora_int_id": self.lora_int_id} if self.lora_int_id else {}),
+            **({"skip_reading_prefix_cache": True} if self.skip_reading_prefix_cache else {}),
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class Request:
             arrival_time=float(d.get("arrival_time", default_arrival_time)),
             structured_output=bool(d.get("structured_output", False)),
             lora_int_id=d.get("lora_int_id", 0),
+            skip_reading_prefix_cache=bool(d.get("skip_reading_prefix_cache", False)),
         )
 
     @functools.cached_property

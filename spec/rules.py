@@ -478,3 +478,28 @@ def pause_admits_waiting(pause_state: Int) -> Any:
     that hold KV blocks (`kv_holding_waiting`: connector loads and parked streaming sessions, none in the spec's
     scope), and PAUSED_ALL runs no waiting pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050-1067))."""
     return pause_state == 0
+
+
+# ---- Deployment features (issue #36): pooling models. ----
+
+
+def sampled_tokens_per_step(pooling: bool, release: str = DEFAULT_RELEASE) -> int:
+    """`num_sampled_tokens_per_step`: the tokens a scheduled decode appends, which the running pass's position bound
+    keeps room for and async scheduling counts as placeholders. 0 for a pooling model from 0.32.0, which pools the
+    prompt and samples nothing (spec.versions `pooling-samples-no-token`); 1 otherwise
+    (vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (152-161))."""
+    return 0 if pooling and holds("pooling-samples-no-token", release) else 1
+
+
+def pooler_output_ready(num_computed_tokens: Int, num_scheduled_tokens: Int, num_prompt_tokens: Int) -> Any:
+    """Whether the model runner pools a request in this step: the step's tokens end exactly at the prompt's end
+    (vllm/v1/pool/metadata.py:PoolingCursor, `finished_mask = prompt_lens == seq_lens`); a chunk short of it, or a
+    token past it, pools nothing."""
+    return num_computed_tokens + num_scheduled_tokens == num_prompt_tokens
+
+
+def prefix_cache_lookup_enabled(enable_prefix_caching: Any, skip_reading_prefix_cache: Any) -> Any:
+    """Whether an admission looks for a prefix hit: caching on, and the request not marked to skip reading the cache
+    (a pooling task that needs every prompt position's output, or prompt logprobs); such a request still caches
+    the blocks it fills (vllm/v1/core/kv_cache_manager.py:KVCacheManager.prefix_cache_lookup_enabled (251-253))."""
+    return and_(enable_prefix_caching, not_(skip_reading_prefix_cache))

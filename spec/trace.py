@@ -167,6 +167,8 @@ class StepRecord:
             d["throttle_prefills"] = True
         if self.controls:
             d["controls"] = [c.to_json() for c in self.controls]
+        if self.model_output.pooler_output:
+            d["pooler_output"] = sorted(self.model_output.pooler_output)
         return d
 
     @classmethod
@@ -176,7 +178,10 @@ class StepRecord:
             tuple(d["added"]),
             tuple(d["aborted"]),
             SchedulerOutput.from_json(d["output"]),
-            ModelRunnerOutput.from_json(d["model_output"]),
+            ModelRunnerOutput(
+                ModelRunnerOutput.from_json(d["model_output"]).sampled_token_ids,
+                frozenset(d.get("pooler_output", ())),
+            ),
             StateSummary.from_json(d["state"]),
             {
                 k: FinishedRequest(RequestStatus[v["status"]], tuple(v["output_token_ids"]))
@@ -248,6 +253,7 @@ def check_step_ids(known: set[str] | frozenset[str], s: StepRecord, where: str) 
         "output.preempted_req_ids": tuple(s.output.preempted_req_ids),
         "output.finished_req_ids": tuple(s.output.finished_req_ids),
         "model_output": tuple(s.model_output.sampled_token_ids),
+        "pooler_output": tuple(s.model_output.pooler_output),
         "state.running": s.state.running,
         "state.waiting": s.state.waiting,
         "state.requests": tuple(s.state.requests),

@@ -88,6 +88,17 @@ VARIANTS: tuple[Variant, ...] = (
         "version-paused-waiting-pass",
     ),
     Variant(
+        "pooling-samples-no-token",
+        "0.32.0",
+        "a pooling model reserves a slot for a sampled token as a generative one does: a running chunk stops at "
+        "L - C - 1, so a prompt of max_model_len never finishes, and async scheduling adds a placeholder after the "
+        "last chunk, so the request is scheduled one more token before its pooled output is back",
+        "a pooling model samples nothing (num_sampled_tokens_per_step 0): a chunk may reach L, and no placeholder "
+        "is added",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.__init__",
+        "version-pooling-no-sample",
+    ),
+    Variant(
         "active-seqs-and-adaptive-threshold",
         "0.31.0",
         "SchedulerConfig has no max_num_active_seqs and no long_prefill_token_threshold_adaptive",
@@ -204,11 +215,16 @@ class KnownViolation:
     invariant: str
     fixed_in: str  # the first release that keeps it
     why: str
+    runner: str | None = None  # the model runner it needs ("pooling"); None: any
 
 
 # All three are one bug of 0.28.0's check_stop: min_tokens held back the length cap, so a request with
 # prompt + min_tokens > max_model_len stays live past L - 1 (vllm/v1/core/sched/utils.py:check_stop).
 _HELD_PAST_L = "before 0.29.0 min_tokens holds back the max_model_len cap, so a request stays live past L - 1"
+_POOLED_AT_L = (
+    "before 0.32.0 a pooling model keeps a slot for a sampled token, so a chunked prompt of max_model_len, which "
+    "vLLM accepts, stalls one token short of its end"
+)
 KNOWN_VIOLATIONS: tuple[KnownViolation, ...] = (
     KnownViolation("token-bounds", "0.29.0", _HELD_PAST_L),
     KnownViolation(
@@ -221,13 +237,22 @@ KNOWN_VIOLATIONS: tuple[KnownViolation, ...] = (
         "0.29.0",
         _HELD_PAST_L + "; preempted there, it owes more than a budget without chunking and never gets back in",
     ),
+    # One bug of a pooling model before 0.32.0 (`pooling-samples-no-token`): vLLM accepts a pooling prompt of
+    # max_model_len (vllm/v1/engine/input_processor.py:InputProcessor._validate_prompt_len), while the running
+    # pass keeps a slot for a token it never samples, so a chunked prompt of L stalls at L - 1 forever.
+    *(
+        KnownViolation(name, "0.32.0", _POOLED_AT_L, runner="pooling")
+        for name in ("token-bounds", "running-served-while-budget-lasts", "progress-when-idle")
+    ),
 )
 
 
-def known_violation(invariant: str, version: str) -> KnownViolation | None:
-    """The known violation of `invariant` at `version`, if that release breaks it."""
+def known_violation(invariant: str, version: str, runner: str = "generate") -> KnownViolation | None:
+    """The known violation of `invariant` at `version` with a model of `runner`, if that release breaks it."""
     base = parse(version)[0]
     for k in KNOWN_VIOLATIONS:
-        if k.invariant == invariant and release_key(base) < release_key(k.fixed_in):
+        if k.invariant != invariant or k.runner not in (None, runner):
+            continue
+        if release_key(base) < release_key(k.fixed_in):
             return k
     return None

@@ -293,6 +293,7 @@ def _request_to_json(r: WorkloadRequest) -> dict[str, Any]:
         "priority": q.priority,
         "arrival_time": q.arrival_time,
         **({"lora_int_id": q.lora_int_id} if q.lora_int_id else {}),
+        **({"skip_reading_prefix_cache": True} if q.skip_reading_prefix_cache else {}),
         "output_token_ids": list(r.output_token_ids),
         **({"spec_proposals": [list(p) for p in r.spec_proposals]} if r.spec_proposals else {}),
         **({"grammar": r.grammar.to_json()} if r.grammar is not None else {}),
@@ -316,6 +317,22 @@ def _request_from_json(d: Mapping[str, Any], index: int) -> WorkloadRequest:
     )
 
 
+def _check_pooling_request(r: WorkloadRequest, here: str) -> None:
+    """A pooling model's request has PoolingParams and no SamplingParams: max_tokens 1 (vllm/v1/request.py:
+    Request.__init__), and nothing that only sampling reads."""
+    q = r.request
+    if q.max_tokens != 1:
+        raise SpecError(f"{here}.max_tokens", q.max_tokens, "must be 1 under a pooling runner (PoolingParams)")
+    if q.structured_output:
+        raise SpecError(f"{here}.grammar", r.grammar, "must be absent under a pooling runner: a grammar needs sampling")
+    if r.output_token_ids:
+        raise SpecError(
+            f"{here}.output_token_ids",
+            list(r.output_token_ids),
+            "must be empty under a pooling runner: it samples none",
+        )
+
+
 def _check(w: Workload) -> None:
     """The rules a schema cannot say: unique ids, known abort targets, vLLM's input validation."""
     L = w.config.max_model_len
@@ -333,12 +350,16 @@ def _check(w: Workload) -> None:
             raise SpecError(f"{here}.prompt_token_ids", [], "must not be empty")
         if not math.isfinite(q.arrival_time):  # JSON's NaN and Infinity parse; no order or tie-break survives them
             raise SpecError(f"{here}.arrival_time", q.arrival_time, "must be a finite number")
-        if q.num_prompt_tokens >= L:
+        pooling = w.config.runner == "pooling"
+        if q.num_prompt_tokens > L or (q.num_prompt_tokens == L and not pooling):
             raise SpecError(
                 f"{here}.prompt_token_ids",
                 f"<{q.num_prompt_tokens} tokens>",
-                f"must be shorter than max_model_len ({L}); vLLM rejects a generate prompt of L or more",
+                f"must be at most max_model_len ({L}), and shorter under a generate runner; vLLM rejects a "
+                "generate prompt of L or more",
             )
+        if pooling:
+            _check_pooling_request(r, here)
         if q.max_tokens < 1:
             raise SpecError(f"{here}.max_tokens", q.max_tokens, "must be >= 1")
         if not 0 <= q.min_tokens <= q.max_tokens:

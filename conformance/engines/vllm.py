@@ -205,7 +205,10 @@ class VllmEngine:
         that `output` is the oldest of them (vLLM's batch queue is FIFO).
         """
         self._summary = None
-        reply = self._call("update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json())
+        pooled = {"pooler_output": sorted(model_output.pooler_output)} if model_output.pooler_output else {}
+        reply = self._call(
+            "update", self.step_timeout_s, output=output.to_json(), model_output=model_output.to_json(), **pooled
+        )
         self._summary = reply.get("summary")
         finished = self._parse(
             "update_from_output", reply.get("finished"), lambda f: {rid: _finished(d) for rid, d in f.items()}

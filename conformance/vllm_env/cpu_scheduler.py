@@ -187,18 +187,29 @@ def scheduler_knobs(
     return knobs, missing
 
 
-def build_scheduler(c: dict, model_dir: str, model_configs: dict[int, ModelConfig]) -> tuple[Scheduler, str]:
+def build_scheduler(
+    c: dict, model_dir: str, model_configs: dict[tuple[int, str], ModelConfig]
+) -> tuple[Scheduler, str]:
     """vLLM's scheduler for the spec's config dict `c`, and what about it breaks the spec's assumptions ('' if nothing).
 
     `model_configs` is the driver's cache of one `ModelConfig` per
-    `max_model_len`, kept across inits: building one reads the stub model.
+    `max_model_len` and runner, kept across inits: building one reads the
+    stub model.
     """
     max_model_len = c["max_model_len"] if c["max_model_len"] is not None else c["max_num_batched_tokens"]
-    if max_model_len not in model_configs:  # max_model_len is read from the model config
-        model_configs[max_model_len] = ModelConfig(
-            model=model_dir, dtype="float16", seed=42, skip_tokenizer_init=True, max_model_len=max_model_len
+    # The scheduler reads max_model_len and the runner type (a pooling model samples nothing) from the model config.
+    runner = c.get("runner", "generate")
+    key = (max_model_len, runner)
+    if key not in model_configs:
+        model_configs[key] = ModelConfig(
+            model=model_dir,
+            dtype="float16",
+            seed=42,
+            skip_tokenizer_init=True,
+            max_model_len=max_model_len,
+            runner=runner,
         )
-    model_config = model_configs[max_model_len]
+    model_config = model_configs[key]
     allow_v2_model_runner()
     async_scheduling = bool(c.get("async_scheduling", False))
     knobs, missing = scheduler_knobs(c, max_model_len, model_config.is_encoder_decoder, async_scheduling)

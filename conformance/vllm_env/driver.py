@@ -15,7 +15,7 @@ Design notes
   scheduler with a new config, without paying the ~5 s import again);
   add {request}; abort {request_id} -> {finished: FinishedRequest|null};
   schedule -> SchedulerOutput + {summary}; summary -> StateSummary;
-  update {output, model_output} -> {finished: {id: FinishedRequest}, summary};
+  update {output, model_output, pooler_output?: [id, ...]} -> {finished: {id: FinishedRequest}, summary};
   draft {draft_token_ids: {id: [token, ...]}} -> {ok}; close.
   Any failure answers {"error": "<one line>"} and the driver keeps serving;
   the line names the innermost vLLM frame (`at vllm/...py:LINE`), so a
@@ -122,9 +122,11 @@ from line_coverage import start_from_env  # noqa: E402
 
 LINES = start_from_env()  # None unless $SCHEDSPEC_VLLM_COVERAGE: before vLLM's import, so module-level lines count
 
+import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm.config import ModelConfig  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
+from vllm.pooling_params import PoolingParams  # noqa: E402
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
@@ -139,6 +141,10 @@ from cpu_scheduler import build_scheduler, load_by_path, stub_model_dir  # noqa:
 # vLLM's objects as the spec's JSON: one home, shared with the monitored schedulers (`schedspec.live`).
 vllm_json = load_by_path("vllm_json", os.path.join(_HERE, "..", "..", "live", "vllm_json.py"))
 _finished = vllm_json.finished
+
+
+# A pooled request's output as the model runner hands it back; the scheduler reads only that it is not None.
+POOLED = torch.zeros(1)
 
 
 class AcceptAll(StructuredOutputGrammar):
@@ -167,7 +173,7 @@ class AcceptAll(StructuredOutputGrammar):
 class Driver:
     def __init__(self) -> None:
         self.model_dir = stub_model_dir()
-        self.model_configs: dict[int, ModelConfig] = {}
+        self.model_configs: dict[tuple[int, str], ModelConfig] = {}
         self.scheduler: Scheduler | None = None
         init_none_hash(sha256)  # once per process, as vLLM's own test utilities do
 
@@ -182,6 +188,7 @@ class Driver:
         if refused:
             raise RuntimeError(refused)
         self.block_size = config["block_size"]
+        self.pooling = config.get("runner", "generate") == "pooling"
         self.live: dict[str, Request] = {}  # added and not yet reported finished
         self.pending = deque()  # scheduled outputs not yet updated, oldest first
         return {
@@ -193,25 +200,33 @@ class Driver:
 
     def op_add(self, request: dict) -> dict:
         q = request
-        params = SamplingParams(
-            max_tokens=q["max_tokens"],
-            min_tokens=q["min_tokens"],
-            ignore_eos=q["ignore_eos"],
-            stop_token_ids=list(q["stop_token_ids"]),
-        )
-        # What the engine does with the model's EOS: check_stop reads `eos_token_id`,
-        # which stays None under ignore_eos
-        # (vllm/sampling_params.py:SamplingParams.update_from_generation_config (781-782)).
-        params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
-        if q.get("structured_output"):
-            # Any grammar: the scheduler only asks whether it compiled; `op_grammar` delivers it.
-            params.structured_outputs = StructuredOutputsParams(json_object=True)
+        skip = bool(q.get("skip_reading_prefix_cache", False))
+        params: SamplingParams | None = None
+        pooling: PoolingParams | None = None
+        if self.pooling:
+            # A pooling model's request: Request.__init__ sets max_tokens 1 and reads the skip flag from here.
+            pooling = PoolingParams(task="embed", skip_reading_prefix_cache=skip)
+        else:
+            params = SamplingParams(
+                max_tokens=q["max_tokens"],
+                min_tokens=q["min_tokens"],
+                ignore_eos=q["ignore_eos"],
+                stop_token_ids=list(q["stop_token_ids"]),
+                skip_reading_prefix_cache=skip,
+            )
+            # What the engine does with the model's EOS: check_stop reads `eos_token_id`,
+            # which stays None under ignore_eos
+            # (vllm/sampling_params.py:SamplingParams.update_from_generation_config (781-782)).
+            params.update_from_generation_config({}, eos_token_id=q["eos_token_id"])
+            if q.get("structured_output"):
+                # Any grammar: the scheduler only asks whether it compiled; `op_grammar` delivers it.
+                params.structured_outputs = StructuredOutputsParams(json_object=True)
         lora = q.get("lora_int_id", 0)
         r = Request(
             request_id=q["request_id"],
             prompt_token_ids=list(q["prompt_token_ids"]),
             sampling_params=params,
-            pooling_params=None,
+            pooling_params=pooling,
             arrival_time=q["arrival_time"],
             priority=q["priority"],
             # An adapter by its id; its name and path enter the block hashes (one adapter, one chain).
@@ -260,7 +275,7 @@ class Driver:
     def op_summary(self) -> dict:
         return vllm_json.summary(self._sched())
 
-    def op_update(self, output: dict, model_output: dict) -> dict:
+    def op_update(self, output: dict, model_output: dict, pooler_output: list[str] | None = None) -> dict:
         s = self._sched()
         if not self.pending:
             raise RuntimeError("update without a pending schedule")
@@ -279,6 +294,9 @@ class Driver:
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=[list(model_output.get(rid, ())) for rid in req_ids],
         )
+        if self.pooling:  # the pooled requests' hidden states; the scheduler reads only which are not None
+            pooled = set(pooler_output or ())
+            runner_output.pooler_output = [POOLED if rid in pooled else None for rid in req_ids]
         s.update_from_output(so, runner_output)
         # Requests leave `scheduler.requests` when freed; our own handles keep their final state.
         order = req_ids + [rid for rid in self.live if rid not in so.num_scheduled_tokens]

@@ -218,6 +218,24 @@ def paused_waiting_pass() -> Workload:
     )
 
 
+def pooling_no_sample() -> Workload:
+    """A pooling model's prompt of max_model_len, chunked: from 0.32.0 its last chunk reaches L and it is pooled at step 1; before, it stalls one token short.
+
+    vLLM's own `test_pooling_chunked_prefill_can_finish_at_max_model_len`:
+    a prompt of 8 with max_model_len 8 and a budget of 4. The first chunk
+    is the waiting pass's (no position bound); the second is the running
+    pass's, bounded by L - C - num_sampled_tokens_per_step. From 0.32.0 a
+    pooling model samples nothing, so the chunk is 4 and the request is
+    pooled and finished at step 1; before, it reserved a slot for a token it
+    never samples, so each step grants 3, then 0, and the request never
+    finishes (the run ends at max_steps).
+    """
+    config = SchedulerConfig(max_num_seqs=1, max_model_len=8, max_num_batched_tokens=4, runner="pooling")
+    reqs = (WorkloadRequest(Request("pool", tuple(range(10, 18)), max_tokens=1)),)
+    return Workload(config, reqs, name="version-pooling-no-sample", description=_first_line(pooling_no_sample.__doc__),
+                    max_steps=6)  # fmt: skip
+
+
 VERSION_WORKLOADS = {
     "version-min-tokens": min_tokens,
     "version-padding-room": padding_room,
@@ -229,4 +247,5 @@ VERSION_WORKLOADS = {
     "version-lora-count": lora_count,
     "version-prefill-cadence": prefill_cadence,
     "version-paused-waiting-pass": paused_waiting_pass,
+    "version-pooling-no-sample": pooling_no_sample,
 }

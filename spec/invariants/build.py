@@ -137,6 +137,7 @@ def make_view(
                 lora_waits=lora_full is not None and 0 < q.lora_int_id and q.lora_int_id not in lora_full,
                 num_scheduled_spec=len(out.scheduled_spec_decode_tokens.get(rid, ())),
                 num_hit_tokens=hits.get(rid, 0),
+                skip_reading_prefix_cache=q.skip_reading_prefix_cache,
                 post_num_in_flight_tokens=s1.num_in_flight_tokens,
                 post_num_stale_output_tokens=s1.num_stale_output_tokens,
                 # A request aborted mid-step kept none of its tokens: the update passed it over.
@@ -173,6 +174,7 @@ def make_view(
         num_speculative_tokens=config.num_speculative_tokens,
         async_scheduling=config.async_scheduling,
         pipeline_parallel_size=config.pipeline_parallel_size,
+        num_sampled_tokens_per_step=config.num_sampled_tokens_per_step,
         vllm_version=config.vllm_version,
         post_num_shared_block_refs=blocks.num_shared_refs,
         refs_consistent=not blocks.refs_problem,

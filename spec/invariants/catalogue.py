@@ -218,15 +218,17 @@ def one_place(v: StepView) -> Any:
 
 def token_bounds(v: StepView) -> Any:
     # Before 0.29.0 min_tokens held back the L cap too, so a request could stay live past L - 1: a known
-    # violation of those releases (`spec.versions.KNOWN_VIOLATIONS`), not a weaker invariant.
+    # violation of those releases (`spec.versions.KNOWN_VIOLATIONS`), not a weaker invariant. A pooling model
+    # samples nothing (s = 0 from 0.32.0): its prompt may be L long, and computed to its end.
+    s = v.num_sampled_tokens_per_step
     return all_of(
         [
             implies(
                 r.post_live,
                 and_(
                     r.post_num_computed_tokens >= 0,
-                    r.post_num_computed_tokens <= v.max_model_len - 1,
-                    r.post_num_tokens < v.max_model_len,
+                    r.post_num_computed_tokens <= v.max_model_len - s,
+                    r.post_num_tokens <= v.max_model_len - s,
                     r.post_num_tokens - r.num_prompt_tokens < r.max_tokens,
                 ),
             )
@@ -236,7 +238,7 @@ def token_bounds(v: StepView) -> Any:
 
 
 def chunk_bounds(v: StepView) -> Any:
-    # Running requests stop at position L - 1; the threshold caps any chunk unless the request was alone
+    # Running requests stop at position L - 1 (L for a pooling model, which samples nothing); the threshold caps any chunk unless the request was alone
     # (the adaptive threshold can only be larger, so it is not checked here).
     alone = sum_of([ite(r.pre_live, 1, 0) for r in v.rows]) <= 1
     thr = v.long_prefill_token_threshold
@@ -249,7 +251,7 @@ def chunk_bounds(v: StepView) -> Any:
             and_(
                 implies(
                     and_(r.pre_running, r.num_scheduled > 0),
-                    r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - 1,
+                    r.pre_num_computed_tokens + r.num_scheduled <= v.max_model_len - v.num_sampled_tokens_per_step,
                 ),
                 implies(
                     and_(r.admitted, r.num_scheduled_spec > 0),
@@ -364,9 +366,10 @@ def running_owes_tokens(v: StepView) -> Any:
 
 
 def _owes_after_step(v: StepView, r: Row) -> Any:
-    """Whether a running request must owe tokens after the step: always, unless the synchronous scheduler has
-    tokens of it in flight (pipeline parallel's batch queue without async scheduling)."""
-    return or_(v.async_scheduling, r.post_num_in_flight_tokens == 0)
+    """Whether a running request must owe tokens after the step: always, unless it has tokens in flight and
+    nothing to sample for them: the synchronous scheduler's (pipeline parallel's batch queue without async
+    scheduling), or a pooling model's, which adds no placeholder (`num_sampled_tokens_per_step` 0)."""
+    return or_(and_(v.async_scheduling, v.num_sampled_tokens_per_step > 0), r.post_num_in_flight_tokens == 0)
 
 
 def running_served_while_budget_lasts(v: StepView) -> Any:
@@ -491,7 +494,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "token-bounds",
-        "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it.",
+        "0 <= num_computed_tokens <= L - 1, num_tokens < L and outputs < max_tokens for every live request; reaching either cap finishes it (a pooling model's, which samples nothing: C <= L and T <= L).",
         "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (850-857); vllm/v1/core/sched/utils.py:check_stop (114-119)",
         ("I-15", "I-21", "MAXTOK"),
         token_bounds,
@@ -499,7 +502,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "chunk-bounds",
-        "A running request's chunk stops at position L - 1, and no chunk exceeds the long-prefill threshold unless the request was alone.",
+        "A running request's chunk stops at position L - 1 (L for a pooling model), and no chunk exceeds the long-prefill threshold unless the request was alone.",
         "vllm/v1/core/sched/scheduler.py:Scheduler.schedule (754-769, 844-857, 1332-1333)",
         ("I-15", "MAXTOK"),
         chunk_bounds,

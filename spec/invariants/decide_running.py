@@ -117,7 +117,8 @@ def walk_running_pass(w: StepWalk) -> None:
             held_back = True  # walked on with the engine's grant, as for the decode cadence
         owed = num_owed_tokens(T + S, P, C)
         budget = min(w.token_budget, w.input_budget)
-        n: int = running_num_new_tokens(owed, thr, budget, L, C, 1)
+        s = c.num_sampled_tokens_per_step
+        n: int = running_num_new_tokens(owed, thr, budget, L, C, s)
         if n <= 0:
             if granted is not None:
                 w.flag(GRANT, f"{rid} is scheduled {granted} tokens, but the rules grant it 0 at its turn")
@@ -127,7 +128,7 @@ def walk_running_pass(w: StepWalk) -> None:
             w.flag(
                 GRANT,
                 f"{rid} is scheduled {granted} tokens, but at its turn the rules grant {n}: owed {owed}, "
-                f"threshold {thr}, budget left {budget}, position bound L - C - 1 = {L - C - 1}",
+                f"threshold {thr}, budget left {budget}, position bound L - C - {s} = {L - C - s}",
             )
         use = granted if granted is not None else n
         need: int = num_blocks_to_allocate(num_tokens_need_slot(C, use, 0, L), len(sh.held(rid)), bs)

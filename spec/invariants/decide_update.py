@@ -10,7 +10,9 @@ asked after each: the first verdict that is not "not stopped" finishes the
 request with that status, and the tokens after it are trimmed
 (`_update_request_with_output`). A request no verdict stops stays live with
 every returned token; no request finishes any other way but by an abort
-(`stop-exact`). Before that, the drafts the output rejected
+(`stop-exact`). A pooling model samples nothing: a request finishes
+FINISHED_STOPPED exactly in the update that brings its pooled output back,
+stale or not (`pooling-exact`). Before that, the drafts the output rejected
 (`num_rejected_drafts`) roll C back, unless the output is stale (the
 request was preempted after that step was scheduled) or C is 0; so every
 live request ends the step with C where schedule() left it less that
@@ -29,8 +31,8 @@ from collections.abc import Mapping
 
 from ..request import RequestStatus
 from ..rules import NOT_STOPPED, STOPPED, caches_on_update, num_rejected_drafts, stop_kind
-from ..trace import StepRecord
-from .step_walk import ROLLBACK, STOP, StepWalk
+from ..trace import FinishedRequest, StepRecord
+from .step_walk import POOLING, ROLLBACK, STOP, StepWalk
 
 _STATUS = {STOPPED: RequestStatus.FINISHED_STOPPED}
 
@@ -83,7 +85,9 @@ def walk_update(
         had = r.pre_num_tokens - r.num_prompt_tokens
         at, kind = _verdict(w, rid, had, returned)
         got = finished.get(rid)
-        if at == 0 and got is not None:
+        if c.runner == "pooling":
+            _pooled(w, rid, absorbed, got)
+        elif at == 0 and got is not None:
             w.flag(
                 STOP, f"{rid} finishes as {got.status.name}, but check_stop stops none of its {len(returned)} tokens"
             )
@@ -137,6 +141,27 @@ def walk_update(
         if rid not in seen and f.status != RequestStatus.FINISHED_ERROR:  # a failed grammar: grammar-wait-exact
             w.flag(STOP, f"{rid} finishes as {f.status.name} without an update that returned it tokens")
             w.shadow.forget(rid)
+
+
+def _pooled(w: StepWalk, rid: str, absorbed: StepRecord, got: FinishedRequest | None) -> None:
+    """A pooling model's update: a request whose pooled output is back finishes FINISHED_STOPPED with no outputs,
+    stale or not, and no other update finishes it (vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output
+    (2416-2419))."""
+    pooled = rid in absorbed.model_output.pooler_output
+    if pooled and got is None:
+        w.flag(POOLING, f"{rid}'s pooled output (step {absorbed.step}) is back, yet it stays live")
+    elif pooled and got is not None and (got.status != RequestStatus.FINISHED_STOPPED or got.output_token_ids):
+        w.flag(
+            POOLING,
+            f"{rid} finishes as {got.status.name} with {len(got.output_token_ids)} outputs on its pooled output; a "
+            "pooling request finishes FINISHED_STOPPED with none",
+        )
+    elif not pooled and got is not None:
+        w.flag(
+            POOLING,
+            f"{rid} finishes as {got.status.name} in an update with no pooled output for it (step {absorbed.step}'s "
+            "chunk did not end at its prompt's end)",
+        )
 
 
 def _reason(kind: int) -> str:

@@ -22,6 +22,8 @@ the step's record, so a monitor checks them on any engine's trace:
 * `block-choice-exact`: every allocated block is the free queue's front;
 * `stop-exact`: the update finishes a request exactly at check_stop's first
   verdict, with that status, and nothing else finishes but by an abort;
+* `pooling-exact`: a pooling model's request finishes exactly when its
+  pooled output is back;
 * `rollback-exact`: C after the step is the grant's less the drafts the
   update rejected, and T grew by every returned token.
 
@@ -74,6 +76,7 @@ from .step_walk import (
     GRAMMAR,
     GRANT,
     LORA,
+    POOLING,
     PREFILL,
     PREFIX_HIT,
     ROLLBACK,
@@ -333,6 +336,12 @@ def controls_exact(v: StepView) -> bool:
     return not _problem(v, CONTROLS)
 
 
+def pooling_exact(v: StepView) -> bool:
+    """Monitor-only. A pooling model's request finishes FINISHED_STOPPED, with no outputs, exactly in the update that
+    brings its pooled output back; no other update finishes it."""
+    return not _problem(v, POOLING)
+
+
 def rollback_exact(v: StepView) -> bool:
     """Monitor-only. C after the step is the schedule's (the hit or 0 on admission or preemption, plus the grant) less
     the drafts the absorbed output rejected, and T grew by every returned token."""
@@ -467,6 +476,16 @@ DECISIONS: tuple[Invariant, ...] = (
         f"{S} (723-725, 1050-1067); vllm/v1/core/sched/scheduler.py:Scheduler.reset_prefix_cache (3184-3227)",
         ("CONTROLS", "DECISION"),
         controls_exact,
+    ),
+    Invariant(
+        POOLING,
+        "A pooling model samples nothing: a request finishes FINISHED_STOPPED, with no outputs, exactly in the update "
+        "that brings back its pooled output (the step whose tokens ended at its prompt's end), stale or not; no other "
+        "update finishes it.",
+        "vllm/v1/core/sched/scheduler.py:Scheduler.update_from_output (2395, 2416-2419); "
+        "vllm/v1/pool/metadata.py:PoolingCursor",
+        ("POOLING", "DECISION"),
+        pooling_exact,
     ),
 )
 

@@ -48,12 +48,14 @@ def computed_behind_known_tokens(v: StepView) -> Any:
     # A rejection takes back C (and P) by the rejected drafts, a stop takes back the trimmed tokens, so a
     # running request has computed at most all but its last known token: T + P - C >= 1 (I-14, I-25).
     # Under pipeline parallel without async, a request whose last prompt chunk is in flight has computed all
-    # its tokens until that chunk's output is back (the synchronous scheduler has no placeholders).
+    # its tokens until that chunk's output is back (the synchronous scheduler has no placeholders); so has a
+    # pooling model's request whose whole prompt is in flight (it samples nothing: s = 0, no placeholder).
+    s = v.num_sampled_tokens_per_step
     return _all(
         [
             implies(
                 and_(r.post_running, or_(v.async_scheduling, r.post_num_in_flight_tokens == 0)),
-                r.post_num_computed_tokens + 1 <= r.post_num_tokens + r.post_num_output_placeholders,
+                r.post_num_computed_tokens + s <= r.post_num_tokens + r.post_num_output_placeholders,
             )
             for r in v.rows
         ]
@@ -102,14 +104,14 @@ def refcounts_match_tables(v: StepView) -> Any:
 
 def prefix_hit_below_last_token(v: StepView) -> Any:
     # I-16 (bug zoo Z7): the hit is whole blocks and stops short of the last token, which must run again to
-    # produce logits; without prefix caching there is no hit at all.
+    # produce logits; without prefix caching, or for a request that skips reading the cache, there is none.
     def ok(r: Row) -> Any:
         h = r.num_hit_tokens
         return and_(
             h >= 0,
             h < r.pre_num_tokens,
             h == fdiv(h, v.block_size) * v.block_size,
-            implies(not_(v.enable_prefix_caching), h == 0),
+            implies(or_(not_(v.enable_prefix_caching), r.skip_reading_prefix_cache), h == 0),
         )
 
     return _all([implies(r.admitted, ok(r)) for r in v.rows])

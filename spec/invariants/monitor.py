@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from ..config import SchedulerConfig
 from ..request import Request
 from ..trace import StepRecord, Trace
 from ..versions import holds, known_violation
@@ -67,14 +68,14 @@ def check_trace(
             on_view(view, rec)
         if on_step is not None:
             on_step(i)
-    return mark_known(monitor.finish(trace.end), trace.workload.config.vllm_version)
+    return mark_known(monitor.finish(trace.end), trace.workload.config)
 
 
-def mark_known(violations: list[Violation], release: str) -> list[Violation]:
-    """Each violation the release is known to commit, marked with why (`spec.versions.known_violation`)."""
+def mark_known(violations: list[Violation], config: SchedulerConfig) -> list[Violation]:
+    """Each violation the config's release is known to commit, marked with why (`spec.versions.known_violation`)."""
     out = []
     for v in violations:
-        k = known_violation(v.invariant, release)
+        k = known_violation(v.invariant, config.vllm_version, config.runner)
         out.append(dataclasses.replace(v, known=k.why) if k is not None else v)
     return out
 

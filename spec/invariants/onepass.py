@@ -46,5 +46,5 @@ def check_all(trace: Any, on_step: Callable[[int], None] | None = None) -> Check
         monitor.step(consistency.step(rec), rec)
         if on_step is not None:
             on_step(i)
-    violations = mark_known(monitor.finish(trace.end), trace.workload.config.vllm_version)
+    violations = mark_known(monitor.finish(trace.end), trace.workload.config)
     return Checked(consistency.finish(trace.end), violations, consistency.num_steps)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from ..block_hash import block_hashes, chain_seed
 from ..config import SchedulerConfig
 from ..request import Request
-from ..rules import max_prefix_hit_blocks
+from ..rules import max_prefix_hit_blocks, prefix_cache_lookup_enabled
 
 
 class PoolShadow:
@@ -118,8 +118,8 @@ class PoolShadow:
 
     def lookup(self, rid: str, num_tokens: int) -> list[int]:
         """The blocks a prefix-cache lookup returns for a request with C = 0
-        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks)."""
-        if not self.caching:
+        (vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks); none for one that skips reading."""
+        if not prefix_cache_lookup_enabled(self.caching, self.requests[rid].skip_reading_prefix_cache):
             return []
         hits = []
         for h in self.hashes(rid)[: max_prefix_hit_blocks(num_tokens, self.block_size)]:

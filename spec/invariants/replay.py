@@ -24,7 +24,7 @@ from the records alone, never from an engine:
   (`StepRecord.in_flight`): a scheduled step adds its tokens to
   `num_in_flight_tokens` until its output is absorbed; if it sampled (it
   was not a partial prefill chunk) it adds 1 + its drafts to the
-  placeholders P, which its output takes back exactly (rejected drafts,
+  placeholders P (a pooling model's: none from 0.32.0, 1 before), which its output takes back exactly (rejected drafts,
   then every returned token), unless the request was preempted meanwhile:
   preemption zeroes P and turns what is in flight into stale output. In a
   synchronous trace nothing is in flight after a step, so all three are 0.
@@ -367,7 +367,7 @@ class TraceReplay:
         if not dropped:
             return absorbed.model_output
         kept = {rid: t for rid, t in absorbed.model_output.sampled_token_ids.items() if rid not in dropped}
-        return ModelRunnerOutput(kept)
+        return ModelRunnerOutput(kept, absorbed.model_output.pooler_output - dropped)
 
     def _allocate(self, rec: StepRecord) -> str:
         """Replay this step's allocations into the block tables; the first block handed out that someone holds."""
@@ -403,6 +403,7 @@ class TraceReplay:
 
     def _counters(self, steps_in_flight: tuple[int, ...]) -> None:
         self.counters = {}
+        sampled = self.config.num_sampled_tokens_per_step
         for s in steps_in_flight:
             old = self.records.get(s)
             if old is None:  # names no step seen: the consistency check reports it (trace-in-flight)
@@ -411,8 +412,10 @@ class TraceReplay:
                 p, in_flight, stale = self.counters.get(rid, (0, 0, 0))
                 if s < self.last_preempted.get(rid, -1):
                     stale += n
-                elif self.config.async_scheduling and old.model_output.sampled_token_ids.get(rid):
-                    p += 1 + len(old.output.scheduled_spec_decode_tokens.get(rid, ()))
+                elif self.config.async_scheduling and (
+                    old.model_output.sampled_token_ids.get(rid) or rid in old.model_output.pooler_output
+                ):  # not a partial prefill chunk: it sampled, or (a pooling model) pooled
+                    p += sampled + len(old.output.scheduled_spec_decode_tokens.get(rid, ()))
                 self.counters[rid] = (p, in_flight + n, stale)
 
     def _forget(self, rec: StepRecord) -> None:

@@ -42,6 +42,7 @@ LORA = "lora-limit-exact"
 CADENCE = "decode-cadence-exact"
 PREFILL = "prefill-cadence-exact"
 CONTROLS = "controls-exact"
+POOLING = "pooling-exact"
 
 
 class StepWalk:

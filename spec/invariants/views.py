@@ -97,6 +97,7 @@ class Row:
     finished_stopped: Bool = False  # it finished as FINISHED_STOPPED in this step
     aborted_mid_step: Bool = False  # aborted after the model ran, before the update, which passes it over
     min_tokens: Int = 0  # fixed at submission; before 0.29.0 it held back every stop (spec/versions.py)
+    skip_reading_prefix_cache: Bool = False  # fixed at submission: it takes no prefix hit
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,9 @@ class StepView:
     num_speculative_tokens: Int = 0
     async_scheduling: bool = False
     pipeline_parallel_size: Int = 1  # > 1: a batch queue even without async scheduling
+    # The tokens a decode appends (SchedulerConfig.num_sampled_tokens_per_step): 0 for a pooling model from 0.32.0,
+    # whose requests may compute up to L and owe nothing once their whole prompt is in flight.
+    num_sampled_tokens_per_step: Int = 1
     # The prefill cadence held every prefill back in this step (rebuilt by the trace replay, `prefill_cadence.py`;
     # False in a view from states or Z3 terms, which never draw an interval).
     prefills_deferred: Bool = False
