@@ -103,11 +103,13 @@ class SampledTokens:
     the request in `slot` sampled, `count[slot]` how many it sampled (0: none, as for a partial prefill chunk).
 
     `tokens` is [R, G] with G = 1 + num_speculative_tokens, `count` is [R], both int64 on the engine's device;
-    R may be smaller than the engine's slots (requests added since are not scheduled in this step).
+    R may be smaller than the engine's slots (requests added since are not scheduled in this step). `pooled`
+    [R] bool (a pooling model): the requests whose pooled output came back; None: none.
     """
 
     tokens: torch.Tensor
     count: torch.Tensor
+    pooled: torch.Tensor | None = None
 
 
 class OutputTokens:

@@ -164,7 +164,12 @@ class TorchEngine:
             s_, j_, x_ = (torch.tensor(c, dtype=torch.int64) for c in zip(*at))
             tokens[s_, j_] = x_
             count[torch.tensor([r[0] for r in rows])] = torch.tensor([len(r[1]) for r in rows])
-        return SampledTokens(tokens.to(self.device), count.to(self.device))
+        pooled = None
+        if model_output.pooler_output:
+            pooled = torch.zeros(self.st.R, dtype=torch.bool)
+            pooled[[self.slot[rid] for rid in model_output.pooler_output if rid in self.slot]] = True
+            pooled = pooled.to(self.device)
+        return SampledTokens(tokens.to(self.device), count.to(self.device), pooled)
 
     @_threads
     @gc_paused
@@ -193,7 +198,10 @@ class TorchEngine:
         n_sched, sched_key, n_spec = _widen(out.n_sched, R, 0), _widen(out.sched_key, R, BIG), _widen(out.n_spec, R, 0)
         num_gen = torch.where(n_sched > 0, num_gen, 0)  # only the scheduled requests' answers count
         before = self.st.num_out[0]  # the update replaces `num_out`, never writes into it (as `batch.py` relies on)
-        stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen, num_gen)
+        pooled = None
+        if model_output.pooled is not None:
+            pooled = (_widen(model_output.pooled[None].long(), R, 0) > 0) & (n_sched > 0)
+        stopped = update_from_output(self.st, n_sched, sched_key, n_spec, gen, num_gen, pooled=pooled)
         self.outputs.record(before, gen[0])
         count = int(stopped.sum())
         if count == 0:

@@ -67,6 +67,7 @@ def load(st: BatchState, entries: Sequence[Entry]) -> None:
     put(st.plen, [len(e.planted) for e in entries])
     put(st.grammar, [GRAMMAR_COMPILING if q.structured_output else NO_GRAMMAR for q in reqs])
     put(st.lora, [q.lora_int_id for q in reqs])
+    put(st.skip_read, [q.skip_reading_prefix_cache for q in reqs], torch.bool)
     st.any_grammar = st.any_grammar or any(q.structured_output for q in reqs)
     put(st.grammar_step, [e.grammar_step for e in entries])
     put(st.grammar_fails, [e.grammar_fails for e in entries], torch.bool)

@@ -243,3 +243,18 @@ def pause_runs_waiting_pass(pause: Tensor, paused_new_runs_waiting_pass: Tensor)
     """Tensor twin of `spec.rules.pause_runs_waiting_pass`, the release column for its `release`
     (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (1050))."""
     return torch.where(paused_new_runs_waiting_pass, pause != 2, pause == 0)
+
+
+# ---- Deployment features (issue #36): pooling models. ----
+
+
+def sampled_tokens_per_step(pooling: Tensor, pooling_samples_no_token: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.sampled_tokens_per_step`: 0 for a pooling model at a release with
+    `pooling-samples-no-token`, else 1 (vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (152-161))."""
+    return torch.where(pooling & pooling_samples_no_token, 0, 1)
+
+
+def prefix_cache_lookup_enabled(caching: Tensor, skip_reading_prefix_cache: Tensor) -> Tensor:
+    """Tensor twin of `spec.rules.prefix_cache_lookup_enabled`
+    (vllm/v1/core/kv_cache_manager.py:KVCacheManager.prefix_cache_lookup_enabled (251-253))."""
+    return caching & ~skip_reading_prefix_cache

@@ -1,7 +1,7 @@
 """The RUNNING pass (vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037)), for all instances at once.
 
 vLLM walks `running` in order. Each request asks
-`min(clamp_thr(T + S + P - C), L - C - 1)` tokens (S drafts, P async
+`min(clamp_thr(T + S + P - C), L - C - s)` tokens (S drafts, P async
 placeholders; 0 under the async max-tokens skip rule) (the threshold clamp, then the
 max_model_len clamp `n <= L - C - num_sampled_tokens_per_step`, §9.A.1, floored at 0:
 a request past L - 1, which a min_tokens request reaches before 0.29.0, asks 0) and
@@ -71,7 +71,7 @@ def running_pass(
     T = st.num_tokens().gather(1, order)
     L, bs = st.L[:, None], st.bs[:, None]
     owed = (st.num_owed_tokens() if st.any_spec or st.any_async else st.num_tokens() - st.C).gather(1, order)
-    ask = torch.minimum(rules.clamp_to_threshold(owed, threshold[:, None]), L - C - 1).clamp(min=0)
+    ask = torch.minimum(rules.clamp_to_threshold(owed, threshold[:, None]), L - C - st.sampled[:, None]).clamp(min=0)
     if st.any_async:  # the step in flight already reaches max_tokens: skip (`continue`,
         # vllm/v1/core/sched/scheduler.py:Scheduler.schedule (800-814))
         P = st.P.gather(1, order)

@@ -47,7 +47,7 @@ import torch
 from ..spec.config import SchedulerConfig
 from ..spec.request import RequestStatus
 from ..spec.versions import VARIANTS, holds
-from .rules import num_owed_tokens
+from .rules import num_owed_tokens, sampled_tokens_per_step
 
 EMPTY = 0
 WAITING = int(RequestStatus.WAITING)
@@ -131,6 +131,8 @@ class BatchState:
     k: Tensor  # num_speculative_tokens
     async_: Tensor  # bool: async_scheduling
     caching: Tensor  # bool: enable_prefix_caching
+    pooling: Tensor  # bool: runner == "pooling"
+    sampled: Tensor  # num_sampled_tokens_per_step: 0 for a pooling model from 0.32.0, else 1
     max_loras: Tensor  # LoRAConfig.max_loras, 0 without LoRA
     queue_size: Tensor  # max_concurrent_batches: the batch queue's size (1: none)
     decode_stagger: Tensor  # pipeline_parallel_size: schedule() calls between two decodes (async)
@@ -161,6 +163,7 @@ class BatchState:
     local_prefill_cadence: Tensor  # config-only (0.33.0): `local_interval` is the config's, which reads it
     paused_new_runs_waiting_pass: Tensor  # under PAUSED_NEW the waiting pass runs, taking nobody (0.32.0)
     release_kv_cache_memory: Tensor  # workload-only (0.31.0): the engine loop's call, no rule of the step
+    pooling_samples_no_token: Tensor  # a pooling model keeps no slot for a sampled token (0.32.0): `sampled`
 
     # ---- per instance: the free-block queue as a ring (`block_pool.py`) and the queue counters ------------
     ring: Tensor  # int32 [B, max cap]: the queue is ring[head], ring[head + 1], ... (mod capsafe), `free` long
@@ -219,6 +222,7 @@ class BatchState:
     # Structured output: the grammar's state (NO_GRAMMAR, ...), a failed one a pass reached (the next update
     # finishes it), and for the batched runner the step its compile finishes at and whether it fails.
     lora: Annotated[Tensor, Slot(I64, 0)]  # LoRA: the adapter's lora_int_id, 0 without one
+    skip_read: Annotated[Tensor, Slot(BOOL, False)]  # skip_reading_prefix_cache: it takes no prefix hit
     grammar: Annotated[Tensor, Slot(I64, NO_GRAMMAR)]
     grammar_error: Annotated[Tensor, Slot(BOOL, False)]
     grammar_step: Annotated[Tensor, Slot(I64, -1)]
@@ -280,6 +284,7 @@ class BatchState:
         self.k = col(x.num_speculative_tokens for x in c)
         self.async_ = col((x.async_scheduling for x in c), BOOL)
         self.caching = col((x.enable_prefix_caching for x in c), BOOL)
+        self.pooling = col((x.runner == "pooling" for x in c), BOOL)
         self.max_loras = col(x.max_loras or 0 for x in c)  # 0: no LoRA config
         self.any_lora = any(x.max_loras is not None for x in c)
         self.queue_size = col(x.max_concurrent_batches for x in c)
@@ -299,6 +304,7 @@ class BatchState:
             sides = [holds(v.name, x.vllm_version) for x in c]
             setattr(self, release_column(v.name), col(sides, BOOL))
         self.older = frozenset(v.name for v in VARIANTS if not all(holds(v.name, x.vllm_version) for x in c))
+        self.sampled = sampled_tokens_per_step(self.pooling, self.pooling_samples_no_token)
         self.kmax = max((x.num_speculative_tokens for x in c), default=0)
         self.any_spec = self.kmax > 0
         self.any_async = any(x.async_scheduling for x in c)

@@ -177,7 +177,7 @@ def _update_after_schedule(st: BatchState, n_sched: Tensor, n_spec: Tensor) -> N
     st.chunk = torch.where(sched, st.C < st.num_tokens() + st.P, st.chunk)
     if st.any_async:
         owe = sched & ~st.chunk & st.async_[:, None]
-        st.P = torch.where(owe, st.P + 1 + n_spec, st.P)
+        st.P = torch.where(owe, st.P + st.sampled[:, None] + n_spec, st.P)
         if st.kmax:
             st.nspec = torch.where(owe, st.k[:, None].expand_as(st.nspec), st.nspec)
             st.spec_tok = torch.where(owe[..., None], torch.full_like(st.spec_tok, -1), st.spec_tok)

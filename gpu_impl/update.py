@@ -70,11 +70,13 @@ def update_from_output(
     gen: Tensor,
     num_gen: Tensor,
     updating: Tensor | None = None,
+    pooled: Tensor | None = None,
 ) -> Tensor:
     """Absorb one step's output: `gen` [B, R, G] sampled tokens, `num_gen` [B, R] how many (0: none).
     `n_sched`, `sched_key`, `n_spec` are that step's grants, order and scheduled drafts; `updating` [B] the
     instances that call update_from_output in this step (default all: an async one that absorbs nothing does
-    not, so its failed grammars wait). Returns the mask of requests that stopped."""
+    not, so its failed grammars wait); `pooled` [B, R] the requests whose pooled output came back (a pooling
+    model). Returns the mask of requests that stopped."""
     sched = n_sched > 0
     # An aborted request's output is ignored: aborted while in flight (a batch queue), or after the model ran and
     # before this update (EngineCore's aborts queue, `Abort.mid_step`), synchronous steps too.
@@ -119,6 +121,12 @@ def update_from_output(
             st.C = torch.where(now & fresh, st.C - (g - 1 - j), st.C)
         stop_kind = stop_kind | (now & (eos | stop))
         stopped = stopped | now
+    if pooled is not None:  # a pooling model stops on its pooled output, stale or not (unless dropped)
+        pool_stop = live & pooled & ~stopped
+        if st.any_queue:
+            pool_stop = pool_stop & ~(stale & st.drop)
+        stop_kind = stop_kind | pool_stop
+        stopped = stopped | pool_stop
     if st.any_async:
         st.P = torch.where(fresh & (st.P > 0), st.P - g, st.P)  # every returned token, trimmed ones too
     if st.keyed:

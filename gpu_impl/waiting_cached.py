@@ -106,7 +106,8 @@ def cached_waiting_pass(
         brk = cand & ended
         T = st.num_tokens()[rows, s]
         limit = torch.minimum(rules.max_prefix_hit_blocks(T, bs), st.nhash[rows, s])
-        limit = torch.where(st.caching, limit, torch.zeros_like(limit))
+        lookup_enabled = rules.prefix_cache_lookup_enabled(st.caching, st.skip_read[rows, s])
+        limit = torch.where(lookup_enabled, limit, torch.zeros_like(limit))
         blocks, h = lookup(st, st.bhash[rows, s], limit)
         hit = h * bs
         if defer is not None:  # 3a. the step defers prefills: one with prompt to compute ends the pass

@@ -86,9 +86,13 @@ def behaviours_seen(workload: Workload, records: Iterable[StepRecord]) -> Counte
     return seen
 
 
-def stop_kind(request, status: RequestStatus, outputs: tuple[int, ...], max_model_len: int) -> str:
+def stop_kind(
+    request, status: RequestStatus, outputs: tuple[int, ...], max_model_len: int, pooling: bool = False
+) -> str:
     if status == RequestStatus.FINISHED_ABORTED:
         return "abort"
+    if pooling:  # a pooling model's request ends on its pooled output, with no token
+        return "pooled_at_max_model_len" if request.num_prompt_tokens == max_model_len else "pooled"
     if status == RequestStatus.FINISHED_STOPPED:
         return "stop_eos" if outputs and outputs[-1] == request.effective_eos_token_id else "stop_token"
     if request.num_prompt_tokens + len(outputs) >= max_model_len:

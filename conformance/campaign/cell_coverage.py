@@ -68,6 +68,9 @@ EVENTS: dict[str, str] = {
     "back a prompt chunk or a waiting request's prefill",
     "reset_preempted": "a cache reset with reset_running_requests preempted a running request outside schedule()",
     "paused": "a pause held a live request back: PAUSED_NEW a waiting one, PAUSED_ALL any",
+    "pooled": "pooling: a request finished on its pooled output",
+    "pooled_at_max_model_len": "pooling: a request whose prompt is max_model_len long was pooled (its last chunk "
+    "reached L: no slot kept for a sampled token)",
 }
 
 
@@ -156,6 +159,15 @@ IMPOSSIBLE: tuple[Impossible, ...] = (
         _sync_spec_decode,
         "sync spec decode",
         "a synchronous step absorbs its own output before anything can be preempted" + SYNC_SPEC_HAS_NO_PP,
+    ),
+    *(
+        Impossible(
+            event,
+            lambda m: m.spec_decode,
+            "spec decode",
+            "a pooling model has no drafter: spec decode needs sampled tokens (spec/config.py refuses the pair)",
+        )
+        for event in ("pooled", "pooled_at_max_model_len")
     ),
     Impossible(
         "decode_cadence",

@@ -28,7 +28,9 @@ claims an event only where the records prove it:
   (a step held back a prompt chunk or a waiting request's prefill); the
   engine's calls outside schedule(): `reset_preempted` (a cache reset
   preempted a running request) and `paused` (a pause held a live request
-  back);
+  back); pooling: `pooled` (a request finished on its pooled output) and
+  `pooled_at_max_model_len` (one whose prompt is max_model_len long, which
+  only a model that samples nothing can finish);
 * `livelock`: after the workload's last arrival and abort, the state summary
   (queues, free blocks, each request's status, C and T) came back unchanged
   with requests still live: no token was appended in between, so the run
@@ -124,7 +126,9 @@ class EventTracker:
             if f.status == RequestStatus.FINISHED_ERROR:
                 seen["grammar_error"] += 1
             elif f.status != RequestStatus.FINISHED_ABORTED:  # counted by the status it had (`_aborts`)
-                seen[stop_kind(self.requests[rid], f.status, f.output_token_ids, self.config.max_model_len)] += 1
+                pooling = self.config.runner == "pooling"
+                kind = stop_kind(self.requests[rid], f.status, f.output_token_ids, self.config.max_model_len, pooling)
+                seen[kind] += 1
         self._livelock(rec)
         self.last = rec.state
         if rec.scheduled:

@@ -62,7 +62,7 @@ class PassLog:
     skipped: dict[str, str] = field(
         default_factory=dict
     )  # why: "max_tokens" (async, Z2), "max_model_len", "nothing_owed"
-    length_clamped: list[str] = field(default_factory=list)  # grants cut by max_model_len - C - 1 (to 0: skipped)
+    length_clamped: list[str] = field(default_factory=list)  # grants cut by max_model_len - C - s (to 0: skipped)
     explained: bool = True  # the replay reproduces the record's grants and victims
 
     @property
@@ -105,6 +105,7 @@ def replay_running_pass(
     """vllm/v1/core/sched/scheduler.py:Scheduler.schedule (793-1037), on numbers, as `reference_impl/scheduler.py`
     runs it."""
     L, bs, priority = config.max_model_len, config.block_size, config.policy == "priority"
+    sampled = config.num_sampled_tokens_per_step
     log = PassLog(
         rules.effective_threshold(
             config.long_prefill_token_threshold,
@@ -147,8 +148,8 @@ def replay_running_pass(
             continue
         owed = num_owed_tokens(r.num_tokens + r.num_spec_tokens, r.num_output_placeholders, C)
         budget = min(token_budget, input_budget)
-        n = rules.running_num_new_tokens(owed, log.threshold, budget, L, C)
-        if L - C - 1 < min(rules.clamp_to_threshold(owed, log.threshold), budget):
+        n = rules.running_num_new_tokens(owed, log.threshold, budget, L, C, sampled)
+        if L - C - sampled < min(rules.clamp_to_threshold(owed, log.threshold), budget):
             log.length_clamped.append(r.request_id)  # to 0 as well: then it is skipped
         if n == 0:
             log.skipped[r.request_id] = "max_model_len" if owed > 0 else "nothing_owed"

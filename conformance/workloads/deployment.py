@@ -28,6 +28,14 @@ coverage map gets the same share.
   cache clear, resumed a few steps later, and `release_kv_cache_memory`
   while paused; so requests are preempted outside the step, admissions
   wait out a pause, and prefix hits vanish.
+* `pooling`: a pooling model (`runner` "pooling") over the draw with spec
+  decode off: every request pools its prompt and samples nothing, so it
+  finishes in the update of the step whose chunk ends at the prompt's end;
+  one request in four has a prompt of exactly `max_model_len` (where the
+  pool holds one), which only a model that keeps no slot for a sampled
+  token can finish (0.32.0 on; before, it stalls until `max_steps`), and
+  one in three skips reading the prefix cache (a pooling task over every
+  token) while still caching what it computes.
 * `structured-output`: about half the requests carry a grammar
   (`spec.workload.Grammar`), most ready at arrival or a step or two after,
   some many steps later, one in five failing to compile. A grammar ready
@@ -82,6 +90,29 @@ def with_adapters(d: Draw, workload: Workload) -> Workload:
             burst = Request(f"lora{i}", prompt, d.int(1, 4), priority=0, arrival_time=float(1000 + i), lora_int_id=lora)
             requests.append(WorkloadRequest(burst, at))
     config = dataclasses.replace(workload.config, max_loras=max_loras)
+    return workload.replace(config=config, requests=tuple(requests))
+
+
+def with_pooling(d: Draw, workload: Workload) -> Workload:
+    """`workload` on a pooling model: spec decode off, each request with max_tokens 1 and nothing planted, one in four
+    grown to a prompt of exactly `max_model_len` where the pool holds that many tokens, one in three skipping the
+    prefix cache's read."""
+    config = dataclasses.replace(workload.config, runner="pooling", num_speculative_tokens=0)
+    L, bs = config.max_model_len, config.block_size
+    fits = -(-L // bs) <= config.num_usable_blocks
+    requests = []
+    for r in workload.requests:
+        prompt = r.request.prompt_token_ids
+        if fits and d.int(0, 3) == 0:
+            prompt += tuple(d.int(10, 15) for _ in range(L - len(prompt)))
+        request = dataclasses.replace(
+            r.request,
+            prompt_token_ids=prompt,
+            max_tokens=1,
+            min_tokens=0,
+            skip_reading_prefix_cache=d.int(0, 2) == 0,
+        )
+        requests.append(WorkloadRequest(request, r.arrival_step))
     return workload.replace(config=config, requests=tuple(requests))
 
 
@@ -236,4 +267,5 @@ DEPLOYMENT_FAMILIES: dict[str, DeploymentFamily] = {
     "pipeline-parallel": DeploymentFamily("pipeline-parallel", with_pipeline_parallel, "pipeline-parallel"),
     "prefill-cadence": DeploymentFamily("prefill-cadence", with_prefill_cadence, "prefill-cadence"),
     "pause-and-reset": DeploymentFamily("pause-and-reset", with_controls, "reset_prefix_cache"),
+    "pooling": DeploymentFamily("pooling", with_pooling, "pooling"),
 }

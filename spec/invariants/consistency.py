@@ -124,7 +124,20 @@ class Consistency:
         report("trace-membership", i, _membership(before, rec, where))
         view = replay.step(rec)
         dropping = replay.dropped_in_update
-        report("trace-counters", i, _counters(view, before, rec, absorbed, replay.last_preempted, dropping, where))
+        report(
+            "trace-counters",
+            i,
+            _counters(
+                view,
+                before,
+                rec,
+                absorbed,
+                replay.last_preempted,
+                dropping,
+                where,
+                self.workload.config.runner == "pooling",
+            ),
+        )
         report("trace-counters", i, _aborted_outputs(before, rec, self.prompt, where))
         self.num_steps, self.last = i + 1, rec
         return view
@@ -221,6 +234,7 @@ def _counters(
     last_preempted: dict[str, int],
     dropping: set[str],
     where: str,
+    pooling: bool = False,
 ) -> Iterable[str]:
     """The survivors' status, C and T from the view's `pre_` side (the replay's one rule for it) and the record."""
     out = rec.output
@@ -256,7 +270,8 @@ def _counters(
             # It stopped on one of the returned tokens: the ones after it were trimmed. A failed grammar ends a
             # request with what it had (grammar-wait-exact judges when).
             outputs, had = len(rec.finished[rid].output_token_ids), r.pre_num_tokens - r.num_prompt_tokens
-            if rec.finished[rid].status == RequestStatus.FINISHED_ERROR:
+            # A pooling model's request ends on its pooled output with none (pooling-exact judges when).
+            if rec.finished[rid].status == RequestStatus.FINISHED_ERROR or pooling:
                 if outputs != had:
                     yield f"{where}.finished[{rid}].output_token_ids has {outputs} tokens, expected its {had}"
             elif not had < outputs <= had + len(returned):

@@ -326,3 +326,13 @@ def test_pause_twins():
     column = t([holds("paused-new-runs-waiting-pass", r) for r in rel])
     got = twin.pause_runs_waiting_pass(t(pause), column).tolist()
     assert got == [bool(rules.pause_runs_waiting_pass(pause[i], rel[i])) for i in range(CASES)]
+
+
+def test_pooling_twins():
+    rng = random.Random(23)
+    pooling, skip, caching = (ints(rng, 0, 1) for _ in range(3))
+    rel = releases(rng)
+    got = twin.sampled_tokens_per_step(t(pooling).bool(), sides("pooling-samples-no-token", rel)).tolist()
+    assert got == [spec_rules.sampled_tokens_per_step(bool(pooling[i]), rel[i]) for i in range(CASES)]
+    got = twin.prefix_cache_lookup_enabled(t(caching).bool(), t(skip).bool()).tolist()
+    assert got == [bool(rules.prefix_cache_lookup_enabled(bool(caching[i]), bool(skip[i]))) for i in range(CASES)]
