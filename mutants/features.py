@@ -282,4 +282,15 @@ FEATURE_MUTANTS: tuple[Mutant, ...] = (
         ("grammar-wait-exact",),
         GRAMMARS,
     ),
+    Mutant(
+        "pooling-finishes-every-chunk",
+        "classic",
+        "a pooling model's request finishes in the update of any step that scheduled it, pooled output or not: a "
+        "chunked prompt ends after its first chunk",
+        "reference_impl.update:SchedulerUpdates.update_from_output",
+        "elif self.config.runner == 'pooling' and req_id in model_runner_output.pooler_output:",
+        "elif self.config.runner == 'pooling':",
+        ("pooling-exact",),
+        ("pooling",),
+    ),
 )

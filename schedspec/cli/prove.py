@@ -58,6 +58,7 @@ _SCOPE = {
     "decode-cadence-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
     "prefill-cadence-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
     "controls-exact": "about the engine's calls outside schedule(), which are outside the Z3 encoding's scope",
+    "pooling-exact": "about a deployment feature, which is outside the Z3 encoding's scope",
 }
 UNSTATED = {d.name: _SCOPE.get(d.name, _IDS) for d in DECISIONS if d.name not in DECISION_ROW_NAMES}
 

@@ -107,6 +107,7 @@ DECISION_ONLY = {
     "decode-cadence-ignored",  # pipeline parallel: no contract draws a pipeline
     "prefill-cadence-ignored",  # the prefill cadence: no contract draws an interval
     "pause-admits-waiting",  # the engine's calls outside schedule(): no contract draws a pause
+    "pooling-finishes-every-chunk",  # pooling: no contract draws a pooling model
 }
 ALL_PINNED = {**PINNED, **FEATURE_PINNED}
 

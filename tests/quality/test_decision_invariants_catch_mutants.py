@@ -63,6 +63,8 @@ PINNED = {
     "prefill-cadence-ignored": ("prefill-cadence-exact", 1, (2, 0, 8, 3, 24, 14)),
     # Preemption outside schedule() (#36): a pause that holds nothing back.
     "pause-admits-waiting": ("controls-exact", 1, (1, 0, 1, 1, 12, 13)),
+    # Pooling (#36): a chunked prompt finished by its first chunk's update.
+    "pooling-finishes-every-chunk": ("pooling-exact", 1, (1, 0, 21, 1, 0, 1)),
 }
 SLOW = {"watermark-ignored", "async-skip-breaks", "victim-index-not-adjusted"}
 

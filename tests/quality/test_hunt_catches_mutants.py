@@ -77,7 +77,7 @@ PINNED = {
     "rejection-ignores-placeholder-guard": ("output.num_scheduled_tokens", (2, 3)),
     "placeholders-kept-on-preempt": ("output.num_scheduled_tokens", (2, 4)),
 }
-# The lock-step machine draws no grammars, no adapters, no pipeline and no pause (the deployment features are families',
+# The lock-step machine draws no grammars, no adapters, no pipeline, no pause and no pooling model (the deployment features are families',
 # docs/architecture.md's scope table): their mutants are pinned by the monitors (test_decision_invariants_catch_mutants.py).
 NOT_FOUND = {
     "Z5-skipped-reversed",
@@ -87,6 +87,7 @@ NOT_FOUND = {
     "decode-cadence-ignored",
     "prefill-cadence-ignored",
     "pause-admits-waiting",
+    "pooling-finishes-every-chunk",
 }
 # Found and shrunk in a few seconds: the default tier. The rest run with `-m slow`.
 FAST = {"Z14-double-free", "blocks-off-by-one", "Z2-no-async-max-tokens-skip", "spec-tokens-off-by-one"}

@@ -24,7 +24,7 @@ from schedspec.spec.invariants.replay import TraceReplay
 
 def test_six_decisions_have_a_row_form_and_the_rest_are_left_to_the_monitors():
     """Block ids and hashes are abstracted away by the Z3 encoding, and the deployment features (structured output,
-    LoRA, pipeline parallel's cadence, the engine's calls outside schedule()) are outside its scope."""
+    LoRA, pipeline parallel's cadence, the engine's calls outside schedule(), pooling) are outside its scope."""
     assert [d.name for d in DECISION_ROWS] == [d.name for d in DECISIONS if d.name in DECISION_ROWS_BY_NAME]
     assert {d.name for d in DECISIONS} - set(DECISION_ROWS_BY_NAME) == {
         "prefix-hit-exact",
@@ -34,6 +34,7 @@ def test_six_decisions_have_a_row_form_and_the_rest_are_left_to_the_monitors():
         "decode-cadence-exact",
         "prefill-cadence-exact",
         "controls-exact",
+        "pooling-exact",
     }
     for row, walk in zip(DECISION_ROWS, [d for d in DECISIONS if d.name in DECISION_ROWS_BY_NAME]):
         assert (row.sentence, row.vllm, row.ids) == (walk.sentence, walk.vllm, walk.ids)
