@@ -125,14 +125,14 @@ class MonitoredSchedulerMixin:
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         self._live_before("U")
         live = self._session()
-        sampled = live.sampled(scheduler_output, model_runner_output) if live is not None else None
+        answer = live.model_answer(scheduler_output, model_runner_output) if live is not None else None
         self.__dict__["_live_in_update"] = True
         try:
             out = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
         finally:
             self.__dict__["_live_in_update"] = False
         if live is not None:
-            live.on_update(scheduler_output, sampled)
+            live.on_update(scheduler_output, answer)
         return out
 
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:

@@ -4,7 +4,7 @@ Design notes
 ------------
 * The monitors judge vLLM against the spec's rules; where a deployment uses
   a feature outside them (KV connectors, multimodal encoder budgets,
-  pooling, context parallelism, a drafter with
+  context parallelism, a drafter with
   lookahead or draft slots, a hybrid KV cache, queue limits, an unmodelled
   release), vLLM's decisions legitimately differ from the spec's, and a
   monitor that fired there would be a false alarm. So a scheduler that sees
@@ -18,8 +18,8 @@ Design notes
   FCFS and PRIORITY, the watermark, the thresholds, prefix caching, spec
   decode with `ngram` or `ngram_gpu` (no lookahead, no draft slots),
   structured output's grammar wait, LoRA's `max_loras`, async scheduling, pipeline parallel (its batch queue and
-  decode cadence), the prefill cadence, and the calls outside schedule() (cache resets, pauses)
-  (spec/config.py).
+  decode cadence), the prefill cadence, the calls outside schedule() (cache resets, pauses), and pooling
+  models (spec/config.py).
 * Pure: reads vLLM's objects by attribute (`getattr` with the spec's
   assumption as the default), so the unit tests feed it stand-ins and a
   release that lacks a knob reads as the spec's assumption.
@@ -53,8 +53,8 @@ def config_features(
             found.append("multimodal (encoder budget)")
         if g(model, "is_encoder_decoder", False):
             found.append("encoder-decoder model")
-        if g(model, "runner_type", "generate") == "pooling":
-            found.append("pooling (runner_type=pooling)")
+        if g(model, "runner_type", "generate") not in ("generate", "pooling"):
+            found.append(f"runner_type {g(model, 'runner_type')} (modelled: generate, pooling)")
     if parallel is not None:
         for knob, name in (
             ("decode_context_parallel_size", "decode-context-parallel"),
@@ -117,8 +117,8 @@ def request_features(request: Any) -> list[str]:
     """The unmodelled features one vLLM `Request` uses."""
     found: list[str] = []
     g = getattr
-    if g(request, "pooling_params", None) is not None:
-        found.append("pooling (a pooling request)")
+    if (g(request, "pooling_params", None) is not None) != (g(request, "sampling_params", None) is None):
+        found.append("a request with both or neither of sampling_params and pooling_params")
     if g(request, "mm_features", None):
         found.append("multimodal (a request with multimodal inputs)")
     if g(request, "kv_transfer_params", None):

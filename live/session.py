@@ -249,6 +249,10 @@ class LiveSession:
                 self.scope_out("a request added with num_computed_tokens already set (a disaggregated decode's)")
             if request.request_id in self.live:
                 self.scope_out("streaming input (a request id added again)")
+            pooling = getattr(request, "pooling_params", None) is not None
+            if self.config is not None and pooling != (self.config.runner == "pooling"):
+                kind = "a pooling" if pooling else "a sampling"
+                self.scope_out(f"{kind} request on a {self.config.runner} model")
             d = vllm_json.request(request)
             if d.get("structured_output"):  # it waits for its grammar; the scheduler will find it compiling
                 self.grammar_seen[request.request_id] = GRAMMAR_COMPILING
@@ -375,14 +379,15 @@ class LiveSession:
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
 
-    def sampled(self, so: Any, runner_output: Any) -> dict[str, list[int]] | None:
-        """What the model sampled, read BEFORE vLLM's update_from_output, which trims a stopped request's list."""
+    def model_answer(self, so: Any, runner_output: Any) -> tuple[dict[str, list[int]], list[str]] | None:
+        """What the model sampled, and (a pooling model) which requests it pooled, read BEFORE vLLM's
+        update_from_output, which trims a stopped request's list."""
         if not self.on or (self.assembler is None and self.capture is None):
             return None
         try:
             sampled = vllm_json.sampled(so, runner_output)
             self._check_model_output(so, sampled)
-            return sampled
+            return sampled, vllm_json.pooled(so, runner_output)
         except Exception as e:  # noqa: BLE001 - see guard
             self.guard(e)
             return None
@@ -402,9 +407,10 @@ class LiveSession:
             if toks and inside and not self.batch_queue:
                 self.scope_out("a model output with a token for a request still inside its prompt")
 
-    def on_update(self, so: Any, sampled: dict[str, list[int]] | None) -> None:
-        if not self.on or sampled is None:
+    def on_update(self, so: Any, answer: tuple[dict[str, list[int]], list[str]] | None) -> None:
+        if not self.on or answer is None:
             return
+        sampled, pooled = answer
         self.awaiting = max(0, self.awaiting - 1)
         self.aborts_in_step = 0
         if self.schedule_calls == 0:  # an output no schedule() of this scheduler made: nothing to judge it by
@@ -423,7 +429,13 @@ class LiveSession:
                 del self.live[rid]
             finished = {rid: _finished(r) for rid, r in done.items()}
             if self.assembler is not None:
-                self.assembler.update(so, lambda: ModelRunnerOutput.from_json(sampled), finished)
+                self.assembler.update(
+                    so,
+                    lambda: ModelRunnerOutput(
+                        ModelRunnerOutput.from_json(sampled).sampled_token_ids, frozenset(pooled)
+                    ),
+                    finished,
+                )
                 if not self.async_scheduling and self.config is not None and self.config.num_speculative_tokens == 0:
                     self.assembler.close()  # no drafts can follow: judge the step now
             if self.capture is not None:
@@ -434,6 +446,7 @@ class LiveSession:
                         "step": self.schedule_calls - 1,
                         "of_step": of_step,
                         "sampled": sampled if self.hasher is None else {k: self.tokens(v) for k, v in sampled.items()},
+                        **({"pooler_output": pooled} if pooled else {}),
                         "finished": {k: self._finished_json(v) for k, v in finished.items()},
                     }
                 )

@@ -150,6 +150,20 @@ def sampled(so: Any, runner_output: Any) -> dict[str, list[int]]:
     return out
 
 
+def pooled(so: Any, runner_output: Any) -> list[str]:
+    """The requests of `so` whose pooled output came back (`ModelRunnerOutput.pooler_output[i]` is not None: a
+    pooling model's step that ended at the prompt's end), in `num_scheduled_tokens` order."""
+    outputs = getattr(runner_output, "pooler_output", None)
+    if not outputs:
+        return []
+    index = runner_output.req_id_to_index
+    return [
+        rid
+        for rid in so.num_scheduled_tokens
+        if (i := index.get(rid)) is not None and i < len(outputs) and outputs[i] is not None
+    ]
+
+
 def grammar_events(scheduler: Any, compiling: Mapping[str, Any]) -> dict[str, bool]:
     """Just after a schedule(): the grammars it found done, of the `compiling` requests (id -> vLLM Request) the
     scheduler last saw compiling. A request promoted out of WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR found its grammar
@@ -186,6 +200,7 @@ def request(r: Any) -> dict[str, Any]:
         "arrival_time": r.arrival_time,
         **({"structured_output": True} if getattr(r, "structured_output_request", None) is not None else {}),
         **({"lora_int_id": r.lora_request.lora_int_id} if getattr(r, "lora_request", None) is not None else {}),
+        **({"skip_reading_prefix_cache": True} if getattr(r, "skip_reading_prefix_cache", False) else {}),
     }
 
 
@@ -221,5 +236,6 @@ def config(
         "data_parallel_size": int(getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1),
         "pipeline_parallel_size": int(getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1) or 1),
         "max_loras": vllm_config.lora_config.max_loras if getattr(vllm_config, "lora_config", None) else None,
+        "runner": getattr(vllm_config.model_config, "runner_type", "generate"),
         "vllm_version": release,
     }

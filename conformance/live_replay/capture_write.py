@@ -102,13 +102,14 @@ def capture_of(
                 }
             )
         if r.updated_step is not None:
-            sampled = records[r.updated_step].model_output.sampled_token_ids
+            answer = records[r.updated_step].model_output
             lines.append(
                 {
                     "kind": "update",
                     "step": calls - 1,
                     "of_step": index_of[r.updated_step],
-                    "sampled": {k: ids(v) for k, v in sampled.items()},
+                    "sampled": {k: ids(v) for k, v in answer.sampled_token_ids.items()},
+                    **({"pooler_output": sorted(answer.pooler_output)} if answer.pooler_output else {}),
                     "finished": {
                         rid: f for rid, f in finished.items() if rid not in r.aborted and rid not in r.aborted_mid_step
                     },

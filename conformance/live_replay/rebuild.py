@@ -339,12 +339,14 @@ def _record(
     """The captured step as a record: no state summary; sampled tokens from the update that absorbed it."""
     output = SchedulerOutput()
     sampled: dict[str, tuple[int, ...]] = {}
+    pooled: frozenset[str] = frozenset()
     if st.schedule is not None:
         n = st.schedule.data["step"]
         output = _drafter_spelling(outputs[n], prompt, truth) if not s.config.async_scheduling else outputs[n]
         absorbed = next((x.update for x in loop if x.update is not None and x.update.data["of_step"] == n), None)
         if absorbed is not None:
             sampled = {rid: tuple(t) for rid, t in absorbed.data["sampled"].items() if t}
+            pooled = frozenset(absorbed.data.get("pooler_output", ()))
     finished = {
         rid: _finished(f)
         for line in (*st.aborts, *st.mid_step_aborts)
@@ -357,7 +359,7 @@ def _record(
         tuple(line.data["request"]["request_id"] for line in st.adds),
         tuple(rid for line in st.aborts for rid in line.data["request_ids"]),
         output,
-        ModelRunnerOutput(sampled),
+        ModelRunnerOutput(sampled, pooled),
         StateSummary(),
         finished,
         updated_step=None if st.update is None else index_of[st.update.data["of_step"]],
