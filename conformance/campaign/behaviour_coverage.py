@@ -92,7 +92,7 @@ def stop_kind(
     if status == RequestStatus.FINISHED_ABORTED:
         return "abort"
     if pooling:  # a pooling model's request ends on its pooled output, with no token
-        return "pooled_at_max_model_len" if request.num_prompt_tokens == max_model_len else "pooled"
+        return "pooled"
     if status == RequestStatus.FINISHED_STOPPED:
         return "stop_eos" if outputs and outputs[-1] == request.effective_eos_token_id else "stop_token"
     if request.num_prompt_tokens + len(outputs) >= max_model_len:

@@ -129,6 +129,9 @@ class EventTracker:
                 pooling = self.config.runner == "pooling"
                 kind = stop_kind(self.requests[rid], f.status, f.output_token_ids, self.config.max_model_len, pooling)
                 seen[kind] += 1
+                seen["pooled_at_max_model_len"] += (
+                    pooling and self.requests[rid].num_prompt_tokens == self.config.max_model_len
+                )
         self._livelock(rec)
         self.last = rec.state
         if rec.scheduled:

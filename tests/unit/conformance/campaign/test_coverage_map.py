@@ -76,6 +76,7 @@ PASSED = w(
     [r("r0", 1, 2, prio=1), r("r1", 2, 2, at=1, prio=0)], num_gpu_blocks=3, policy="priority", async_scheduling=True
 )  # r0 is skipped (its last token is in flight, Z2) when r1 needs a block: the victim is behind the pass
 THROTTLED = w([r("r0", 4, 6), r("r1", 4, 2, at=1)], prefill_schedule_interval=2, data_parallel_size=2)
+POOLED = w([r("r0", 4, 1), r("r1", 64, 1)], runner="pooling", max_num_batched_tokens=32)
 TWO_RUNNING = w([r("r0", 4, 8), r("r1", 4, 8, at=1)])
 ADAPTIVE = dict(long_prefill_token_threshold=4, long_prefill_token_threshold_adaptive=True)
 TWINS = [r("r0", 9, 2, tokens=range(9)), r("r1", 9, 2, at=4, tokens=range(9))]  # r1 hits r0's two full blocks
@@ -160,6 +161,10 @@ GOLDEN = {
         (TWO_RUNNING.replace(controls=(Control(1, "pause", mode="wait"), Control(3, "resume"))), 2),
         TWO_RUNNING.replace(controls=(Control(1, "pause", mode="wait", clear_cache=False), Control(1, "resume"))),
     ),
+    # A pooling model: r0 (4 tokens) and r1 (64 = max_model_len, chunked by the budget of 32) are pooled; the near
+    # miss is a generate model, whose requests end on max_tokens.
+    "pooled": ((POOLED, 2), w([r("r0", 4, 1)])),
+    "pooled_at_max_model_len": ((POOLED, 1), POOLED.replace(requests=POOLED.requests[:1])),
 }
 
 
@@ -206,7 +211,7 @@ def test_the_map_names_every_cell_once_and_every_impossible_rule_has_a_reason():
     assert len(MODES) == 16 and len(set(ALL_CELLS)) == len(EVENTS) * 16
     assert all(i.event in EVENTS and i.reason and i.modes for i in IMPOSSIBLE)
     assert all(any(i.where(m) for m in MODES) for i in IMPOSSIBLE)  # no rule that covers nothing
-    assert len(POSSIBLE_CELLS) == 404 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 60
+    assert len(POSSIBLE_CELLS) == 420 and len(ALL_CELLS) - len(POSSIBLE_CELLS) == 76
 
 
 def test_no_impossible_cell_is_reached_on_a_bounded_sample():
@@ -223,12 +228,12 @@ def test_no_impossible_cell_is_reached_on_a_bounded_sample():
 def test_the_summary_lists_what_was_never_reached_and_the_markdown_shows_it():
     reached = Counter({cell("skip", MODES[4]): 3})  # fcfs-async
     s = summary(reached)
-    assert s["cells_reached"] == 1 and s["cells_possible"] == 404 and len(s["never_reached"]) == 403
+    assert s["cells_reached"] == 1 and s["cells_possible"] == 420 and len(s["never_reached"]) == 419
     # A sync skip needs pipeline parallel's batch queue, which the spec has without spec decode only.
     assert s["counts"][cell("skip", MODES[4])] == 3 and "skip@fcfs-sync-spec" not in s["counts"]
     text = "\n".join(markdown_lines(s))
-    assert "1 of 404 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
-    assert "Never reached (403 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
+    assert "1 of 420 possible cells reached" in text and "| skip | **0** | **0** | - | - | 3 |" in text
+    assert "Never reached (419 cells):" in text and "- preempt_skipped: every mode it is possible in" in text
     assert "- skip: fcfs-sync, fcfs-sync-caching, fcfs-async-caching, fcfs-async-spec," in text
 
 
