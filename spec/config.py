@@ -22,7 +22,7 @@ from .rules import sampled_tokens_per_step
 from .versions import BY_NAME as VARIANTS, DEFAULT_RELEASE, holds, parse, problem as version_problem
 
 Policy = Literal["fcfs", "priority"]
-# vllm/config/model.py:ModelConfig.runner_type: a generative model samples a token per decode; a pooling model
+# vllm/config/model.py:ModelConfig (`runner_type`): a generative model samples a token per decode; a pooling model
 # (embedding, classification, reward) pools the prompt's hidden states once and samples nothing.
 Runner = Literal["generate", "pooling"]
 SpeculativeMethod = Literal["ngram", "ngram_gpu"]

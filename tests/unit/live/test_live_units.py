@@ -140,7 +140,7 @@ def test_scope_sees_nothing_in_what_the_spec_models():
         ({"kv_transfer_config": object()}, "kv-connector"),
         ({"parallel_config": SimpleNamespace(decode_context_parallel_size=2)}, "decode-context-parallel"),
         ({"model_config": SimpleNamespace(is_multimodal_model=True)}, "multimodal"),
-        ({"model_config": SimpleNamespace(runner_type="pooling")}, "pooling"),
+        ({"model_config": SimpleNamespace(runner_type="draft")}, "runner_type draft"),
         ({"speculative_config": SimpleNamespace(method="eagle", max_num_new_slots_for_drafting=1)}, "method eagle"),
         ({"speculative_config": SimpleNamespace(method="suffix")}, "method suffix"),
         ({"speculative_config": SimpleNamespace(method="ngram", max_num_new_slots_for_drafting=1)}, "lookahead"),
@@ -186,14 +186,16 @@ def test_scope_of_a_built_scheduler_changed_between_calls():
 
 
 def test_scope_per_request_and_release():
-    plain = SimpleNamespace(prompt_token_ids=[1], mm_features=[])
+    plain = SimpleNamespace(prompt_token_ids=[1], mm_features=[], sampling_params=object())
     assert scope.request_features(plain) == []
-    grammar = SimpleNamespace(prompt_token_ids=[1], structured_output_request=object())
+    grammar = SimpleNamespace(prompt_token_ids=[1], structured_output_request=object(), sampling_params=object())
     assert scope.request_features(grammar) == []  # structured output is judged (docs/live.md)
-    lora = SimpleNamespace(prompt_token_ids=[1], lora_request=object())
+    lora = SimpleNamespace(prompt_token_ids=[1], lora_request=object(), sampling_params=object())
     assert scope.request_features(lora) == []  # LoRA is judged too
-    pooling = SimpleNamespace(prompt_token_ids=[1], pooling_params=object())
-    assert "pooling" in scope.request_features(pooling)[0]
+    pooling = SimpleNamespace(prompt_token_ids=[1], pooling_params=object(), sampling_params=None)
+    assert scope.request_features(pooling) == []  # a pooling model's request: judged (spec/config.py `runner`)
+    both = SimpleNamespace(prompt_token_ids=[1], pooling_params=object(), sampling_params=object())
+    assert "both or neither" in scope.request_features(both)[0]
     assert scope.release_feature("0.33.0") is None and "0.34.0" in scope.release_feature("0.34.0")
 
 

@@ -91,7 +91,8 @@ def test_sync_spec_decode_caches_accepted_blocks_at_once_from_0_33():
 @pytest.mark.parametrize("variant", [v.name for v in SHOWN])
 def test_the_monitors_follow_the_release_they_are_given(variant):
     old, new = sides(variant)
-    assert check_trace(old) == [] and check_trace(new) == []
+    # A release's known violations are its own (the pooling stall before 0.32.0), reported as such.
+    assert [v for v in check_trace(old) if not v.known] == [] and check_trace(new) == []
     # Each side's trace, judged by the other release's rules, breaks a decision invariant.
     swapped_old = Trace(new.workload, old.steps, old.engine, old.end)
     swapped_new = Trace(old.workload, new.steps, new.engine, new.end)
@@ -109,7 +110,7 @@ def test_the_reference_at_every_release_passes_every_monitor_on_generated_worklo
                 continue
             found = check_trace(simulate(w))
             assert [v for v in found if not v.known] == [], (family, index)
-            assert all(known_violation(v.invariant, release) for v in found)
+            assert all(known_violation(v.invariant, release, w.config.runner) for v in found)
 
 
 def test_a_knob_or_combination_a_release_lacks_is_refused_in_one_line():
