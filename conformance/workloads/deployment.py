@@ -9,9 +9,10 @@ stratified like the mixed ones: `generate` passes `index % 16`, which picks
 the policy, the scheduling and the mixed stratum, so every mode of the
 coverage map gets the same share.
 
-* `lora`: `max_loras` 1 to 3 (mostly 1) and up to five adapters over about
-  five requests in six, and three times in four a burst at one step (an
-  adapter, another, the first again, none), where the limit bites at once; so the limit passes requests over while others are
+* `lora`: `max_loras` 1 to 3 (mostly 1, and below `max_num_seqs`) and up to
+  five adapters over about five requests in six, and three times in four a
+  burst at one step (`max_loras + 1` adapters, the first again, none), where
+  the limit bites at once; so the limit passes requests over while others are
   admitted behind them, and prompts of one adapter share cached blocks
   that another adapter's identical prompts cannot hit.
 * `pipeline-parallel`: `pp_size` 2 to 4 (mostly 2) over the whole draw:
@@ -74,18 +75,22 @@ def with_grammars(d: Draw, workload: Workload) -> Workload:
 
 
 def with_adapters(d: Draw, workload: Workload) -> Workload:
-    """`workload` with LoRA: `max_loras` 1 to 3 (mostly 1), and about five requests in six naming one of
-    `max_loras + 2` adapters, so the limit bites and the same adapter's prompts share cached blocks."""
-    max_loras = d.choice([1, 1, 2, 3])
+    """`workload` with LoRA: `max_loras` 1 to 3 (mostly 1; below `max_num_seqs`, so the running requests can fill
+    it), and about five requests in six naming one of `max_loras + 2` adapters, so the limit bites and the same
+    adapter's prompts share cached blocks; most draws add a burst of `max_loras + 1` adapters at one step."""
+    # Below max_num_seqs, or the running requests could never hold max_loras adapters and the limit never bites.
+    max_loras = min(d.choice([1, 1, 2, 3]), max(1, workload.config.max_num_seqs - 1))
     requests = []
     for r in workload.requests:
         if d.int(0, 5) > 0:
             r = dataclasses.replace(r, request=dataclasses.replace(r.request, lora_int_id=d.int(1, max_loras + 2)))
         requests.append(r)
-    if d.int(0, 3) > 0:  # a burst at one step, in queue order: an adapter, another, the first again, none
+    if d.int(0, 3) > 0:  # a burst at one step, in queue order: an adapter, others, the first again, none
         at = d.int(0, max(r.arrival_step for r in workload.requests))
         first, second = d.int(1, max_loras + 2), d.int(1, max_loras + 2)
-        for i, lora in enumerate((first, second, first, 0)):
+        # As many more adapters as it takes to exceed the limit (none at max_loras 1 if the two differ).
+        more = [a for a in range(1, max_loras + 3) if a not in (first, second)][: max_loras + 1 - len({first, second})]
+        for i, lora in enumerate((first, second, *more, first, 0)):
             prompt = tuple(d.int(10, 15) for _ in range(d.int(1, 4)))
             burst = Request(f"lora{i}", prompt, d.int(1, 4), priority=0, arrival_time=float(1000 + i), lora_int_id=lora)
             requests.append(WorkloadRequest(burst, at))
