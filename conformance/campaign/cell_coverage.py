@@ -149,7 +149,8 @@ IMPOSSIBLE: tuple[Impossible, ...] = (
         "sync without spec decode",
         "a running request owes T - C tokens with T <= L - 1 (one at L has finished), so L - C - 1 >= the owed "
         "count: the bound can only tie; drafts (spec decode) or placeholders (async) are what carry a request "
-        "past it",
+        "past it. A pooling model keeps no slot (L - C - 0 >= T - C with T <= L), but before 0.32.0 it kept one: "
+        "its prompt of L stalls there, a known violation of those releases (`pooling-samples-no-token`)",
     ),
     Impossible("pad", lambda m: not m.spec_decode, "spec decode off", "padding is to 1 + k drafts; k = 0"),
     Impossible("prefix_hit", lambda m: not m.prefix_caching, "prefix caching off", "nothing is cached"),
