@@ -12,7 +12,8 @@ coverage map gets the same share.
 * `lora`: `max_loras` 1 to 3 (mostly 1, and below `max_num_seqs`) and up to
   five adapters over about five requests in six, and three times in four a
   burst at one step (`max_loras + 1` adapters, the first again, none), where
-  the limit bites at once; so the limit passes requests over while others are
+  the limit bites at once; one draw in four without spec decode on two
+  pipeline stages; so the limit passes requests over while others are
   admitted behind them, and prompts of one adapter share cached blocks
   that another adapter's identical prompts cannot hit.
 * `pipeline-parallel`: `pp_size` 2 to 4 (mostly 2) over the whole draw:
@@ -23,12 +24,14 @@ coverage map gets the same share.
   rank whose DP engine core throttles the steps off its cadence, or (from
   0.33.0) as an engine that keeps the cadence itself; prefill chunks and
   admissions wait while decodes fill the step, unless the queue backs up.
-* `pause-and-reset`: the engine core's calls outside schedule(): cache
-  resets that preempt every running request (their in-flight output
-  dropped), pauses in each mode (abort, wait, keep) with and without the
+* `pause-and-reset`: the engine core's calls outside schedule(), two to
+  four of them: a cache reset that preempts every running request (their
+  in-flight output dropped) and a pause, in either order, then more of
+  either; pauses in each mode (abort, wait, keep) with and without the
   cache clear, resumed a few steps later, and `release_kv_cache_memory`
-  while paused; so requests are preempted outside the step, admissions
-  wait out a pause, and prefix hits vanish.
+  while paused; one draw in eight a DP rank paused as a request arrives; so
+  requests are preempted outside the step, admissions wait out a pause,
+  and prefix hits vanish.
 * `pooling`: a pooling model (`runner` "pooling") over the draw with spec
   decode off: every request pools its prompt and samples nothing, so it
   finishes in the update of the step whose chunk ends at the prompt's end;
@@ -77,7 +80,8 @@ def with_grammars(d: Draw, workload: Workload) -> Workload:
 def with_adapters(d: Draw, workload: Workload) -> Workload:
     """`workload` with LoRA: `max_loras` 1 to 3 (mostly 1; below `max_num_seqs`, so the running requests can fill
     it), and about five requests in six naming one of `max_loras + 2` adapters, so the limit bites and the same
-    adapter's prompts share cached blocks; most draws add a burst of `max_loras + 1` adapters at one step."""
+    adapter's prompts share cached blocks; most draws add a burst of `max_loras + 1` adapters at one step, and one
+    in four without spec decode runs on two pipeline stages."""
     # Below max_num_seqs, or the running requests could never hold max_loras adapters and the limit never bites.
     max_loras = min(d.choice([1, 1, 2, 3]), max(1, workload.config.max_num_seqs - 1))
     requests = []
@@ -95,7 +99,12 @@ def with_adapters(d: Draw, workload: Workload) -> Workload:
             burst = Request(f"lora{i}", prompt, d.int(1, 4), priority=0, arrival_time=float(1000 + i), lora_int_id=lora)
             requests.append(WorkloadRequest(burst, at))
     config = dataclasses.replace(workload.config, max_loras=max_loras)
-    return workload.replace(config=config, requests=tuple(requests))
+    max_steps = workload.max_steps
+    if d.int(0, 3) == 0 and config.num_speculative_tokens == 0:
+        # One draw in four on two pipeline stages: a request whose step is in flight is not scheduled, yet holds
+        # its adapter, which releases before 0.33.0 do not count (`loras-counted-over-all-running`).
+        config, max_steps = dataclasses.replace(config, pipeline_parallel_size=2), max_steps * 2
+    return workload.replace(config=config, requests=tuple(requests), max_steps=max_steps)
 
 
 def with_pooling(d: Draw, workload: Workload) -> Workload:
@@ -176,29 +185,63 @@ def _episode_config(config: SchedulerConfig, **knobs: object) -> SchedulerConfig
 
 
 def with_controls(d: Draw, workload: Workload) -> Workload:
-    """`workload` with one to three of the engine core's calls outside schedule() (`spec.controls`), from the first
-    steps to a few after the last arrival: a cache reset with the running requests (the most often), one without,
-    and pauses in each mode, with or without the cache clear, each resumed 1 to 8 steps later; one pause in three
-    releases the KV cache memory while it holds (0.31.0 on)."""
+    """`workload` with two to four of the engine core's calls outside schedule() (`spec.controls`), from the first
+    steps to a few after the last arrival: a cache reset with the running requests and a pause, in either order,
+    then up to two more of any kind (a reset with the running requests or without, a pause); a pause is in any
+    mode (abort the least often), with or without the cache clear, and resumed 1 to 8 steps later; one pause in
+    three releases the KV cache memory while it holds (0.31.0 on). One draw in eight is instead `paused_dp_rank`."""
     last = max(r.arrival_step for r in workload.requests)
     release = holds("release-kv-cache-memory", workload.config.vllm_version)
     controls: list[Control] = []
     step = d.int(0, max(1, last))
-    for _ in range(d.int(1, 3)):
-        kind = d.choice(["reset", "reset", "reset-alone", "pause", "pause"])
+    kinds = ["reset", "pause"] if d.bool() else ["pause", "reset"]
+    kinds += [d.choice(["reset", "reset", "reset-alone", "pause", "pause"]) for _ in range(d.int(0, 2))]
+    for kind in kinds:
         if kind != "pause":
             controls.append(Control(step, "reset_prefix_cache", reset_running_requests=kind == "reset"))
         else:
-            controls.append(
-                Control(step, "pause", mode=d.choice(["abort", "wait", "keep", "keep"]), clear_cache=d.bool())
-            )
+            mode = d.choice(["abort", "wait", "wait", "keep", "keep"])
+            controls.append(Control(step, "pause", mode=mode, clear_cache=d.bool()))
             hold = d.int(1, 8)
             if release and d.int(0, 2) == 0:
                 controls.append(Control(step + d.int(0, hold), "release_kv_cache_memory"))
             step += hold
             controls.append(Control(step, "resume"))
         step += d.int(1, 6)
-    return workload.replace(controls=tuple(controls))
+    workload = workload.replace(controls=tuple(controls))
+    if d.int(0, 7) == 0:
+        return paused_dp_rank(d, workload)
+    return workload
+
+
+def paused_dp_rank(d: Draw, workload: Workload) -> Workload:
+    """A data-parallel rank (prefill cadence 2, its odd steps throttled) paused in mode wait while a request arrives.
+
+    `a` arrives alone and decodes. A pause in mode wait (PAUSED_NEW) at step 1 holds new admissions; `b` arrives at
+    step 2, a step on the cadence, and the resume comes at step 3 or 5, a throttled one. From 0.32.0 the paused
+    step's waiting pass runs and takes nobody, and records that the queue could not drain, so the throttled step
+    of the resume admits `b`; before, the pass does not run under the pause, and `b` waits while `a` decodes until
+    the next step on the cadence (`paused-new-runs-waiting-pass`). In the draw's policy, scheduling, spec decode
+    and caching.
+    """
+    config = _episode_config(
+        workload.config,
+        num_gpu_blocks=d.int(24, 40),
+        max_model_len=32,
+        long_prefill_token_threshold=0,
+        prefill_schedule_interval=2,
+        data_parallel_size=2,
+    )
+    a = Request("a", tuple(d.int(10, 15) for _ in range(d.int(2, 5))), d.int(10, 14), ignore_eos=True)
+    b = Request("b", tuple(d.int(10, 15) for _ in range(d.int(4, 8))), d.int(1, 3), ignore_eos=True, arrival_time=1.0)
+    controls = (Control(1, "pause", mode="wait", clear_cache=False), Control(d.choice([3, 5]), "resume"))
+    return Workload(
+        config,
+        (WorkloadRequest(a, 0), WorkloadRequest(b, 2)),
+        max_steps=60,
+        throttle_prefills=tuple(range(1, 60, 2)),
+        controls=controls,
+    )
 
 
 def with_prefill_cadence(d: Draw, workload: Workload) -> Workload:
