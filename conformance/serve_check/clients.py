@@ -7,7 +7,8 @@ after a few chunks: vLLM's server turns the disconnect into an abort, which
 EngineCore drains between a step's execution and its update (`Abort.mid_step`).
 Bursts (many clients at once) force preemption in a small KV pool. In the
 `controls` variant an operator resets the prefix cache and pauses and resumes
-generation beside them. Only the standard library: the point is a real HTTP
+generation beside them; in the `pooling` variant each client asks
+`/v1/embeddings` for its prompt instead (a pooling model samples nothing). Only the standard library: the point is a real HTTP
 client, not a particular one.
 """
 
@@ -108,8 +109,11 @@ def one(port: int, model: str, plan: Plan, tally: Tally) -> None:
         conn.close()
 
 
-def drive(port: int, model: str, todo: list[Plan], concurrency: int, controls_seed: int | None = None) -> Tally:
-    """Every planned request, `concurrency` at a time; with `controls_seed`, an operator's calls beside them."""
+def drive(
+    port: int, model: str, todo: list[Plan], concurrency: int, controls_seed: int | None = None, pooling: bool = False
+) -> Tally:
+    """Every planned request, `concurrency` at a time; with `controls_seed`, an operator's calls beside them;
+    `pooling`: each asks for the prompt's embedding instead."""
     tally = Tally()
     done = threading.Event()
     operator = None
@@ -118,12 +122,37 @@ def drive(port: int, model: str, todo: list[Plan], concurrency: int, controls_se
         operator.start()
     try:
         with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(lambda p: one(port, model, p, tally), todo))
+            list(pool.map(lambda p: (embed if pooling else one)(port, model, p, tally), todo))
     finally:
         done.set()
         if operator is not None:
             operator.join()
     return tally
+
+
+def embed(port: int, model: str, plan: Plan, tally: Tally) -> None:
+    """`/v1/embeddings` of the plan's prompt: one response, no stream. A client that walks away closes its socket
+    before the answer (the server aborts the request when it sees the disconnect)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    t0 = time.monotonic()
+    try:
+        body = {"model": model, "input": list(plan.prompt)}
+        conn.request("POST", "/v1/embeddings", json.dumps(body), {"Content-Type": "application/json"})
+        if plan.disconnect_after is not None:
+            time.sleep(0.01 * plan.disconnect_after)  # give it a step or so to start
+            conn.sock.close() if conn.sock is not None else None
+            tally.add("disconnected")
+            return
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200 or b'"embedding"' not in data:
+            tally.add("refused")
+            return
+        tally.add("completed", 1, time.monotonic() - t0)
+    except (OSError, http.client.HTTPException):
+        tally.add("failed")
+    finally:
+        conn.close()
 
 
 # The operator's calls (vLLM's development endpoints, `VLLM_SERVER_DEV_MODE`): a weight update's cache reset, with

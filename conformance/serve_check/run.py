@@ -81,7 +81,8 @@ def run_variant(
         result.ready_s = round(server.wait_ready(), 1)
         t0 = time.monotonic()
         todo = plans(requests, seed, disconnect_rate, VARIANTS[variant].priority)
-        tally = drive(port, str(model), todo, concurrency, seed if VARIANTS[variant].controls else None)
+        v = VARIANTS[variant]
+        tally = drive(port, str(model), todo, concurrency, seed if v.controls else None, v.pooling)
         result.serve_s = round(time.monotonic() - t0, 1)
         result.outcomes, result.tokens = dict(tally.outcomes), tally.tokens
         if not server.alive:

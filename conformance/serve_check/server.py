@@ -35,6 +35,8 @@ class Variant:
     # A client of vLLM's development endpoints resets the prefix cache and pauses and resumes generation while the
     # requests run (`clients.controls`); the server needs VLLM_SERVER_DEV_MODE for them.
     controls: bool = False
+    # A pooling model (`--runner pooling`): the clients ask `/v1/embeddings`, and the scheduler samples nothing.
+    pooling: bool = False
 
 
 VARIANTS = {
@@ -53,6 +55,8 @@ VARIANTS = {
     # its synchronous loop with the async class; the capture's header says which.
     "async": Variant("async", ("--no-enable-prefix-caching", "--async-scheduling")),
     "controls": Variant("controls", ("--enable-prefix-caching",), controls=True),
+    # The tiny causal model served as an embedding model (last-token pooling: chunked prefill and prefix caching on).
+    "pooling": Variant("pooling", ("--runner", "pooling", "--convert", "embed"), pooling=True),
 }
 
 

@@ -1,7 +1,7 @@
 """`schedspec serve-check`: a real vLLM server on this CPU, the live monitors inside it, real HTTP clients.
 
-For each variant (sync, prefix caching, PRIORITY, ngram spec decode, async, and controls: an operator resetting the
-prefix cache and pausing beside the clients) it starts `vllm serve` on loopback with
+For each variant (sync, prefix caching, PRIORITY, ngram spec decode, async, controls: an operator resetting the
+prefix cache and pausing beside the clients, and pooling: an embedding model and its clients) it starts `vllm serve` on loopback with
 `--scheduler-cls schedspec.live.MonitoredScheduler` and a capture, drives it with concurrent streaming
 requests of which a drawn share disconnect mid-stream, stops it, and replays every session of the capture
 on the reference (`conformance/serve_check/`). Exit status: 0 every variant served every request with no

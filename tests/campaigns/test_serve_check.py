@@ -95,3 +95,22 @@ def test_a_served_run_with_cache_resets_and_pauses_is_judged_and_replays(tmp_pat
     lines = [json.loads(x) for x in (out / "capture-controls.jsonl").read_text().splitlines()]
     assert any(line["kind"] == "control" for line in lines)
     assert rep["monitor_reports"] == 0 and v["replays"] and all(r["agrees"] for r in v["replays"])
+
+
+@needs_engine
+@pytest.mark.slow_ok("one real vllm serve of an embedding model, 200 requests over HTTP")
+def test_a_served_pooling_model_is_judged_and_replays(tmp_path):
+    """#36's pooling: the tiny model served as an embedding model (`--runner pooling --convert embed`), clients
+    asking `/v1/embeddings`, some walking away; in mode=raise each pooled output is judged as it comes back (the
+    request finishes in that update, with no token), and the capture, whose update lines carry the pooled ids,
+    replays."""
+    out = tmp_path / "sc"
+    argv = ["serve-check", "--variant", "pooling", "--requests", "200", "--concurrency", "16"]
+    assert main([*argv, "--disconnect-rate", "0.2", "--mode", "raise", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (v,) = rep["variants"]
+    assert v["passed"] and v["outcomes"].get("completed", 0) > 100, v["outcomes"]
+    lines = [json.loads(x) for x in (out / "capture-pooling.jsonl").read_text().splitlines()]
+    assert lines[0]["config"]["runner"] == "pooling" and not lines[0]["out_of_scope"]
+    assert any(line.get("pooler_output") for line in lines if line["kind"] == "update")
+    assert rep["monitor_reports"] == 0 and v["replays"] and all(r["agrees"] for r in v["replays"])
