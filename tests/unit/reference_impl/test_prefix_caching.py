@@ -194,3 +194,21 @@ def test_Z6_failed_allocation_touches_no_hit_block(make):
     e.add(_req("small", shared + (5,), 1))
     out, _ = e.step()
     assert new_blocks(out)["small"][1] == 8
+
+
+def test_a_request_that_skips_reading_the_cache_takes_no_hit_and_caches_all_the_same(make):
+    """`skip_reading_prefix_cache` (SamplingParams or PoolingParams; vllm/v1/core/kv_cache_manager.py:
+    KVCacheManager.prefix_cache_lookup_enabled): bs=4, caching on. r1 (12 tokens) caches blocks [1,2,3] and
+    finishes, so they sit at the free queue's tail. r2 repeats its prompt but skips the read: no hit, three blocks
+    from the front, [4,5,6]. r3 repeats it again plus one token and reads: it hits 12 tokens, on the first block
+    cached under each hash, r1's."""
+    e = make(SchedulerConfig(block_size=4, num_gpu_blocks=11, enable_prefix_caching=True))
+    tokens = prompt((1, 4), (2, 4), (3, 4))
+    e.add(_req("r1", tokens, 1))
+    assert set(e.step()[1]) == {"r1"}
+    e.add(Request("r2", tokens, 1, ignore_eos=True, skip_reading_prefix_cache=True))
+    out, finished = e.step()
+    assert new_blocks(out) == {"r2": ((4, 5, 6), 0)} and set(finished) == {"r2"}
+    e.add(_req("r3", tokens + prompt((4, 1)), 1))
+    out, _ = e.step()
+    assert new_blocks(out)["r3"][1] == 12 and new_blocks(out)["r3"][0][:3] == (1, 2, 3)
