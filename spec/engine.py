@@ -76,7 +76,8 @@ FEATURE_METHODS: dict[str, str] = {
     "set_pause_state": "the engine's calls outside schedule() (reset_prefix_cache, set_pause_state: spec/controls.py)",
 }
 # The deployment features that reach an engine through the config and the requests alone (LoRA: `max_loras`,
-# `Request.lora_int_id`; pooling: `runner`, and the pooled ids in `ModelRunnerOutput.pooler_output`): an engine declares it models one by naming it in a class attribute `features`.
+# `Request.lora_int_id`; pooling: `runner`, and the pooled ids in `ModelRunnerOutput.pooler_output`): an engine
+# declares it models one by naming it in a class attribute `features`.
 DECLARED_FEATURES: dict[str, str] = {
     "lora": "LoRA (config.max_loras, Request.lora_int_id)",
     "pipeline-parallel": "pipeline parallel (config.pipeline_parallel_size: batches in flight, the decode cadence)",
