@@ -61,3 +61,19 @@ def test_a_grammar_given_to_an_engine_without_the_method_is_one_line_naming_it()
     w = Workload(CONFIG, (WorkloadRequest(Request("g", (1, 2, 3), 2), 0, (), (), Grammar(1)),))
     with pytest.raises(SpecError, match="outside the engine's declared scope .*grammar_compiled"):
         run(CoreOnly(CONFIG), w)
+
+
+def test_an_engine_that_does_not_name_pooling_is_refused_the_pooling_family_in_one_line(tmp_path, capsys, monkeypatch):
+    """Pooling reaches an engine through the config and the pooled ids alone (`DECLARED_FEATURES`): an engine that
+    names the other features but not `pooling` is refused the family before anything runs."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "no_pooling.py").write_text(
+        "from schedspec.reference_impl import ReferenceEngine\n"
+        "class NoPooling(ReferenceEngine):\n"
+        "    features = frozenset({'lora', 'pipeline-parallel', 'prefill-cadence'})\n"
+    )
+    argv = ["certify", "--engine", "no_pooling:NoPooling", "--in-process", "--workloads", "22", "--family", "pooling"]
+    assert main([*argv, "--out", str(tmp_path / "cert")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside the declared scope" in err[0] and "'pooling'" in err[0], err
+    assert not (tmp_path / "cert" / "certificate.json").exists()
