@@ -115,16 +115,19 @@ def run_batch(
 
     Workloads with prefix caching run in a batch of their own: they need the keyed free queue and the
     walking waiting pass (`lru_free_queue.py`, `waiting_cached.py`), which the others need not pay for.
-    A workload with controls (`spec.controls`: calls between steps, a host-side decision each) or on a pooling
-    model (whose pooled outputs the batched fake model does not produce) runs on its own instance through the
-    spec's engine loop (`TorchEngine`), the same tensor programs at B = 1.
+    A workload with controls (`spec.controls`: calls between steps, a host-side decision each), on a pooling
+    model (whose pooled outputs the batched fake model does not produce), or finishing requests from outside with
+    another status than aborted (`Abort.status`) runs on its own instance through the spec's engine loop
+    (`TorchEngine`), the same tensor programs at B = 1.
     """
     workloads = list(workloads)
     if not workloads:
         return []
     dev = pick_device(device)
     groups: dict[bool, list[int]] = defaultdict(list)
-    alone = [i for i, w in enumerate(workloads) if w.controls or w.config.runner == "pooling"]
+    alone = [
+        i for i, w in enumerate(workloads) if w.controls or w.config.runner == "pooling" or w.finishes_from_outside
+    ]
     for i, w in enumerate(workloads):
         if i not in alone:
             groups[w.config.enable_prefix_caching or w.config.max_loras is not None].append(i)

@@ -106,17 +106,21 @@ class TorchEngine:
         mask[0, first : first + len(requests)] = True
         self.st.arrive(mask)
 
-    @_threads
     def abort_request(self, request_id: str) -> FinishedRequest | None:
+        return self.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+
+    @_threads
+    def finish_request(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        """An abort, or a finish from outside with another finished status (`Abort.status`)."""
         if request_id not in self.live:
             return None
         slot = torch.tensor([[self.slot[request_id]]], dtype=torch.int64, device=self.device)
         (tokens,) = self.outputs.of(slot[0], self.st.num_out[0, slot[0]])
-        hit = abort(self.st, slot, torch.ones_like(slot, dtype=torch.bool))
+        hit = abort(self.st, slot, torch.ones_like(slot, dtype=torch.bool), int(status))
         if not bool(hit.all()):  # the glue thought it live; the state disagrees
             raise RuntimeError(f"abort of {request_id!r}: the request is not live in the tensor state")
         self.live.discard(request_id)
-        return FinishedRequest(RequestStatus.FINISHED_ABORTED, tokens)
+        return FinishedRequest(status, tokens)
 
     # ---- the step ----------------------------------------------------------------
     @_threads

@@ -153,8 +153,9 @@ def update_from_output(
     return stopped
 
 
-def abort(st: BatchState, slots: Tensor, valid: Tensor) -> Tensor:
-    """Abort the listed slots [B, N] in list order; return which entries finished a live request [B, N]."""
+def abort(st: BatchState, slots: Tensor, valid: Tensor, status: int = FINISHED_ABORTED) -> Tensor:
+    """Abort the listed slots [B, N] in list order (or finish them from outside with another finished `status`);
+    return which entries finished a live request [B, N]."""
     N = slots.shape[1]
     dup = torch.zeros_like(valid)
     if N > 1:  # an id named twice in one step is finished once (vLLM takes a set; later calls find it finished)
@@ -165,6 +166,6 @@ def abort(st: BatchState, slots: Tensor, valid: Tensor) -> Tensor:
     hit = valid & live & ~dup
     push_free(st, slots, hit)
     bi, ji = hit.nonzero(as_tuple=True)
-    st.status[bi, slots[bi, ji]] = FINISHED_ABORTED
+    st.status[bi, slots[bi, ji]] = status
     st.fin_pending[bi, slots[bi, ji]] = True
     return hit

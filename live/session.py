@@ -274,9 +274,7 @@ class LiveSession:
         if not self.on:
             return
         try:
-            if status.name != "FINISHED_ABORTED":
-                self.scope_out(f"requests finished from outside as {status.name}")
-            self.aborts_in_step += 1
+            self.aborts_in_step += 1  # any finished status: an abort, or a finish from outside (`Abort.status`)
             if self.assembler is not None and self.assembler.abort_follows_reset():
                 self.scope_out(
                     "an abort after a cache reset that followed an abort, in one step (a record orders "

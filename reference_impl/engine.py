@@ -36,8 +36,16 @@ class ReferenceEngine:
         self.scheduler.add_request(request)
 
     def abort_request(self, request_id: str) -> FinishedRequest | None:
-        aborted = self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED)
-        return FinishedRequest(aborted[0].status, tuple(aborted[0].output_token_ids)) if aborted else None
+        return self._finish(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        """A finish from outside with another finished status (`Abort.status`)."""
+        return self._finish(request_id, status)
+
+    def _finish(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        """`Scheduler.finish_requests(request_id, status)`: an abort, or a finish from outside."""
+        finished = self.scheduler.finish_requests([request_id], status)
+        return FinishedRequest(finished[0].status, tuple(finished[0].output_token_ids)) if finished else None
 
     @gc_paused  # the step builds no cycles: see `spec.engine.gc_paused`
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:

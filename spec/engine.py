@@ -64,6 +64,8 @@ class Engine(Protocol):
     # its scope (`FEATURE_METHODS`, `workload.Grammar`).
     # `reset_prefix_cache(reset_running_requests: bool) -> bool` and `set_pause_state(pause_state: PauseState)`,
     # the scheduler's calls outside schedule() (`spec.controls`): vLLM's `Scheduler` methods of those names.
+    # `finish_request(request_id: str, status: RequestStatus) -> FinishedRequest | None`: `abort_request` with
+    # another finished status (`workload.Abort.status`), vLLM's `finish_requests(request_id, status)`.
 
 
 EngineFactory = Callable[[SchedulerConfig], Engine]
@@ -74,6 +76,7 @@ FEATURE_METHODS: dict[str, str] = {
     "grammar_compiled": "structured output",
     "reset_prefix_cache": "the engine's calls outside schedule() (reset_prefix_cache, set_pause_state: spec/controls.py)",
     "set_pause_state": "the engine's calls outside schedule() (reset_prefix_cache, set_pause_state: spec/controls.py)",
+    "finish_request": "requests finished from outside with a status other than aborted (workload.Abort.status)",
 }
 # The deployment features that reach an engine through the config and the requests alone (LoRA: `max_loras`,
 # `Request.lora_int_id`; pooling: `runner`, and the pooled ids in `ModelRunnerOutput.pooler_output`): an engine
@@ -220,7 +223,7 @@ def steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
         unreported = unreported or bool(finished)
         output = _schedule(engine, workload, step)
         model_output = fake_model(workload, output, engine.summary())
-        mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # EngineCore's aborts queue
+        mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished, _mid_step_status(workload, step))
         finished.update(engine.update_from_output(output, model_output))
         unreported = any(rid not in aborted for rid in finished)
         drafts: dict[str, tuple[int, ...]] = {}
@@ -315,7 +318,7 @@ def _arrivals_and_aborts(
     for request in added:
         engine.add_request(request)
     finished: dict[str, FinishedRequest] = {}
-    aborted = _abort(engine, workload.aborts_at(step), finished)
+    aborted = _abort(engine, workload.aborts_at(step), finished, lambda rid: workload.abort_status(step, rid))
     grammars = dict(workload.grammars_at(step))
     if grammars:
         compile_done = getattr(engine, "grammar_compiled", None)
@@ -331,13 +334,36 @@ def _arrivals_and_aborts(
     return tuple(r.request_id for r in added), aborted, finished, grammars
 
 
-def _abort(engine: Engine, request_ids: list[str], finished: dict[str, FinishedRequest]) -> tuple[str, ...]:
-    """Abort each request, adding those that were still unfinished to `finished`."""
+def _abort(
+    engine: Engine,
+    request_ids: list[str],
+    finished: dict[str, FinishedRequest],
+    status_of: Callable[[str], RequestStatus] | None = None,
+) -> tuple[str, ...]:
+    """Abort each request (or finish it with the status `status_of` gives, `Abort.status`), adding those that were
+    still unfinished to `finished`."""
     for rid in request_ids:
-        f = engine.abort_request(rid)
+        status = status_of(rid) if status_of is not None else RequestStatus.FINISHED_ABORTED
+        if status == RequestStatus.FINISHED_ABORTED:
+            f = engine.abort_request(rid)
+        else:
+            finish = getattr(engine, "finish_request", None)
+            if not callable(finish):
+                raise SpecError(
+                    f"engine {engine.name!r}",
+                    "finish_request",
+                    "is missing: the workload finishes a request from outside with a status other than aborted, "
+                    "which is outside the engine's declared scope (docs/engines.md)",
+                )
+            f = finish(rid, status)
         if f is not None:
             finished[rid] = f
     return tuple(request_ids)
+
+
+def _mid_step_status(workload: Workload, step: int) -> Callable[[str], RequestStatus]:
+    """The statuses of `step`'s mid-step aborts (EngineCore's aborts queue), wherever the loop applies them."""
+    return lambda rid: workload.abort_status(step, rid, mid_step=True)
 
 
 def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecord]:
@@ -364,7 +390,7 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
         )
         added, aborted, finished, grammars = _arrivals_and_aborts(engine, workload, step)
         idle_calls += early
-        aborted += _abort(engine, carried, finished)
+        aborted += _abort(engine, carried, finished, _mid_step_status(workload, step - 1))
         carried = []
         unreported |= set(finished)
         calls, paused_aborts = _apply_controls(
@@ -405,7 +431,8 @@ def _batch_queue_steps(engine: Engine, workload: Workload) -> Iterator[StepRecor
         mid_step: tuple[str, ...] = ()
         if batch_queue:
             updated_step, old_output, old_model_output = batch_queue.pop()
-            mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished)  # before the oldest's update
+            # EngineCore's aborts queue, before the oldest's update
+            mid_step = _abort(engine, workload.mid_step_aborts_at(step), finished, _mid_step_status(workload, step))
             unreported |= {rid for rid in mid_step if rid in finished}  # the next schedule() reports them
             absorbed = engine.update_from_output(old_output, old_model_output)
             finished.update(absorbed)

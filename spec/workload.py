@@ -30,10 +30,11 @@ from .config import SchedulerConfig
 from .controls import Control
 from .errors import SpecError
 from .jsonio import read_json, validate
-from .request import Request
+from .request import Request, RequestStatus
 from .versions import holds
 
 WORKLOAD_VERSION = 1
+FINISHED_ABORTED = RequestStatus.FINISHED_ABORTED
 DEFAULT_FILLER_TOKEN_ID = 7
 DEFAULT_MAX_STEPS = 10_000
 
@@ -86,6 +87,10 @@ class Abort:
     step: int
     request_id: str
     mid_step: bool = False
+    # The status the request finishes with (`Scheduler.finish_requests(ids, status)`): FINISHED_ABORTED, as the engine
+    # core's aborts; another finished status is a caller's that finishes requests from outside, as vLLM's own tests
+    # do, and reaches an engine by its optional `finish_request`.
+    status: RequestStatus = RequestStatus.FINISHED_ABORTED
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class Workload:
     _arrivals: dict[int, tuple[Request, ...]] = field(init=False, repr=False, compare=False)
     _aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _mid_step_aborts: dict[int, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _abort_status: dict[tuple[int, bool, str], RequestStatus] = field(init=False, repr=False, compare=False)
     _grammars: dict[int, tuple[tuple[str, bool], ...]] = field(init=False, repr=False, compare=False)
     _throttled: frozenset[int] = field(init=False, repr=False, compare=False)
     _controls: dict[int, tuple[Control, ...]] = field(init=False, repr=False, compare=False)
@@ -128,6 +134,8 @@ class Workload:
         object.__setattr__(self, "_arrivals", {k: tuple(v) for k, v in arrivals.items()})
         object.__setattr__(self, "_aborts", {k: tuple(v) for k, v in aborts.items()})
         object.__setattr__(self, "_mid_step_aborts", {k: tuple(v) for k, v in mid_step.items()})
+        statuses = {(a.step, a.mid_step, a.request_id): a.status for a in self.aborts}
+        object.__setattr__(self, "_abort_status", {k: v for k, v in statuses.items() if v != FINISHED_ABORTED})
         grammars: dict[int, list[tuple[str, bool]]] = {}
         for r in self.requests:
             if r.grammar is not None:
@@ -169,6 +177,15 @@ class Workload:
         """The aborts applied after `step`'s model ran, before its update (`Abort.mid_step`)."""
         return list(self._mid_step_aborts.get(step, ()))
 
+    def abort_status(self, step: int, request_id: str, mid_step: bool = False) -> RequestStatus:
+        """The status the abort of `request_id` at `step` finishes it with (`Abort.status`)."""
+        return self._abort_status.get((step, mid_step, request_id), FINISHED_ABORTED)
+
+    @property
+    def finishes_from_outside(self) -> bool:
+        """Whether an abort finishes a request with a status other than aborted (`Abort.status`)."""
+        return bool(self._abort_status)
+
     def grammars_at(self, step: int) -> list[tuple[str, bool]]:
         """The grammars whose compile finishes before `step`'s schedule(): (request id, compiled), in workload order."""
         return list(self._grammars.get(step, ()))
@@ -209,7 +226,12 @@ class Workload:
             "filler_token_id": self.filler_token_id,
             "requests": [_request_to_json(r) for r in self.requests],
             "aborts": [
-                {"step": a.step, "request_id": a.request_id, **({"mid_step": True} if a.mid_step else {})}
+                {
+                    "step": a.step,
+                    "request_id": a.request_id,
+                    **({"mid_step": True} if a.mid_step else {}),
+                    **({"status": a.status.name} if a.status != FINISHED_ABORTED else {}),
+                }
                 for a in self.aborts
             ],
             **({"throttle_prefills": list(self.throttle_prefills)} if self.throttle_prefills else {}),
@@ -222,7 +244,12 @@ class Workload:
         validate(_for_schema(data), "workload", where)
         config = SchedulerConfig.from_dict(data["config"], f"{where}.config")
         requests = tuple(_request_from_json(r, i) for i, r in enumerate(data["requests"]))
-        aborts = tuple(Abort(a["step"], a["request_id"], a.get("mid_step", False)) for a in data.get("aborts", []))
+        aborts = tuple(
+            Abort(
+                a["step"], a["request_id"], a.get("mid_step", False), RequestStatus[a.get("status", "FINISHED_ABORTED")]
+            )
+            for a in data.get("aborts", [])
+        )
         try:
             controls = tuple(
                 Control.from_json(c, f"workload.controls[{i}]") for i, c in enumerate(data.get("controls", []))
@@ -393,6 +420,8 @@ def _check(w: Workload) -> None:
     for i, a in enumerate(w.aborts):
         if a.request_id not in seen:
             raise SpecError(f"workload.aborts[{i}].request_id", a.request_id, "names no request in this workload")
+        if not (isinstance(a.status, RequestStatus) and a.status.is_finished):
+            raise SpecError(f"workload.aborts[{i}].status", a.status, "must be a finished status")
         if a.step < 0:
             raise SpecError(f"workload.aborts[{i}].step", a.step, "must be >= 0")
     for i, c in enumerate(w.controls):

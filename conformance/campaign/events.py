@@ -125,7 +125,7 @@ class EventTracker:
         for rid, f in rec.finished.items():
             if f.status == RequestStatus.FINISHED_ERROR:
                 seen["grammar_error"] += 1
-            elif f.status != RequestStatus.FINISHED_ABORTED:  # counted by the status it had (`_aborts`)
+            elif rid not in rec.aborted and rid not in rec.aborted_mid_step:  # aborts: by the status they had
                 pooling = self.config.runner == "pooling"
                 kind = stop_kind(self.requests[rid], f.status, f.output_token_ids, self.config.max_model_len, pooling)
                 seen[kind] += 1

@@ -176,8 +176,13 @@ class VllmEngine:
         self._call("add", self.step_timeout_s, request=dataclasses.asdict(request))
 
     def abort_request(self, request_id: str) -> FinishedRequest | None:
+        return self.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        """vLLM's `finish_requests(request_id, status)`: an abort, or a finish from outside (`Abort.status`)."""
         self._summary = None
-        reply = self._call("abort", self.step_timeout_s, request_id=request_id)
+        named = {"status": status.name} if status != RequestStatus.FINISHED_ABORTED else {}
+        reply = self._call("abort", self.step_timeout_s, request_id=request_id, **named)
         return self._parse("abort_request", reply.get("finished"), lambda f: None if f is None else _finished(f))
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:

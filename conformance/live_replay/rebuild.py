@@ -192,10 +192,14 @@ def rebuild(s: Session) -> tuple[Workload, list[StepRecord], set[int], list[str]
         # An abort of a request not yet added did nothing in vLLM; the workload applies a step's aborts after its
         # arrivals, so it is left out rather than let it abort an arrival that came after it.
         for line in st.aborts:
-            aborts += [Abort(i, rid) for rid in line.data["request_ids"] if _added_before(requests, rid, i, line)]
+            aborts += [
+                Abort(i, rid, status=_finished_as(line, rid))
+                for rid in line.data["request_ids"]
+                if _added_before(requests, rid, i, line)
+            ]
         for line in st.mid_step_aborts:
             aborts += [
-                Abort(i, rid, mid_step=True)
+                Abort(i, rid, mid_step=True, status=_finished_as(line, rid))
                 for rid in line.data["request_ids"]
                 if _added_before(requests, rid, i, line)
             ]
@@ -388,6 +392,13 @@ def _control(step: int, line: Line) -> Control:
         )
     name, mode = _PAUSES[call.pause_state.name]
     return Control(step, name, mode=mode, clear_cache=False, before_inputs=call.before_inputs)
+
+
+def _finished_as(line: Any, rid: str) -> RequestStatus:
+    """The status an abort line's call finished `rid` with: FINISHED_ABORTED, or the status a caller finishing it
+    from outside gave (`Abort.status`); an id it found finished already finished nothing."""
+    f = line.data.get("finished", {}).get(rid)
+    return RequestStatus[f["status"]] if f is not None else RequestStatus.FINISHED_ABORTED
 
 
 def _added_before(requests: Mapping[str, tuple[Request, int, Line]], rid: str, step: int, line: Line) -> bool:

@@ -13,7 +13,7 @@ Design notes
   torch or a C library prints can corrupt the protocol.
 * Ops: init {config} -> {ok, vllm_version} (again at any time: a fresh
   scheduler with a new config, without paying the ~5 s import again);
-  add {request}; abort {request_id} -> {finished: FinishedRequest|null};
+  add {request}; abort {request_id, status?} -> {finished: FinishedRequest|null};
   schedule -> SchedulerOutput + {summary}; summary -> StateSummary;
   update {output, model_output, pooler_output?: [id, ...]} -> {finished: {id: FinishedRequest}, summary};
   draft {draft_token_ids: {id: [token, ...]}} -> {ok}; close.
@@ -246,10 +246,10 @@ class Driver:
             so.grammar = AcceptAll() if compiled else ValueError("the workload's grammar does not compile")
         return {"ok": True}
 
-    def op_abort(self, request_id: str) -> dict:
+    def op_abort(self, request_id: str, status: str = "FINISHED_ABORTED") -> dict:
         # One id at a time (a str, not a set): vLLM iterates a set in hash order,
-        # which would make the order blocks are freed in nondeterministic.
-        aborted = self._sched().finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+        # which would make the order blocks are freed in nondeterministic. `status`: a finish from outside.
+        aborted = self._sched().finish_requests(request_id, RequestStatus[status])
         self.live.pop(request_id, None)
         return {"finished": _finished(aborted[0]) if aborted else None}
 

@@ -75,6 +75,7 @@ def make_view(
     post_num_skipped_waiting: int = 0,
     cadence_waits: frozenset[str] = frozenset(),
     prefill_chunks: frozenset[str] = frozenset(),
+    aborted_mid_step: frozenset[str] | None = None,
 ) -> StepView:
     """`model_output` is the output update_from_output absorbed in this step (None: no update).
 
@@ -85,6 +86,16 @@ def make_view(
     pre_run, pre_wait = (_pos(q) for q in pre_queues)
     post_run, post_wait = (_pos(q) for q in post_queues)
     hits = {n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs}
+
+    def cut_short(rid: str) -> bool:
+        """Finished after the model ran and before the update, from outside: an abort mid-step (`aborted_mid_step`:
+        the record's list; without one, as states give it, any FINISHED_ABORTED)."""
+        if finished is None or rid not in finished:
+            return False
+        if aborted_mid_step is not None:
+            return rid in aborted_mid_step
+        return finished[rid].status == RequestStatus.FINISHED_ABORTED
+
     rows = []
     lora_full = _lora_full(config, requests, pre_run, out)
     for rid in dict.fromkeys([*pre, *post]):
@@ -144,16 +155,13 @@ def make_view(
                 sampled_stop=sampled_stop(
                     q, model_output, rid, s0.num_tokens, config.max_model_len, config.vllm_version
                 )
-                and not (
-                    finished is not None and rid in finished and finished[rid].status == RequestStatus.FINISHED_ABORTED
-                ),
+                and not cut_short(rid),
                 finished_stopped=finished is not None
                 and rid in finished
-                and finished[rid].status == RequestStatus.FINISHED_STOPPED,
-                # Live before the step (an abort before schedule() leaves no row), finished as aborted.
-                aborted_mid_step=finished is not None
-                and rid in finished
-                and finished[rid].status == RequestStatus.FINISHED_ABORTED,
+                and finished[rid].status == RequestStatus.FINISHED_STOPPED
+                and not cut_short(rid),
+                # Live before the step (an abort before schedule() leaves no row), finished by the abort.
+                aborted_mid_step=cut_short(rid),
             )
         )
     return StepView(

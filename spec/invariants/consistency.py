@@ -121,7 +121,8 @@ class Consistency:
         before = replay.before(rec)  # with the step's controls applied: a cache reset preempts before schedule()
         u = rec.updated_step
         absorbed = rec if u == rec.step else None if u is None else replay.records.get(u)
-        report("trace-membership", i, _membership(before, rec, where))
+        status_of = _abort_status(self.workload, rec.step)
+        report("trace-membership", i, _membership(before, rec, where, status_of))
         view = replay.step(rec)
         dropping = replay.dropped_in_update
         report(
@@ -138,7 +139,7 @@ class Consistency:
                 self.workload.config.runner == "pooling",
             ),
         )
-        report("trace-counters", i, _aborted_outputs(before, rec, self.prompt, where))
+        report("trace-counters", i, _aborted_outputs(before, rec, self.prompt, where, status_of))
         self.num_steps, self.last = i + 1, rec
         return view
 
@@ -198,7 +199,22 @@ def _in_flight(workload: Workload, queue: tuple[int, ...], rec: StepRecord, wher
         yield f"{where}.in_flight holds {len(after)} steps, but a batch queue of {size} leaves at most {size - 1}"
 
 
-def _membership(before: StateSummary, rec: StepRecord, where: str) -> Iterable[str]:
+def _abort_status(workload: Workload, step: int) -> Callable[[str, bool], RequestStatus]:
+    """The status each of the step's aborts finishes its request with (`Abort.status`): a mid-step abort the
+    batch queue's loop carried to this step keeps its own."""
+
+    def status_of(rid: str, mid_step: bool) -> RequestStatus:
+        status = workload.abort_status(step, rid, mid_step)
+        if status == RequestStatus.FINISHED_ABORTED and not mid_step and step > 0:
+            return workload.abort_status(step - 1, rid, mid_step=True)
+        return status
+
+    return status_of
+
+
+def _membership(
+    before: StateSummary, rec: StepRecord, where: str, status_of: Callable[[str, bool], RequestStatus]
+) -> Iterable[str]:
     for rid in rec.added:
         if rid in before.requests:
             yield f"{where}.added has {rid}, which is live already"
@@ -208,11 +224,12 @@ def _membership(before: StateSummary, rec: StepRecord, where: str) -> Iterable[s
             yield f"{where}.finished has {rid}, which was not live"
         elif not f.status.is_finished:
             yield f"{where}.finished[{rid}].status is {f.status.name}, not a finished status"
-    for rid in (*rec.aborted, *rec.aborted_mid_step):
+    for rid, mid_step in (*((r, False) for r in rec.aborted), *((r, True) for r in rec.aborted_mid_step)):
+        status = status_of(rid, mid_step)
         if rid in live and rid not in rec.finished:
             yield f"{where}.aborted has live {rid}, but it is not in finished"
-        elif rid in live and rec.finished[rid].status != RequestStatus.FINISHED_ABORTED:
-            yield f"{where}.finished[{rid}].status is {rec.finished[rid].status.name}, but it was aborted"
+        elif rid in live and rec.finished[rid].status != status:
+            yield f"{where}.finished[{rid}].status is {rec.finished[rid].status.name}, but it was finished as {status.name}"
     for rid in rec.state.requests:
         if rid not in live:
             yield f"{where}.state.requests has {rid}, which never arrived (or left before)"
@@ -302,12 +319,18 @@ def _counters(
             )
 
 
-def _aborted_outputs(before: StateSummary, rec: StepRecord, prompt: dict[str, int], where: str) -> Iterable[str]:
+def _aborted_outputs(
+    before: StateSummary,
+    rec: StepRecord,
+    prompt: dict[str, int],
+    where: str,
+    status_of: Callable[[str, bool], RequestStatus],
+) -> Iterable[str]:
     """An abort comes before schedule(), or before the update: the request ends with the outputs it had after the
     step before (schedule() adds no token)."""
     for rid in (*rec.aborted, *rec.aborted_mid_step):
         f = rec.finished.get(rid)
-        if f is None or f.status != RequestStatus.FINISHED_ABORTED:
+        if f is None or f.status != status_of(rid, rid in rec.aborted_mid_step):
             continue
         had = before.requests[rid].num_tokens - prompt[rid] if rid in before.requests else 0
         if len(f.output_token_ids) != had:

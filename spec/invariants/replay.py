@@ -320,6 +320,7 @@ class TraceReplay:
             rec.state.num_skipped_waiting,
             waits,
             frozenset(rid for rid, chunk in self.prefill_chunk.items() if chunk),
+            frozenset(rec.aborted_mid_step),
         )
         in_flight: dict[str, int] = {}
         for s in rec.in_flight:
