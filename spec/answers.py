@@ -37,6 +37,7 @@ ANSWERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "summary": ("state", plainly_valid_state),
     "update_from_output": ("finished_map", plainly_valid_finished),
     "abort_request": ("finished", plainly_valid_finished_request),
+    "finish_request": ("finished", plainly_valid_finished_request),
 }
 
 
@@ -46,7 +47,7 @@ def check_answer(method: str, data: Any, where: str) -> None:
     `data` is the answer's JSON form (`to_json`). `abort_request()` may also
     answer None: the request had already finished.
     """
-    if method not in ANSWERS or (method == "abort_request" and data is None):
+    if method not in ANSWERS or (method in ("abort_request", "finish_request") and data is None):
         return  # add_request() and update_draft_token_ids() answer nothing the harness reads
     part, plainly_valid = ANSWERS[method]
     if plainly_valid(data):

@@ -39,7 +39,7 @@ from typing import Any
 from ...spec.config import SchedulerConfig
 from ...spec.errors import InfrastructureError
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
-from ...spec.request import Request
+from ...spec.request import Request, RequestStatus
 from ...spec.trace import FinishedRequest, StateSummary
 from .engine_spec import EngineSpec
 from .snapshot import decode
@@ -185,6 +185,15 @@ class IsolatedEngine:
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
         self._call("grammar_compiled", request_id, compiled)
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        return self._call("reset_prefix_cache", reset_running_requests)
+
+    def set_pause_state(self, pause_state: Any) -> None:
+        self._call("set_pause_state", pause_state)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        return self._call("finish_request", request_id, status)
 
     def close(self) -> None:
         host, self._host = self._host, None

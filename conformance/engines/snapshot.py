@@ -22,7 +22,7 @@ from typing import Any
 
 from ...spec.answers import check_answer
 from ...spec.config import SchedulerConfig
-from ...spec.engine import Engine, EngineFactory
+from ...spec.engine import FEATURE_METHODS, Engine, EngineFactory
 from ...spec.errors import InfrastructureError, SpecError, short_repr
 from ...spec.output import ModelRunnerOutput, SchedulerOutput
 from ...spec.request import Request, RequestStatus
@@ -62,8 +62,10 @@ def encode(op: str, value: Any) -> Any:
             return value.to_json()
         if op == "update_from_output":
             return {str(rid): finished_json(f) for rid, f in dict(value).items()}
-        if op == "abort_request":
+        if op in ("abort_request", "finish_request"):
             return None if value is None else finished_json(value)
+        if op == "reset_prefix_cache":  # whether the cache was emptied: a bool, which the engine loop checks
+            return value
         return None
     except Exception as e:  # noqa: BLE001 - any shape we cannot read is the engine's malformed output
         raise _malformed(op, e) from None
@@ -93,8 +95,10 @@ def decode(op: str, data: Any) -> Any:
             return StateSummary.from_json(data)
         if op == "update_from_output":
             return {rid: finished_of(f) for rid, f in data.items()}
-        if op == "abort_request":
+        if op in ("abort_request", "finish_request"):
             return None if data is None else finished_of(data)
+        if op == "reset_prefix_cache":
+            return data  # `spec.controls.EngineControls` refuses anything but a bool, as malformed
         return None
     except Exception as e:  # noqa: BLE001
         raise _malformed(op, e) from None
@@ -149,14 +153,30 @@ class Snapshotting:
             method(draft_token_ids)
 
     def grammar_compiled(self, request_id: str, compiled: bool) -> None:
-        method = getattr(self._engine, "grammar_compiled", None)
-        if not callable(method):
+        self._optional("grammar_compiled")(request_id, compiled)
+
+    def reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        got = self._optional("reset_prefix_cache")(reset_running_requests)
+        return decode("reset_prefix_cache", encode("reset_prefix_cache", got))
+
+    def set_pause_state(self, pause_state: Any) -> None:
+        self._optional("set_pause_state")(pause_state)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> FinishedRequest | None:
+        got = self._optional("finish_request")(request_id, status)
+        return decode("finish_request", encode("finish_request", got))
+
+    def _optional(self, method: str) -> Any:
+        """The engine's optional method of a deployment feature (`spec.engine.FEATURE_METHODS`), or one line saying
+        the feature is outside its declared scope."""
+        fn = getattr(self._engine, method, None)
+        if not callable(fn):
             raise SpecError(
                 f"engine {self.name!r}",
-                "grammar_compiled",
-                "is missing: structured output is outside the engine's declared scope (docs/engines.md)",
+                method,
+                f"is missing: {FEATURE_METHODS[method]} is outside the engine's declared scope (docs/engines.md)",
             )
-        method(request_id, compiled)
+        return fn
 
     def close(self) -> None:
         close = getattr(self._engine, "close", None)

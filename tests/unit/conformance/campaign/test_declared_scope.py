@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from schedspec.cli import main
 from schedspec.conformance.engines.declared_scope import engine_class, missing_features
 from schedspec.conformance.engines.engine_spec import parse_engine
@@ -77,3 +79,34 @@ def test_an_engine_that_does_not_name_pooling_is_refused_the_pooling_family_in_o
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "outside the declared scope" in err[0] and "'pooling'" in err[0], err
     assert not (tmp_path / "cert" / "certificate.json").exists()
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in-process"])
+def test_a_user_s_engine_gets_the_optional_calls_through_the_harness_s_wrappers(tmp_path, monkeypatch, isolate):
+    """A third-party engine runs behind a wrapper (its own process, or answers copied in process): the wrapper
+    passes the deployment features' calls on, the cache reset's answer included, and a finish from outside."""
+    from schedspec.conformance.engines.registry import engine_factory
+    from schedspec.spec.controls import Control
+    from schedspec.spec.engine import run
+    from schedspec.spec.request import Request, RequestStatus
+    from schedspec.spec.workload import Abort, Workload, WorkloadRequest
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "users_engine.py").write_text(
+        "from schedspec.reference_impl import ReferenceEngine\nclass Users(ReferenceEngine):\n    name = 'users'\n"
+    )
+    requests = tuple(
+        WorkloadRequest(Request(rid, tuple(range(10 + i, 16 + i)), 8, ignore_eos=True), i) for i, rid in enumerate("ab")
+    )
+    controls = (Control(2, "reset_prefix_cache", reset_running_requests=True), Control(3, "pause", mode="wait"))
+    w = Workload(CONFIG, requests, (Abort(4, "a", status=RequestStatus.FINISHED_STOPPED),), max_steps=30)
+    w = w.replace(controls=(*controls, Control(6, "resume")))
+    factory = engine_factory(parse_engine("users_engine:Users"), isolate=isolate)
+    engine = factory(w.config)
+    try:
+        got = run(engine, w)
+    finally:
+        getattr(engine, "close", lambda: None)()
+    want = run(ReferenceEngine(w.config), w)
+    assert [s.to_json() for s in got.steps] == [s.to_json() for s in want.steps]
+    assert any(s.controls for s in got.steps) and got.steps[4].finished["a"].status == RequestStatus.FINISHED_STOPPED
