@@ -21,7 +21,7 @@ import gc
 import inspect
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from .config import SchedulerConfig
 from .controls import ControlCall, EngineControls
@@ -255,14 +255,21 @@ def _controls_for(engine: Engine, workload: Workload) -> EngineControls:
     workload has controls."""
     if workload.controls:
         for method in ("reset_prefix_cache", "set_pause_state"):
-            if not callable(getattr(engine, method, None)):
-                raise SpecError(
-                    f"engine {engine.name!r}",
-                    method,
-                    "is missing: the workload calls the engine outside schedule() (controls), which is outside the "
-                    "engine's declared scope (docs/engines.md)",
-                )
+            _optional_method(engine, method, "calling the engine outside schedule() (the workload's controls)")
     return EngineControls(engine)
+
+
+def _optional_method(engine: Engine, method: str, why: str) -> Any:
+    """The engine's optional method of a deployment feature (`FEATURE_METHODS`), or one line saying the workload
+    needs a feature outside the engine's declared scope."""
+    fn = getattr(engine, method, None)
+    if not callable(fn):
+        raise SpecError(
+            f"engine {engine.name!r}",
+            method,
+            f"is missing: {why} is outside the engine's declared scope (docs/engines.md)",
+        )
+    return fn
 
 
 def _apply_controls(
@@ -321,14 +328,7 @@ def _arrivals_and_aborts(
     aborted = _abort(engine, workload.aborts_at(step), finished, lambda rid: workload.abort_status(step, rid))
     grammars = dict(workload.grammars_at(step))
     if grammars:
-        compile_done = getattr(engine, "grammar_compiled", None)
-        if not callable(compile_done):
-            raise SpecError(
-                f"engine {engine.name!r}",
-                "grammar_compiled",
-                "is missing: the workload's requests have grammars, and structured output is outside the "
-                "engine's declared scope (docs/engines.md)",
-            )
+        compile_done = _optional_method(engine, "grammar_compiled", "structured output (the workload's grammars)")
         for rid, compiled in grammars.items():
             compile_done(rid, compiled)
     return tuple(r.request_id for r in added), aborted, finished, grammars
@@ -347,15 +347,8 @@ def _abort(
         if status == RequestStatus.FINISHED_ABORTED:
             f = engine.abort_request(rid)
         else:
-            finish = getattr(engine, "finish_request", None)
-            if not callable(finish):
-                raise SpecError(
-                    f"engine {engine.name!r}",
-                    "finish_request",
-                    "is missing: the workload finishes a request from outside with a status other than aborted, "
-                    "which is outside the engine's declared scope (docs/engines.md)",
-                )
-            f = finish(rid, status)
+            why = "finishing a request from outside as other than aborted (the workload's Abort.status)"
+            f = _optional_method(engine, "finish_request", why)(rid, status)
         if f is not None:
             finished[rid] = f
     return tuple(request_ids)
